@@ -1,0 +1,78 @@
+// ChildProcess: signal, wait and kill-on-destruction through a pidfd.
+#include "base/child_process.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace airlock {
+
+Result<UniqueFd> open_pidfd(pid_t pid) {
+  int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0) return fail_errno(Code::ConfigError, fmt::format("pidfd_open({})", pid), errno);
+  return UniqueFd(fd);
+}
+
+ChildProcess& ChildProcess::operator=(ChildProcess&& o) noexcept {
+  if (this != &o) {
+    kill_and_reap();
+    pid_ = std::exchange(o.pid_, -1);
+    pidfd_ = std::move(o.pidfd_);
+    status_ = std::move(o.status_);
+    o.status_.reset();
+  }
+  return *this;
+}
+
+ChildProcess::~ChildProcess() { kill_and_reap(); }
+
+void ChildProcess::kill_and_reap() noexcept {
+  if (pid_ <= 0 || status_) return;
+  if (pidfd_) ::syscall(SYS_pidfd_send_signal, pidfd_.get(), SIGKILL, nullptr, 0);
+  siginfo_t info{};
+  while (::waitid(P_PIDFD, static_cast<id_t>(pidfd_.get()), &info, WEXITED) < 0 && errno == EINTR) {
+  }
+  status_ = ExitStatus{};
+}
+
+Result<void> ChildProcess::signal(int sig) const {
+  if (status_) return {};
+  if (::syscall(SYS_pidfd_send_signal, pidfd_.get(), sig, nullptr, 0) < 0 && errno != ESRCH)
+    return fail_errno(Code::ConfigError, "pidfd_send_signal", errno);
+  return {};
+}
+
+Result<std::optional<ExitStatus>> ChildProcess::wait_for(
+    std::optional<std::chrono::milliseconds> timeout) {
+  if (status_) return status_;
+  if (timeout) {
+    pollfd p{pidfd_.get(), POLLIN, 0};
+    int r;
+    do {
+      r = ::poll(&p, 1, static_cast<int>(timeout->count()));
+    } while (r < 0 && errno == EINTR);
+    if (r < 0) return fail_errno(Code::ConfigError, "poll(pidfd)", errno);
+    if (r == 0) return std::optional<ExitStatus>{};
+  }
+  siginfo_t info{};
+  int r;
+  do {
+    r = ::waitid(P_PIDFD, static_cast<id_t>(pidfd_.get()), &info, WEXITED);
+  } while (r < 0 && errno == EINTR);
+  if (r < 0) return fail_errno(Code::ConfigError, "waitid(pidfd)", errno);
+  ExitStatus st;
+  if (info.si_code == CLD_EXITED) {
+    st.code = info.si_status;
+  } else {
+    st.signaled = true;
+    st.signal = info.si_status;
+  }
+  status_ = st;
+  return status_;
+}
+
+}  // namespace airlock

@@ -1,0 +1,56 @@
+// ChildProcess: a started child held by pidfd; destruction kills and reaps it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <optional>
+
+#include "base/error.h"
+#include "base/unique_fd.h"
+
+namespace airlock {
+
+// How a child ended, as waitid() reported it.
+struct ExitStatus {
+  bool signaled = false;
+  int code = 0;    // exit code when !signaled
+  int signal = 0;  // terminating signal when signaled
+  // The shell convention: the exit code, or 128 + signal.
+  int shell_status() const { return signaled ? 128 + signal : code; }
+};
+
+class ChildProcess {
+ public:
+  ChildProcess() = default;
+  // Takes ownership of a child: pid and a pidfd referring to it.
+  ChildProcess(pid_t pid, UniqueFd pidfd) : pid_(pid), pidfd_(std::move(pidfd)) {}
+  ChildProcess(ChildProcess&&) noexcept = default;
+  ChildProcess& operator=(ChildProcess&& o) noexcept;
+  ~ChildProcess();
+
+  pid_t pid() const { return pid_; }
+  int pidfd() const { return pidfd_.get(); }
+  bool running() const { return pid_ > 0 && !status_; }
+
+  // Sends a signal through the pidfd (never to a recycled pid).
+  Result<void> signal(int sig) const;
+  // Waits up to `timeout` (forever when nullopt); nullopt result means still running.
+  Result<std::optional<ExitStatus>> wait_for(std::optional<std::chrono::milliseconds> timeout);
+  Result<ExitStatus> wait() {
+    auto r = TRY(wait_for(std::nullopt));
+    return *r;
+  }
+  const std::optional<ExitStatus>& status() const { return status_; }
+
+ private:
+  void kill_and_reap() noexcept;
+  pid_t pid_ = -1;
+  UniqueFd pidfd_;
+  std::optional<ExitStatus> status_;
+};
+
+// pidfd_open(2), wrapped.
+Result<UniqueFd> open_pidfd(pid_t pid);
+
+}  // namespace airlock

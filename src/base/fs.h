@@ -1,0 +1,21 @@
+// Small file helpers that return Result: read a whole file, write one atomically, make dirs.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "base/error.h"
+
+namespace airlock {
+
+Result<std::string> read_file(const std::string& path, Code code = Code::ConfigError);
+// Writes to a temporary sibling and renames it over `path`: a reader never sees half a file.
+Result<void> write_file_atomic(const std::string& path, std::string_view bytes, unsigned mode = 0644);
+// mkdir -p with `mode` for directories it creates.
+Result<void> make_dirs(const std::string& path, unsigned mode = 0755);
+// rm -rf that never follows symlinks; a missing path is fine.
+Result<void> remove_tree(const std::string& path);
+// Absolute, lexically normalised path (no symlink resolution).
+std::string absolute_path(const std::string& path);
+
+}  // namespace airlock

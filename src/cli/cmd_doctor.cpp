@@ -1,0 +1,111 @@
+// `airlock doctor`: every executor, available or not and why, and what policies would run here.
+#include <unistd.h>
+
+#include <cstdio>
+
+#include <fmt/ranges.h>
+
+#include "cli/verbs.h"
+#include "linux/probe.h"
+
+namespace airlock::cli {
+namespace {
+
+struct Scenario {
+  const char* label;
+  policy::Workload workload;
+  policy::Tenancy tenancy;
+  policy::NetworkMode network;
+};
+
+constexpr Scenario kScenarios[] = {
+    {"trusted_toolchain, single_tenant, code network off", policy::Workload::TrustedToolchain,
+     policy::Tenancy::SingleTenant, policy::NetworkMode::Off},
+    {"trusted_toolchain, single_tenant, code network allowlist", policy::Workload::TrustedToolchain,
+     policy::Tenancy::SingleTenant, policy::NetworkMode::Allowlist},
+    {"trusted_toolchain, multi_tenant", policy::Workload::TrustedToolchain, policy::Tenancy::MultiTenant,
+     policy::NetworkMode::Off},
+    {"untrusted_code", policy::Workload::UntrustedCode, policy::Tenancy::SingleTenant, policy::NetworkMode::Off},
+};
+
+Json outcome_json(const Result<plan::ExecutionPlan>& r) {
+  if (r) return {{"runs_on", policy::to_string(r->executor)}, {"tier", r->tier}};
+  return {{"refused", r.error().to_json()}};
+}
+
+std::string outcome_text(const Result<plan::ExecutionPlan>& r) {
+  if (r) return fmt::format("runs on {} (level {})", policy::to_string(r->executor), r->tier);
+  return fmt::format("refused: {}", to_name(r.error().code));
+}
+
+}  // namespace
+
+void add_doctor(CLI::App& app, Globals& g, Action& run) {
+  auto* doctor = app.add_subcommand("doctor", "show which executors can run on this host and why");
+  doctor->add_flag("--json", g.json, "print JSON");
+  doctor->callback([&g, &run] {
+    run = [&g] {
+      auto profile = parse_profile(g.profile);
+      if (!profile) return refuse(profile.error(), g.json);
+      plan::HostFacts facts = linux::probe_host();
+      using policy::ExecutorKind;
+      const ExecutorKind kinds[] = {ExecutorKind::Host, ExecutorKind::Landlock, ExecutorKind::Namespaces,
+                                    ExecutorKind::Container, ExecutorKind::Microvm};
+      Json executors = Json::array();
+      for (auto k : kinds) {
+        auto c = plan::assess(k, facts, *profile);
+        executors.push_back({{"executor", policy::to_string(k)},
+                             {"level", plan::isolation_level(k)},
+                             {"available", c.available},
+                             {"reason", c.reason}});
+      }
+      policy::TaskPolicy def = policy::builtin_default();
+      auto def_plan = plan::plan_execution(def, facts, *profile);
+      Json scenarios = Json::array();
+      std::vector<std::pair<std::string, std::string>> lines;
+      for (const auto& s : kScenarios) {
+        policy::TaskPolicy p = def;
+        p.workload = s.workload;
+        p.tenancy = s.tenancy;
+        p.code_network.mode = s.network;
+        if (s.network == policy::NetworkMode::Allowlist)
+          p.code_network.rules = {policy::EgressRule{"example.com", std::nullopt, {443}, {"https"}, false}};
+        auto r = plan::plan_execution(p, facts, *profile);
+        scenarios.push_back({{"policy", s.label}, {"outcome", outcome_json(r)}});
+        lines.emplace_back(s.label, outcome_text(r));
+      }
+      if (g.json) {
+        std::printf("%s\n", Json({{"profile", plan::to_string(*profile)},
+                                  {"host_facts", plan::to_json(facts)},
+                                  {"executors", executors},
+                                  {"builtin_default", outcome_json(def_plan)},
+                                  {"scenarios", scenarios}})
+                                .dump(2)
+                                .c_str());
+        return 0;
+      }
+      std::printf("airlock doctor: kernel %s, %s, profile %s\n\n", facts.kernel_release.c_str(),
+                  facts.running_as_root ? "running as root" : fmt::format("running as uid {}", ::geteuid()).c_str(),
+                  std::string(plan::to_string(*profile)).c_str());
+      std::printf("  %-11s %-6s %-12s %s\n", "EXECUTOR", "LEVEL", "STATUS", "WHY");
+      for (const auto& e : executors)
+        std::printf("  %-11s %-6d %-12s %s\n", e["executor"].get<std::string>().c_str(), e["level"].get<int>(),
+                    e["available"].get<bool>() ? "available" : "unavailable",
+                    e["reason"].get<std::string>().c_str());
+      std::string v2 = fmt::format("{}", fmt::join(facts.cgroup_v2_controllers, ","));
+      std::string v1 = fmt::format("{}", fmt::join(facts.cgroup_v1_writable, ","));
+      std::printf("\nmeasured: landlock ABI %d, seccomp %s, user namespaces %s, overlayfs in userns %s,\n"
+                  "          cgroup v2 controllers [%s], cgroup v1 writable [%s], kvm %s\n",
+                  facts.landlock_abi, yes_no(facts.seccomp_filter).c_str(), yes_no(facts.user_namespaces).c_str(),
+                  yes_no(facts.overlayfs_in_userns).c_str(), v2.c_str(), v1.c_str(), yes_no(facts.kvm_usable).c_str());
+      for (const auto& [k, why] : facts.reasons) std::printf("          %s: %s\n", k.c_str(), why.c_str());
+      std::printf("\nthe built-in default policy %s\n", outcome_text(def_plan).c_str());
+      if (!def_plan) std::printf("  %s\n", def_plan.error().message.c_str());
+      std::printf("\npolicies by workload:\n");
+      for (const auto& [label, text] : lines) std::printf("  %-58s %s\n", label.c_str(), text.c_str());
+      return 0;
+    };
+  });
+}
+
+}  // namespace airlock::cli

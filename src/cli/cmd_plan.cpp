@@ -1,0 +1,81 @@
+// `airlock plan --policy FILE`: the plan that would run, or the refusal, without running anything.
+#include <cstdio>
+
+#include "base/fs.h"
+#include <fmt/ranges.h>
+
+#include "cli/verbs.h"
+#include "linux/probe.h"
+
+namespace airlock::cli {
+
+void add_plan(CLI::App& app, Globals& g, Action& run) {
+  auto* cmd = app.add_subcommand("plan", "print the execution plan for a policy on this host");
+  static std::optional<std::string> policy_file, defaults, facts_file;
+  cmd->add_option("--policy", policy_file, "task policy (JSON); the built-in default when absent");
+  cmd->add_option("--defaults", defaults, "worker default policy");
+  cmd->add_option("--facts", facts_file, "plan for the host facts in this JSON file instead of probing");
+  cmd->add_flag("--json", g.json, "print JSON");
+  cmd->callback([&g, &run] {
+    run = [&g] {
+      auto profile = parse_profile(g.profile);
+      if (!profile) return refuse(profile.error(), g.json);
+      auto p = load_policy(defaults, policy_file);
+      if (!p) return refuse(p.error(), g.json);
+      plan::HostFacts facts;
+      if (facts_file) {
+        auto text = read_file(*facts_file);
+        if (!text) return refuse(text.error(), g.json);
+        auto j = parse_json(*text, Code::ConfigError, *facts_file);
+        if (!j) return refuse(j.error(), g.json);
+        auto f = plan::host_facts_from_json(*j);
+        if (!f) return refuse(f.error(), g.json);
+        facts = *f;
+      } else {
+        facts = linux::probe_host();
+      }
+      auto planned = plan::plan_execution(*p, facts, *profile);
+      if (!planned) return refuse(planned.error(), g.json);
+      Json j = plan::to_json(*planned);
+      if (g.json) {
+        std::printf("%s\n", j.dump(2).c_str());
+        return 0;
+      }
+      std::printf("executor   %s (level %d; the policy needs %d)\n", std::string(policy::to_string(planned->executor)).c_str(),
+                  planned->tier, planned->required_level);
+      std::printf("why        %s\n", planned->why.c_str());
+      for (const auto& c : planned->considered)
+        std::printf("  tried    %-10s %s\n", std::string(policy::to_string(c.executor)).c_str(), c.reason.c_str());
+      std::printf("policy     sha256 %s\n", planned->policy_digest.c_str());
+      if (planned->landlock) {
+        std::printf("landlock   floor ABI %d, measured ABI %d; tcp bind/connect %s; scoped signals %s, abstract unix %s\n",
+                    planned->landlock->abi_floor, planned->landlock->abi_measured,
+                    planned->landlock->restrict_tcp ? "denied" : "not restricted",
+                    yes_no(planned->landlock->scope_signal).c_str(), yes_no(planned->landlock->scope_abstract_unix).c_str());
+        for (const auto& r : planned->landlock->fs_rules)
+          std::printf("  %-9s %-8s %s%s\n", std::string(plan::to_string(r.access)).c_str(),
+                      std::string(plan::to_string(r.anchor)).c_str(), r.path.c_str(), r.optional ? " (if present)" : "");
+      }
+      if (planned->seccomp)
+        std::printf("seccomp    denies %zu syscalls (%s, ...); sockets: %s; ioctls denied: %s\n",
+                    planned->seccomp->denied_syscalls.size(),
+                    fmt::format("{}", fmt::join(planned->seccomp->denied_syscalls.begin(),
+                                                planned->seccomp->denied_syscalls.begin() + 6, ", ")).c_str(),
+                    planned->seccomp->only_unix_sockets ? "AF_UNIX only" : "any family",
+                    fmt::format("{}", fmt::join(planned->seccomp->denied_ioctls, ", ")).c_str());
+      const auto& l = planned->limits;
+      std::printf("limits     memory %llu MiB (RLIMIT_AS), cpu %llu s, processes %llu (%s), wall %llu ms\n",
+                  static_cast<unsigned long long>(l.memory_bytes >> 20), static_cast<unsigned long long>(l.cpu_seconds),
+                  static_cast<unsigned long long>(l.max_processes), std::string(plan::to_string(l.process_mechanism)).c_str(),
+                  static_cast<unsigned long long>(l.wall_timeout_ms));
+      std::printf("network    %s\n", planned->network ? "the host's (no isolation)" : "none");
+      std::printf("view       %s; written back: %s\n", fmt::format("{}", fmt::join(planned->view_paths, ", ")).c_str(),
+                  fmt::format("{}", fmt::join(planned->write_back_paths, ", ")).c_str());
+      if (!planned->relaxations.empty())
+        std::printf("relaxed    %s\n", fmt::format("{}", fmt::join(planned->relaxations, ", ")).c_str());
+      return 0;
+    };
+  });
+}
+
+}  // namespace airlock::cli

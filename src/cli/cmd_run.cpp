@@ -1,0 +1,158 @@
+// `airlock run -- CMD`: open a session under the policy, run the command in the planned
+// executor, write back on success, close. The command's exit status passes through.
+#include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <atomic>
+
+#include <cstdio>
+#include <thread>
+
+#include <fmt/ranges.h>
+
+#include "base/unique_fd.h"
+#include "broker/session.h"
+#include "cli/verbs.h"
+#include "linux/probe.h"
+
+namespace airlock::cli {
+namespace {
+
+struct RunOptions {
+  std::optional<std::string> policy_file, defaults, workspace;
+  bool quiet = false;
+  std::vector<std::string> command;
+};
+
+std::string enforced_summary(const Json& e) {
+  std::vector<std::string> parts;
+  if (e.contains("landlock") && !e["landlock"].is_null())
+    parts.push_back(fmt::format("Landlock ABI {}", e["landlock"]["abi"].get<int>()));
+  if (e.contains("seccomp") && !e["seccomp"].is_null()) parts.push_back("seccomp");
+  parts.push_back("rlimits");
+  if (e.contains("process_limit")) parts.push_back(fmt::format("processes by {}", e["process_limit"].get<std::string>()));
+  parts.push_back(fmt::format("network {}", e.value("network", "?")));
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+int run_verb(Globals& g, RunOptions& o) {
+  auto profile = parse_profile(g.profile);
+  if (!profile) return refuse(profile.error(), g.json);
+  auto state = resolve_state_dir(g.state_dir);
+  if (!state) return refuse(state.error(), g.json);
+  auto pol = load_policy(o.defaults, o.policy_file);
+  if (!pol) return refuse(pol.error(), g.json);
+  plan::HostFacts facts = linux::probe_host();
+
+  // SIGINT/SIGTERM/SIGHUP stop the command (and everything it started); a thread waits for them.
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &mask, nullptr);
+
+  broker::SessionOptions so{*state, *profile, o.workspace};
+  auto session = broker::Session::open(*pol, facts, so);
+  if (!session) return refuse(session.error(), g.json);
+  auto& s = **session;
+  if (!o.quiet && !g.json)
+    std::fprintf(stderr, "airlock: %s tier (%s), session %s\n", std::string(policy::to_string(s.plan().executor)).c_str(),
+                 enforced_summary(s.enforced()).c_str(), s.id().c_str());
+
+  // The waiter sleeps in poll on a signalfd and an eventfd that says the command is done.
+  std::atomic<bool> interrupted = false;
+  UniqueFd sigfd(::signalfd(-1, &mask, SFD_CLOEXEC));
+  UniqueFd donefd(::eventfd(0, EFD_CLOEXEC));
+  std::thread waiter([&] {
+    pollfd fds[2] = {{sigfd.get(), POLLIN, 0}, {donefd.get(), POLLIN, 0}};
+    while (::poll(fds, 2, -1) >= 0 || errno == EINTR) {
+      if (fds[1].revents & POLLIN) return;
+      if (fds[0].revents & POLLIN) {
+        signalfd_siginfo si{};
+        (void)!::read(sigfd.get(), &si, sizeof si);
+        interrupted = true;
+        s.interrupt();
+      }
+    }
+  });
+  exec::Command command;
+  command.argv = o.command;
+  auto outcome = s.run_command(command);
+  uint64_t one = 1;
+  (void)!::write(donefd.get(), &one, sizeof one);
+  waiter.join();
+  if (!outcome) {
+    (void)s.kill();
+    return refuse(outcome.error(), g.json);
+  }
+  bool success = outcome->status.shell_status() == 0 && !outcome->timed_out && !outcome->stopped;
+  auto wb = s.close(success);
+  if (!wb) return refuse(wb.error(), g.json);
+
+  int rc = outcome->status.shell_status();
+  std::vector<Error> refusals;
+  if (outcome->timed_out)
+    refusals.push_back({Code::ToolTimeout,
+                        fmt::format("the command ran past its wall-time limit of {} ms and was killed",
+                                    s.plan().limits.wall_timeout_ms),
+                        {}});
+  if (interrupted || outcome->stopped)
+    refusals.push_back({Code::SessionKilled, "stopped by a signal; nothing was written back", {}});
+  for (const auto& r : wb->refused)
+    refusals.push_back({Code::WriteBackRefused, fmt::format("{} ({}) was not written back", r.path, r.reason),
+                        {{"path", r.path}, {"reason", r.reason}}});
+
+  if (g.json) {
+    Json j = {{"session", s.id()},
+              {"executor", policy::to_string(s.plan().executor)},
+              {"tier", s.plan().tier},
+              {"outcome", outcome->to_json()},
+              {"written_back", wb->to_json()},
+              {"receipts", s.receipts_path()}};
+    Json errs = Json::array();
+    for (const auto& e : refusals) errs.push_back(e.to_json());
+    j["refusals"] = errs;
+    std::fflush(stdout);
+    std::printf("%s\n", j.dump().c_str());
+  }
+  for (const auto& e : refusals)
+    std::fprintf(stderr, "airlock: refused: %s: %s\n", std::string(to_name(e.code)).c_str(), e.message.c_str());
+  if (!o.quiet && !g.json) {
+    std::string st = outcome->status.signaled ? fmt::format("signal {}", outcome->status.signal)
+                                              : fmt::format("exit {}", outcome->status.code);
+    std::string wrote = success ? fmt::format("wrote back {} file(s), {} dir(s), deleted {}", wb->written.size(),
+                                              wb->created_dirs.size(), wb->deleted.size())
+                                : std::string("nothing written back");
+    std::fprintf(stderr, "airlock: %s in %.1f ms (cpu %.1f ms, max rss %lld KiB); %s\n", st.c_str(), outcome->wall_ms,
+                 (outcome->user_us + outcome->system_us) / 1000.0, static_cast<long long>(outcome->max_rss_kb),
+                 wrote.c_str());
+    for (const auto& w : wb->written) std::fprintf(stderr, "airlock:   wrote %s\n", w.c_str());
+    for (const auto& d : wb->deleted) std::fprintf(stderr, "airlock:   deleted %s\n", d.c_str());
+    if (outcome->descendants_killed > 0)
+      std::fprintf(stderr, "airlock: killed %lld process(es) left behind by the command\n",
+                   static_cast<long long>(outcome->descendants_killed));
+    std::fprintf(stderr, "airlock: receipts %s\n", s.receipts_path().c_str());
+  }
+  if (!refusals.empty()) return kRefusedExit;
+  return rc;
+}
+
+}  // namespace
+
+void add_run(CLI::App& app, Globals& g, Action& run) {
+  static RunOptions o;
+  auto* cmd = app.add_subcommand("run", "run a command confined by the policy's executor");
+  cmd->add_option("--policy", o.policy_file, "task policy (JSON); the built-in default when absent");
+  cmd->add_option("--defaults", o.defaults, "worker default policy");
+  cmd->add_option("--workspace", o.workspace, "workspace directory (overrides the policy's)");
+  cmd->add_flag("--json", g.json, "print a JSON summary as the last line of stdout");
+  cmd->add_flag("-q,--quiet", o.quiet, "print nothing of airlock's own unless refused");
+  cmd->add_option("command", o.command, "the command and its arguments, after --")->required();
+  cmd->callback([&g, &run] { run = [&g] { return run_verb(g, o); }; });
+}
+
+}  // namespace airlock::cli

@@ -1,0 +1,60 @@
+// CLI plumbing: state directory, profile, refusal printing, policy loading.
+#include "cli/common.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "base/fs.h"
+
+namespace airlock::cli {
+
+Result<plan::Profile> parse_profile(const std::string& s) {
+  if (s == "production") return plan::Profile::Production;
+  if (s == "development") return plan::Profile::Development;
+  return fail(Code::ConfigError, fmt::format("unknown profile \"{}\" (production or development)", s),
+              {{"profile", s}});
+}
+
+Result<std::string> resolve_state_dir(const std::string& flag) {
+  std::string dir = flag;
+  if (dir.empty())
+    if (const char* e = std::getenv("AIRLOCK_STATE_DIR"); e && *e) dir = e;
+  if (dir.empty()) {
+    if (::geteuid() == 0) {
+      dir = "/var/lib/airlock";
+    } else if (const char* x = std::getenv("XDG_STATE_HOME"); x && *x) {
+      dir = std::string(x) + "/airlock";
+    } else if (const char* h = std::getenv("HOME"); h && *h) {
+      dir = std::string(h) + "/.local/state/airlock";
+    } else {
+      return fail(Code::ConfigError, "no state directory: pass --state-dir or set AIRLOCK_STATE_DIR");
+    }
+  }
+  dir = absolute_path(dir);
+  TRY(make_dirs(dir));
+  struct stat st{};
+  if (::stat(dir.c_str(), &st) < 0 || !S_ISDIR(st.st_mode))
+    return fail(Code::ConfigError, fmt::format("state directory {} is not a directory", dir));
+  if (st.st_uid == ::geteuid() && (st.st_mode & 077)) ::chmod(dir.c_str(), 0700);
+  return dir;
+}
+
+int refuse(const Error& e, bool json) {
+  std::fprintf(stderr, "airlock: refused: %s: %s\n", std::string(to_name(e.code)).c_str(), e.message.c_str());
+  if (json) std::printf("%s\n", nlohmann::json({{"refused", e.to_json()}}).dump(2).c_str());
+  else if (!e.facts.empty())
+    std::fprintf(stderr, "  facts: %s\n", e.facts.dump().c_str());
+  return kRefusedExit;
+}
+
+Result<policy::TaskPolicy> load_policy(const std::optional<std::string>& defaults_file,
+                                       const std::optional<std::string>& policy_file) {
+  return policy::load_effective(defaults_file, policy_file);
+}
+
+std::string yes_no(bool b) { return b ? "yes" : "no"; }
+
+}  // namespace airlock::cli

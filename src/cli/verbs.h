@@ -1,0 +1,19 @@
+// The verbs: each registers its subcommand and sets `run` to the function that carries it out.
+#pragma once
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/common.h"
+
+namespace airlock::cli {
+
+using Action = std::function<int()>;
+
+void add_policy(CLI::App& app, Globals& g, Action& run);
+void add_doctor(CLI::App& app, Globals& g, Action& run);
+void add_plan(CLI::App& app, Globals& g, Action& run);
+void add_run(CLI::App& app, Globals& g, Action& run);
+
+}  // namespace airlock::cli

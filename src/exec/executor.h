@@ -1,0 +1,54 @@
+// Executor: runs one command under a session's plan. The broker knows executors only through this.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/child_process.h"
+#include "base/error.h"
+#include "base/json_util.h"
+#include "exec/session_view.h"
+#include "plan/plan.h"
+
+namespace airlock::exec {
+
+struct Command {
+  std::vector<std::string> argv;  // argv[0]: absolute, or resolved against the trusted PATH
+  int stdin_fd = -1, stdout_fd = -1, stderr_fd = -1;  // -1: inherit
+  std::optional<uint64_t> timeout_ms;                 // narrower than the plan's, never wider
+};
+
+struct RunOutcome {
+  std::string program;  // what was executed
+  ExitStatus status;
+  bool timed_out = false;
+  bool stopped = false;  // stopped on request (kill switch)
+  int64_t descendants_killed = 0;
+  double wall_ms = 0;
+  int64_t user_us = 0, system_us = 0, max_rss_kb = 0;
+  Json to_json() const;
+};
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  // What this executor enforces, measured when it was prepared (for session.open).
+  virtual const Json& enforced() const = 0;
+  // Runs `cmd` to completion under the plan. Setup failures in the child are
+  // AIRLOCK_EXECUTOR_UNAVAILABLE naming the step and errno, never a silent unconfined run.
+  virtual Result<RunOutcome> run(const Command& cmd) = 0;
+  // Asks a running command to stop (SIGTERM, grace, SIGKILL); safe from another thread.
+  virtual void stop() = 0;
+};
+
+// Prepares the executor the plan chose for this session. Fails closed: an executor this
+// build cannot apply, or one whose kernel mechanism fails to prepare, is refused.
+Result<std::unique_ptr<Executor>> make_executor(const plan::ExecutionPlan& plan, const SessionDirs& dirs,
+                                                const std::string& session_id);
+
+// Resolves a program name against policy::kTrustedPath (names with a slash are kept).
+Result<std::string> resolve_program(const std::string& name, const std::string& cwd);
+
+}  // namespace airlock::exec

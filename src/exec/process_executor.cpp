@@ -1,0 +1,178 @@
+// The process executors: landlock (Landlock + seccomp + rlimits, supervised) and host
+// (the same supervision with no confinement; development profile only).
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+
+#include "exec/executor.h"
+#include "linux/apply.h"
+#include "linux/cgroup.h"
+#include "linux/landlock.h"
+#include "linux/rlimits.h"
+#include "linux/seccomp.h"
+#include "policy/task_policy.h"
+
+namespace airlock::exec {
+namespace {
+
+class ProcessExecutor final : public Executor {
+ public:
+  ProcessExecutor(const plan::ExecutionPlan& plan, SessionDirs dirs, std::string session_id)
+      : plan_(plan), dirs_(std::move(dirs)), session_id_(std::move(session_id)) {}
+
+  Result<void> prepare() {
+    enforced_ = {{"executor", policy::to_string(plan_.executor)}, {"tier", plan_.tier}};
+    if (plan_.landlock) {
+      landlock_ = TRY(linux::prepare_landlock(*plan_.landlock, {dirs_.view, dirs_.scratch}));
+      enforced_["landlock"] = landlock_.applied;
+    } else {
+      enforced_["landlock"] = nullptr;
+    }
+    if (plan_.seccomp) {
+      seccomp_ = TRY(linux::prepare_seccomp(*plan_.seccomp));
+      enforced_["seccomp"] = seccomp_->applied;
+    } else {
+      enforced_["seccomp"] = nullptr;
+    }
+    rlimits_ = linux::prepare_rlimits(plan_.limits);
+    enforced_["rlimits"] = rlimits_.applied;
+    enforced_["no_new_privs"] = confined();
+    enforced_["process_limit"] = plan::to_string(plan_.limits.process_mechanism);
+    enforced_["wall_timeout_ms"] = plan_.limits.wall_timeout_ms;
+    enforced_["network"] = plan_.network ? "host" : "none";
+    enforced_["environment"] = "replaced by an allow-list";
+    enforced_["file_descriptors"] = "all but 0-2 closed at exec";
+    enforced_["descendants"] = "killed when the command ends (child subreaper)";
+    return {};
+  }
+
+  const Json& enforced() const override { return enforced_; }
+
+  Result<RunOutcome> run(const Command& cmd) override {
+    if (cmd.argv.empty()) return fail(Code::PolicyInvalid, "no command to run");
+    linux::LaunchSpec spec;
+    spec.path = TRY(resolve_program(cmd.argv[0], dirs_.view));
+    spec.argv = cmd.argv;
+    spec.env = environment();
+    spec.cwd = dirs_.view;
+    spec.rlimits = &rlimits_;
+    spec.landlock_ruleset = landlock_.ruleset.get();
+    spec.seccomp = seccomp_ ? &seccomp_->fprog : nullptr;
+    spec.no_new_privs = confined();
+    spec.wall_timeout_ms = plan_.limits.wall_timeout_ms;
+    if (cmd.timeout_ms && (*cmd.timeout_ms < spec.wall_timeout_ms || spec.wall_timeout_ms == 0))
+      spec.wall_timeout_ms = *cmd.timeout_ms;
+    spec.kill_grace_ms = plan_.limits.kill_grace_ms;
+    spec.stdin_fd = cmd.stdin_fd;
+    spec.stdout_fd = cmd.stdout_fd;
+    spec.stderr_fd = cmd.stderr_fd;
+
+    // Root is not bound by RLIMIT_NPROC: the plan then asked for a pids cgroup per run.
+    linux::PreparedCgroup cg;
+    if (plan_.limits.process_mechanism != plan::ProcessLimitMechanism::RlimitNproc) {
+      cg = TRY(linux::prepare_pids_cgroup(plan_.limits.process_mechanism,
+                                          "airlock-" + session_id_ + "-" + std::to_string(++runs_),
+                                          plan_.limits.max_processes + 1 /* the supervisor */));
+      spec.cgroup_procs = cg.procs.get();
+    }
+
+    auto t0 = std::chrono::steady_clock::now();
+    linux::Launched launched = TRY(linux::launch(spec));
+    {
+      std::lock_guard lock(mu_);
+      running_ = &launched;
+      if (stop_requested_) (void)linux::stop(launched);
+    }
+    auto rep = linux::wait_report(launched);
+    {
+      std::lock_guard lock(mu_);
+      running_ = nullptr;
+    }
+    if (cg.dir.valid()) {
+      cg.procs.reset();
+      TRY(cg.dir.release());
+    }
+    if (!rep) return std::unexpected(rep.error());
+    if (rep->setup_failed) {
+      auto step = linux::to_string(rep->step);
+      Error e = rep->step == linux::Step::Exec
+                    ? fail_errno(Code::ToolFailed, fmt::format("cannot execute {}", spec.path), rep->err).error()
+                    : fail_errno(Code::ExecutorUnavailable,
+                                 fmt::format("the {} executor failed to apply step {}",
+                                             policy::to_string(plan_.executor), step),
+                                 rep->err)
+                          .error();
+      e.facts["step"] = step;
+      return std::unexpected(std::move(e));
+    }
+    RunOutcome out;
+    out.program = spec.path;
+    out.status.signaled = !rep->exited;
+    out.status.code = rep->exit_code;
+    out.status.signal = rep->signal;
+    out.timed_out = rep->timed_out;
+    out.stopped = rep->stopped;
+    out.descendants_killed = rep->descendants_killed;
+    out.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    out.user_us = rep->user_us;
+    out.system_us = rep->system_us;
+    out.max_rss_kb = rep->max_rss_kb;
+    return out;
+  }
+
+  void stop() override {
+    std::lock_guard lock(mu_);
+    stop_requested_ = true;
+    if (running_) (void)linux::stop(*running_);
+  }
+
+ private:
+  bool confined() const { return plan_.executor != policy::ExecutorKind::Host; }
+
+  std::vector<std::string> environment() const {
+    std::vector<std::string> env = {std::string("PATH=") + std::string(policy::kTrustedPath),
+                                    "HOME=" + dirs_.view, "TMPDIR=" + dirs_.scratch,
+                                    "PWD=" + dirs_.view, "AIRLOCK_SESSION=" + session_id_};
+    for (const auto& name : plan_.env_passthrough)
+      if (const char* v = ::getenv(name.c_str())) env.push_back(name + "=" + v);
+    return env;
+  }
+
+  plan::ExecutionPlan plan_;
+  SessionDirs dirs_;
+  std::string session_id_;
+  Json enforced_;
+  linux::PreparedLandlock landlock_;
+  std::unique_ptr<linux::PreparedSeccomp> seccomp_;
+  linux::RlimitSet rlimits_;
+  int runs_ = 0;
+  std::mutex mu_;
+  linux::Launched* running_ = nullptr;
+  bool stop_requested_ = false;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Executor>> make_executor(const plan::ExecutionPlan& plan, const SessionDirs& dirs,
+                                                const std::string& session_id) {
+  switch (plan.executor) {
+    case policy::ExecutorKind::Host:
+    case policy::ExecutorKind::Landlock: {
+      auto ex = std::make_unique<ProcessExecutor>(plan, dirs, session_id);
+      TRY(ex->prepare());
+      return std::unique_ptr<Executor>(std::move(ex));
+    }
+    case policy::ExecutorKind::Namespaces:
+    case policy::ExecutorKind::Container:
+    case policy::ExecutorKind::Microvm:
+    case policy::ExecutorKind::Auto:
+      break;
+  }
+  return fail(Code::ExecutorUnavailable,
+              fmt::format("the {} executor is not part of this build", policy::to_string(plan.executor)),
+              {{"executor", policy::to_string(plan.executor)}});
+}
+
+}  // namespace airlock::exec

@@ -1,0 +1,86 @@
+// Receipts: the hash chain, written one line per write(2), and its verifier.
+#include "ledger/receipts.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <ctime>
+
+#include "base/fs.h"
+#include "base/hash.h"
+
+namespace airlock::ledger {
+
+std::string now_rfc3339() {
+  auto now = std::chrono::system_clock::now();
+  auto us = std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count();
+  std::time_t secs = static_cast<std::time_t>(us / 1000000);
+  std::tm tm{};
+  ::gmtime_r(&secs, &tm);
+  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z", tm.tm_year + 1900, tm.tm_mon + 1,
+                     tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, us % 1000000);
+}
+
+Result<ReceiptLog> ReceiptLog::create(const std::string& path, std::string session_id) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!fd) return fail_errno(Code::LedgerWriteFailed, "cannot create receipts file " + path, errno);
+  return ReceiptLog(path, std::move(session_id), std::move(fd));
+}
+
+Result<Json> ReceiptLog::append(std::string_view kind, Json body) {
+  Json r = body.is_object() ? std::move(body) : Json::object();
+  r["schema"] = kReceiptSchema;
+  r["session"] = session_;
+  r["seq"] = seq_;
+  r["ts"] = now_rfc3339();
+  r["kind"] = kind;
+  r["prev"] = prev_;
+  std::string line = canonical_json(r);
+  std::string hash = sha256_hex(line);
+  line.push_back('\n');
+  ssize_t n;
+  do {
+    n = ::write(fd_.get(), line.data(), line.size());
+  } while (n < 0 && errno == EINTR);
+  if (n != static_cast<ssize_t>(line.size()))
+    return fail_errno(Code::LedgerWriteFailed, "cannot append to " + path_, n < 0 ? errno : EIO);
+  prev_ = std::move(hash);
+  ++seq_;
+  return r;
+}
+
+Result<ChainCheck> verify_chain(const std::string& path) {
+  std::string text = TRY(read_file(path, Code::LedgerCorrupt));
+  ChainCheck out;
+  std::string prev(kGenesis);
+  size_t pos = 0, line_no = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    ++line_no;
+    if (nl == std::string::npos)
+      return fail(Code::LedgerCorrupt, fmt::format("{}: line {} has no newline (torn write)", path, line_no),
+                  {{"line", line_no}});
+    std::string_view line(text.data() + pos, nl - pos);
+    auto j = parse_json(line, Code::LedgerCorrupt, fmt::format("{} line {}", path, line_no));
+    if (!j) return std::unexpected(std::move(j.error()).fact("line", line_no));
+    if (!j->is_object() || !j->contains("prev") || !(*j)["prev"].is_string() || !j->contains("seq"))
+      return fail(Code::LedgerCorrupt, fmt::format("{}: line {} is not a receipt", path, line_no), {{"line", line_no}});
+    if ((*j)["prev"] != prev)
+      return fail(Code::LedgerCorrupt,
+                  fmt::format("{}: the chain breaks at line {}: prev does not match line {}", path, line_no, line_no - 1),
+                  {{"line", line_no}, {"expected_prev", prev}, {"found_prev", (*j)["prev"]}});
+    if ((*j)["seq"] != out.receipts)
+      return fail(Code::LedgerCorrupt, fmt::format("{}: line {} is out of sequence", path, line_no),
+                  {{"line", line_no}, {"expected_seq", out.receipts}});
+    prev = sha256_hex(line);
+    ++out.receipts;
+    pos = nl + 1;
+  }
+  out.last_hash = prev;
+  return out;
+}
+
+}  // namespace airlock::ledger

@@ -1,0 +1,52 @@
+// Receipts: one hash-chained JSON line per decision (airlock.action_receipt.v1).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "base/error.h"
+#include "base/json_util.h"
+#include "base/unique_fd.h"
+
+namespace airlock::ledger {
+
+inline constexpr std::string_view kReceiptSchema = "airlock.action_receipt.v1";
+// The `prev` of the first receipt.
+inline constexpr std::string_view kGenesis =
+    "0000000000000000000000000000000000000000000000000000000000000000";
+
+class ReceiptLog {
+ public:
+  // Creates a new log (never appends to an existing file), mode 0600.
+  static Result<ReceiptLog> create(const std::string& path, std::string session_id);
+
+  // Appends {schema, session, seq, ts, kind, prev, ...body} as one canonical line with one
+  // write(2); returns the receipt as written. A failed write is AIRLOCK_LEDGER_WRITE_FAILED.
+  Result<Json> append(std::string_view kind, Json body);
+
+  const std::string& path() const { return path_; }
+  uint64_t count() const { return seq_; }
+
+ private:
+  ReceiptLog(std::string path, std::string session, UniqueFd fd)
+      : path_(std::move(path)), session_(std::move(session)), fd_(std::move(fd)) {}
+  std::string path_;
+  std::string session_;
+  UniqueFd fd_;
+  uint64_t seq_ = 0;
+  std::string prev_ = std::string(kGenesis);
+};
+
+struct ChainCheck {
+  uint64_t receipts = 0;
+  std::string last_hash;
+};
+
+// Checks every line's `prev` against the sha256 of the line before and the seq order.
+// A break is AIRLOCK_LEDGER_CORRUPT with facts.line (1-based) and what was expected.
+Result<ChainCheck> verify_chain(const std::string& path);
+
+// Current UTC time as RFC 3339 with microseconds.
+std::string now_rfc3339();
+
+}  // namespace airlock::ledger

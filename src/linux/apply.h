@@ -1,0 +1,80 @@
+// The apply sequence: a supervisor process that starts the confined command, enforces the
+// wall clock, kills every descendant when the command ends, and reports one fixed record.
+#pragma once
+
+#include <linux/filter.h>
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/child_process.h"
+#include "base/error.h"
+#include "linux/rlimits.h"
+
+namespace airlock::linux {
+
+// The child's setup steps, in the order the sequencer runs them.
+enum class Step : int32_t {
+  None = 0,
+  ParentDeath,
+  JoinCgroup,
+  NewSession,
+  Subreaper,
+  SignalSetup,
+  CloneCommand,
+  Chdir,
+  Fds,
+  Rlimits,
+  NoNewPrivs,
+  Landlock,
+  Seccomp,
+  Exec,
+};
+std::string_view to_string(Step s);
+
+// Everything the child needs, prepared by the parent: pointers into memory the parent
+// keeps alive until launch() returns, so the child allocates nothing.
+struct LaunchSpec {
+  std::string path;                 // absolute, or relative to cwd
+  std::vector<std::string> argv;
+  std::vector<std::string> env;     // "NAME=value"
+  std::string cwd;
+  const RlimitSet* rlimits = nullptr;
+  int landlock_ruleset = -1;
+  const sock_fprog* seccomp = nullptr;
+  int cgroup_procs = -1;
+  bool no_new_privs = true;
+  uint64_t wall_timeout_ms = 0;     // 0: none
+  uint64_t kill_grace_ms = 2000;
+  int stdin_fd = -1, stdout_fd = -1, stderr_fd = -1;  // -1: inherit
+};
+
+// The supervisor's one report. Fixed size: written with one write(2).
+struct SupervisorReport {
+  int32_t setup_failed = 0;
+  Step step = Step::None;
+  int32_t err = 0;
+  int32_t exited = 0;  // 1: normal exit with exit_code; 0: killed by signal
+  int32_t exit_code = 0;
+  int32_t signal = 0;
+  int32_t timed_out = 0;
+  int32_t stopped = 0;  // the parent asked the supervisor to stop (kill switch)
+  int64_t descendants_killed = 0;
+  int64_t user_us = 0, system_us = 0, max_rss_kb = 0;
+};
+
+struct Launched {
+  ChildProcess supervisor;
+  UniqueFd report;  // read end of the report pipe
+};
+
+// Starts the supervisor, which starts the command. Parent side.
+Result<Launched> launch(const LaunchSpec& spec);
+// Waits for the supervisor's report and reaps it.
+Result<SupervisorReport> wait_report(Launched& launched);
+// Asks the supervisor to stop the command and every descendant (SIGTERM, grace, SIGKILL).
+Result<void> stop(const Launched& launched);
+
+}  // namespace airlock::linux

@@ -1,0 +1,10 @@
+// fds: every descriptor but 0-2 is closed at exec; stdio can be replaced first.
+#pragma once
+
+namespace airlock::linux {
+
+// Child side: dup2 the given descriptors onto 0, 1, 2 (-1 keeps the inherited one), then
+// mark every descriptor from 3 up close-on-exec. Returns 0 or an errno. Allocation-free.
+int apply_fds(int in, int out, int err) noexcept;
+
+}  // namespace airlock::linux

@@ -1,0 +1,128 @@
+// HostFacts: its JSON form (strict both ways) and the two synthetic hosts used by tests and `plan`.
+#include "plan/host_facts.h"
+
+#include <algorithm>
+#include <string_view>
+
+namespace airlock::plan {
+
+bool HostFacts::has_cgroup_controller(std::string_view name) const {
+  auto has = [&](const std::vector<std::string>& v) {
+    return std::find(v.begin(), v.end(), name) != v.end();
+  };
+  return has(cgroup_v2_controllers) || has(cgroup_v1_writable);
+}
+
+Json to_json(const HostFacts& f) {
+  Json reasons = Json::object();
+  for (const auto& [k, v] : f.reasons) reasons[k] = v;
+  return Json{
+      {"kernel_release", f.kernel_release},
+      {"running_as_root", f.running_as_root},
+      {"landlock_abi", f.landlock_abi},
+      {"seccomp_filter", f.seccomp_filter},
+      {"no_new_privs", f.no_new_privs},
+      {"user_namespaces", f.user_namespaces},
+      {"overlayfs_in_userns", f.overlayfs_in_userns},
+      {"cgroup_v2_controllers", f.cgroup_v2_controllers},
+      {"cgroup_v1_writable", f.cgroup_v1_writable},
+      {"kvm_usable", f.kvm_usable},
+      {"reasons", std::move(reasons)},
+  };
+}
+
+namespace {
+
+// Every refusal names the offending JSON path in facts.path, like the policy parser does.
+std::unexpected<Error> refuse(const std::string& path, std::string what) {
+  return fail(Code::ConfigError, fmt::format("host facts: {} {}", path, what), {{"path", path}});
+}
+
+Result<bool> get_bool(const Json& v, const std::string& path) {
+  if (!v.is_boolean()) return refuse(path, "must be a boolean");
+  return v.get<bool>();
+}
+
+Result<std::string> get_string(const Json& v, const std::string& path) {
+  if (!v.is_string()) return refuse(path, "must be a string");
+  return v.get<std::string>();
+}
+
+Result<std::vector<std::string>> get_string_list(const Json& v, const std::string& path) {
+  if (!v.is_array()) return refuse(path, "must be an array of strings");
+  std::vector<std::string> out;
+  for (size_t i = 0; i < v.size(); ++i) out.push_back(TRY(get_string(v[i], path_join(path, i))));
+  return out;
+}
+
+}  // namespace
+
+// A missing key keeps its default, which is always the "absent" value (false, 0, empty), so an
+// omission can only make the host look less capable: fail closed. A misspelt key cannot hide
+// behind this, because every unknown key is refused.
+Result<HostFacts> host_facts_from_json(const Json& j) {
+  if (!j.is_object()) return refuse("$", "must be an object");
+  HostFacts f;
+  for (const auto& [key, v] : j.items()) {
+    const std::string path = path_join("$", key);
+    if (key == "kernel_release") {
+      f.kernel_release = TRY(get_string(v, path));
+    } else if (key == "running_as_root") {
+      f.running_as_root = TRY(get_bool(v, path));
+    } else if (key == "landlock_abi") {
+      // is_number_integer() also admits unsigned; a float such as 3.0 is refused.
+      if (!v.is_number_integer()) return refuse(path, "must be an integer");
+      if (v.is_number_unsigned() ? v.get<uint64_t>() > 1000
+                                 : (v.get<int64_t>() < 0 || v.get<int64_t>() > 1000))
+        return refuse(path, "must be between 0 and 1000");
+      f.landlock_abi = v.get<int>();
+    } else if (key == "seccomp_filter") {
+      f.seccomp_filter = TRY(get_bool(v, path));
+    } else if (key == "no_new_privs") {
+      f.no_new_privs = TRY(get_bool(v, path));
+    } else if (key == "user_namespaces") {
+      f.user_namespaces = TRY(get_bool(v, path));
+    } else if (key == "overlayfs_in_userns") {
+      f.overlayfs_in_userns = TRY(get_bool(v, path));
+    } else if (key == "cgroup_v2_controllers") {
+      f.cgroup_v2_controllers = TRY(get_string_list(v, path));
+    } else if (key == "cgroup_v1_writable") {
+      f.cgroup_v1_writable = TRY(get_string_list(v, path));
+    } else if (key == "kvm_usable") {
+      f.kvm_usable = TRY(get_bool(v, path));
+    } else if (key == "reasons") {
+      if (!v.is_object()) return refuse(path, "must be an object of strings");
+      for (const auto& [rk, rv] : v.items()) f.reasons[rk] = TRY(get_string(rv, path_join(path, rk)));
+    } else {
+      return refuse(path, "is not a known host fact");
+    }
+  }
+  return f;
+}
+
+HostFacts facts_nothing() {
+  HostFacts f;
+  f.kernel_release = "unknown";
+  constexpr std::string_view kAbsent = "absent (synthetic host)";
+  for (const char* fact :
+       {"landlock_abi", "seccomp_filter", "no_new_privs", "user_namespaces", "overlayfs_in_userns",
+        "cgroup_v2_controllers", "cgroup_v1_writable", "kvm_usable"})
+    f.reasons[fact] = std::string(kAbsent);
+  return f;
+}
+
+HostFacts facts_everything() {
+  HostFacts f;
+  f.kernel_release = "synthetic";
+  f.running_as_root = false;
+  f.landlock_abi = kLandlockAbiKnown;
+  f.seccomp_filter = true;
+  f.no_new_privs = true;
+  f.user_namespaces = true;
+  f.overlayfs_in_userns = true;
+  f.cgroup_v2_controllers = {"cpu", "memory", "pids"};
+  f.kvm_usable = true;
+  return f;
+}
+
+}  // namespace airlock::plan

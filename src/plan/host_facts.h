@@ -1,0 +1,42 @@
+// HostFacts: what the probe measured about this host, as a plain value the planner reads.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "base/json_util.h"
+
+namespace airlock::plan {
+
+// Landlock ABI versions this build knows the rights of (6.15+ kernels report 7).
+inline constexpr int kLandlockAbiKnown = 7;
+
+struct HostFacts {
+  std::string kernel_release;
+  bool running_as_root = false;      // effective uid 0
+  int landlock_abi = 0;              // 0: Landlock absent or disabled
+  bool seccomp_filter = false;       // SECCOMP_MODE_FILTER usable
+  bool no_new_privs = false;
+  bool user_namespaces = false;      // a user namespace can be created by this caller
+  bool overlayfs_in_userns = false;  // overlayfs mountable inside such a namespace
+  std::vector<std::string> cgroup_v2_controllers;  // delegated to a subtree we may write
+  std::vector<std::string> cgroup_v1_writable;     // v1 controllers whose hierarchy we may write
+  bool kvm_usable = false;           // /dev/kvm opens and KVM_CREATE_VM succeeds
+  // Why a fact is false, keyed by fact name ("landlock_abi", "user_namespaces", ...).
+  std::map<std::string, std::string> reasons;
+
+  bool has_cgroup_controller(std::string_view name) const;
+};
+
+Json to_json(const HostFacts& f);
+// Strict: used by golden tests and by `--facts FILE` to plan for another host.
+Result<HostFacts> host_facts_from_json(const Json& j);
+
+// A host with no confinement features at all, and one with every feature.
+HostFacts facts_nothing();
+HostFacts facts_everything();
+
+}  // namespace airlock::plan

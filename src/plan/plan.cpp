@@ -1,0 +1,341 @@
+// The planner: DESIGN.md's selection table and each tier's concrete confinement, as a pure function.
+#include "plan/plan.h"
+
+#include <algorithm>
+
+namespace airlock::plan {
+
+using policy::ExecutorKind;
+using policy::NetworkMode;
+using policy::Tenancy;
+using policy::Workload;
+
+std::string_view to_string(Profile p) {
+  switch (p) {
+    case Profile::Production: return "production";
+    case Profile::Development: return "development";
+  }
+  return "?";
+}
+
+std::string_view to_string(Anchor a) {
+  switch (a) {
+    case Anchor::View: return "view";
+    case Anchor::Scratch: return "scratch";
+    case Anchor::Host: return "host";
+  }
+  return "?";
+}
+
+std::string_view to_string(Access a) {
+  switch (a) {
+    case Access::Read: return "read";
+    case Access::Exec: return "exec";
+    case Access::Write: return "write";
+    case Access::DevWrite: return "dev_write";
+  }
+  return "?";
+}
+
+std::string_view to_string(ProcessLimitMechanism m) {
+  switch (m) {
+    case ProcessLimitMechanism::RlimitNproc: return "rlimit_nproc";
+    case ProcessLimitMechanism::CgroupV1Pids: return "cgroup_v1_pids";
+    case ProcessLimitMechanism::CgroupV2Pids: return "cgroup_v2_pids";
+  }
+  return "?";
+}
+
+int isolation_level(ExecutorKind e) {
+  switch (e) {
+    case ExecutorKind::Host: return 0;
+    case ExecutorKind::Landlock: return 1;
+    case ExecutorKind::Namespaces: return 2;
+    case ExecutorKind::Container: return 2;
+    case ExecutorKind::Microvm: return 3;
+    case ExecutorKind::Auto: return -1;
+  }
+  return -1;
+}
+
+namespace {
+
+// The selection table: what a policy needs, and what `auto` tries in order.
+struct Need {
+  int level;
+  std::vector<ExecutorKind> auto_order;
+  std::string why;
+};
+
+Need need_of(const policy::TaskPolicy& p) {
+  if (p.workload == Workload::UntrustedCode)
+    return {3, {ExecutorKind::Microvm}, "untrusted code needs its own guest kernel"};
+  if (p.tenancy == Tenancy::MultiTenant)
+    return {2,
+            {ExecutorKind::Namespaces, ExecutorKind::Container},
+            "multi-tenant work needs aggregate limits and its own pid space"};
+  if (p.code_network.mode == NetworkMode::Allowlist)
+    return {2, {ExecutorKind::Namespaces}, "network for code needs a network cut and a door"};
+  return {1,
+          {ExecutorKind::Namespaces, ExecutorKind::Landlock},
+          "a trusted toolchain for one tenant with no network needs filesystem confinement"};
+}
+
+// Executors this build can apply. The others are planned for and refused by name.
+bool built(ExecutorKind e) { return e == ExecutorKind::Host || e == ExecutorKind::Landlock; }
+
+std::optional<ProcessLimitMechanism> process_mechanism(const HostFacts& f) {
+  // RLIMIT_NPROC never binds uid 0 (the kernel exempts the root user), so root needs a pids cgroup.
+  if (!f.running_as_root) return ProcessLimitMechanism::RlimitNproc;
+  auto has = [](const std::vector<std::string>& v) {
+    return std::find(v.begin(), v.end(), "pids") != v.end();
+  };
+  if (has(f.cgroup_v2_controllers)) return ProcessLimitMechanism::CgroupV2Pids;
+  if (has(f.cgroup_v1_writable)) return ProcessLimitMechanism::CgroupV1Pids;
+  return std::nullopt;
+}
+
+LandlockPlan landlock_plan(const policy::TaskPolicy& p, const HostFacts& f) {
+  LandlockPlan l;
+  l.abi_measured = f.landlock_abi;
+  auto host = [&](std::string path, Access a, bool optional = false) {
+    l.fs_rules.push_back({Anchor::Host, std::move(path), a, optional});
+  };
+  // System directories a toolchain needs to run: read and execute, nothing more.
+  host("/usr", Access::Exec);
+  host("/bin", Access::Exec);
+  host("/sbin", Access::Exec);
+  host("/lib", Access::Exec);
+  host("/lib64", Access::Exec, true);
+  host("/lib32", Access::Exec, true);
+  host("/libx32", Access::Exec, true);
+  // The few /etc files programs read: loader, users and groups, certificates, locale, time zone.
+  for (const char* e : {"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/passwd",
+                        "/etc/group", "/etc/nsswitch.conf", "/etc/ssl", "/etc/ca-certificates",
+                        "/etc/localtime", "/etc/timezone", "/etc/locale.alias", "/etc/default/locale",
+                        "/etc/alternatives", "/etc/mime.types"})
+    host(e, Access::Read, true);
+  host("/dev/null", Access::DevWrite);
+  host("/dev/zero", Access::DevWrite);
+  host("/dev/full", Access::DevWrite);
+  host("/dev/random", Access::Read);
+  host("/dev/urandom", Access::Read);
+  for (const auto& extra : p.read_only_paths) host(extra, Access::Exec);
+  // The session: the view readable (it holds only readable and write-back paths), the
+  // write-back paths writable, and a scratch TMPDIR that is never written back.
+  l.fs_rules.push_back({Anchor::View, ".", Access::Exec, false});
+  for (const auto& w : p.write_back_paths) l.fs_rules.push_back({Anchor::View, w, Access::Write, false});
+  l.fs_rules.push_back({Anchor::Scratch, ".", Access::Write, false});
+  l.restrict_tcp = f.landlock_abi >= 4 && p.code_network.mode == NetworkMode::Off;
+  l.restrict_ioctl_dev = f.landlock_abi >= 5;
+  l.scope_abstract_unix = f.landlock_abi >= 6;
+  l.scope_signal = f.landlock_abi >= 6;
+  return l;
+}
+
+SeccompPlan seccomp_plan(const policy::TaskPolicy& p) {
+  SeccompPlan s;
+  // What Landlock cannot stop: other processes' memory, kernel keyrings, kernel programs,
+  // io_uring (a second syscall path around this filter), mounts and namespaces, modules.
+  s.denied_syscalls = {"ptrace", "process_vm_readv", "process_vm_writev", "keyctl", "add_key",
+                       "request_key", "bpf", "userfaultfd", "perf_event_open", "io_uring_setup",
+                       "io_uring_enter", "io_uring_register", "mount", "umount2", "pivot_root",
+                       "chroot", "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount",
+                       "fspick", "mount_setattr", "unshare", "setns", "kexec_load",
+                       "kexec_file_load", "init_module", "finit_module", "delete_module",
+                       "reboot", "swapon", "swapoff", "acct", "quotactl", "syslog",
+                       "open_by_handle_at", "name_to_handle_at", "iopl", "ioperm",
+                       "settimeofday", "clock_settime", "clock_adjtime", "vhangup"};
+  s.only_unix_sockets = p.code_network.mode == NetworkMode::Off;
+  s.denied_ioctls = {"TIOCSTI", "TIOCLINUX"};
+  s.deny_namespace_clone = true;
+  return s;
+}
+
+LimitsPlan limits_plan(const policy::TaskPolicy& p, ProcessLimitMechanism m) {
+  LimitsPlan l;
+  l.memory_bytes = static_cast<uint64_t>(p.limits.memory_mb) * 1024 * 1024;
+  l.cpu_seconds = static_cast<uint64_t>(p.limits.cpu_seconds);
+  l.max_processes = static_cast<uint64_t>(p.limits.max_processes);
+  l.process_mechanism = m;
+  l.wall_timeout_ms = static_cast<uint64_t>(p.limits.command_timeout_seconds) * 1000;
+  return l;
+}
+
+}  // namespace
+
+Candidate assess(ExecutorKind e, const HostFacts& f, Profile profile) {
+  Candidate c{e, false, ""};
+  switch (e) {
+    case ExecutorKind::Host:
+      if (profile != Profile::Development) {
+        c.reason = "the host executor exists only in the development profile";
+        return c;
+      }
+      c.available = true;
+      c.reason = "no isolation (development profile)";
+      return c;
+    case ExecutorKind::Landlock: {
+      if (f.landlock_abi == 0) {
+        auto it = f.reasons.find("landlock_abi");
+        c.reason = "Landlock is not available: " +
+                   (it != f.reasons.end() ? it->second : std::string("absent"));
+        return c;
+      }
+      if (f.landlock_abi < 3) {
+        c.reason = fmt::format("Landlock ABI {} is below the floor of ABI 3", f.landlock_abi);
+        return c;
+      }
+      if (!f.seccomp_filter || !f.no_new_privs) {
+        c.reason = "seccomp filters or no_new_privs are not available";
+        return c;
+      }
+      if (!process_mechanism(f)) {
+        c.reason = "running as root, where RLIMIT_NPROC does not bind, and no pids cgroup is writable";
+        return c;
+      }
+      c.available = true;
+      c.reason = fmt::format("Landlock ABI {} with seccomp", f.landlock_abi);
+      return c;
+    }
+    case ExecutorKind::Namespaces:
+    case ExecutorKind::Container:
+    case ExecutorKind::Microvm:
+      if (!built(e)) {
+        c.reason = fmt::format("the {} executor is not part of this build", policy::to_string(e));
+        return c;
+      }
+      return c;
+    case ExecutorKind::Auto:
+      c.reason = "auto is not an executor";
+      return c;
+  }
+  return c;
+}
+
+Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& p, const HostFacts& f, Profile profile) {
+  Need need = need_of(p);
+  ExecutionPlan plan;
+  plan.profile = profile;
+  plan.required_level = need.level;
+  plan.policy_digest = policy::digest(p);
+
+  std::vector<ExecutorKind> order;
+  if (p.executor == ExecutorKind::Auto) {
+    order = need.auto_order;
+  } else if (p.executor == ExecutorKind::Host) {
+    if (profile != Profile::Development)
+      return fail(Code::IsolationPolicyInvalid,
+                  "the host executor exists only in the development profile (--profile development)",
+                  {{"executor", "host"}, {"profile", to_string(profile)}});
+    order = {ExecutorKind::Host};
+  } else {
+    if (isolation_level(p.executor) < need.level)
+      return fail(Code::IsolationPolicyInvalid,
+                  fmt::format("executor {} gives isolation level {}, but {} (level {})",
+                              policy::to_string(p.executor), isolation_level(p.executor), need.why,
+                              need.level),
+                  {{"executor", policy::to_string(p.executor)},
+                   {"executor_level", isolation_level(p.executor)},
+                   {"required_level", need.level}});
+    order = {p.executor};
+  }
+
+  Json considered = Json::array();
+  for (ExecutorKind e : order) {
+    Candidate c = assess(e, f, profile);
+    plan.considered.push_back(c);
+    considered.push_back({{"executor", policy::to_string(e)}, {"available", c.available}, {"reason", c.reason}});
+    if (!c.available) continue;
+    plan.executor = e;
+    plan.tier = isolation_level(e);
+    plan.why = p.executor == ExecutorKind::Auto
+                   ? fmt::format("auto: {}; first available of the tiers tried", need.why)
+                   : fmt::format("the policy names executor {}", policy::to_string(e));
+    break;
+  }
+  if (plan.considered.empty() || !plan.considered.back().available) {
+    // An explicit Landlock request on a kernel below the floor has its own code.
+    if (p.executor == ExecutorKind::Landlock && f.landlock_abi > 0 && f.landlock_abi < 3)
+      return fail(Code::ConfinementBelowFloor,
+                  fmt::format("Landlock ABI {} measured, the landlock tier needs at least ABI 3",
+                              f.landlock_abi),
+                  {{"landlock_abi", f.landlock_abi}, {"floor", 3}});
+    return fail(Code::ExecutorUnavailable,
+                fmt::format("no executor the policy allows can run here ({})",
+                            plan.considered.empty() ? "none tried" : plan.considered.back().reason),
+                {{"considered", considered}, {"required_level", need.level}});
+  }
+
+  plan.view_paths = p.readable;
+  for (const auto& w : p.write_back_paths)
+    if (std::find(plan.view_paths.begin(), plan.view_paths.end(), w) == plan.view_paths.end())
+      plan.view_paths.push_back(w);
+  plan.write_back_paths = p.write_back_paths;
+  plan.env_passthrough = {"LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ"};
+
+  if (plan.executor == ExecutorKind::Host) {
+    plan.relaxations.push_back("executor: host");
+    plan.network = true;
+    plan.limits = limits_plan(p, ProcessLimitMechanism::RlimitNproc);
+  } else if (plan.executor == ExecutorKind::Landlock) {
+    plan.landlock = landlock_plan(p, f);
+    plan.seccomp = seccomp_plan(p);
+    plan.limits = limits_plan(p, *process_mechanism(f));
+    plan.network = false;
+  }
+  for (const auto& r : p.egress)
+    if (r.allow_private) plan.relaxations.push_back("egress: allow_private");
+  return plan;
+}
+
+Json to_json(const ExecutionPlan& p) {
+  Json j;
+  j["profile"] = to_string(p.profile);
+  j["executor"] = policy::to_string(p.executor);
+  j["tier"] = p.tier;
+  j["required_level"] = p.required_level;
+  j["why"] = p.why;
+  j["considered"] = Json::array();
+  for (const auto& c : p.considered)
+    j["considered"].push_back({{"executor", policy::to_string(c.executor)}, {"available", c.available}, {"reason", c.reason}});
+  j["policy_digest"] = p.policy_digest;
+  j["relaxations"] = p.relaxations;
+  if (p.landlock) {
+    Json rules = Json::array();
+    for (const auto& r : p.landlock->fs_rules)
+      rules.push_back({{"anchor", to_string(r.anchor)}, {"path", r.path}, {"access", to_string(r.access)}, {"optional", r.optional}});
+    j["landlock"] = {{"abi_floor", p.landlock->abi_floor},
+                     {"abi_measured", p.landlock->abi_measured},
+                     {"fs_rules", rules},
+                     {"restrict_tcp", p.landlock->restrict_tcp},
+                     {"restrict_ioctl_dev", p.landlock->restrict_ioctl_dev},
+                     {"scope_abstract_unix", p.landlock->scope_abstract_unix},
+                     {"scope_signal", p.landlock->scope_signal}};
+  } else {
+    j["landlock"] = nullptr;
+  }
+  if (p.seccomp) {
+    j["seccomp"] = {{"denied_syscalls", p.seccomp->denied_syscalls},
+                    {"only_unix_sockets", p.seccomp->only_unix_sockets},
+                    {"denied_ioctls", p.seccomp->denied_ioctls},
+                    {"deny_namespace_clone", p.seccomp->deny_namespace_clone}};
+  } else {
+    j["seccomp"] = nullptr;
+  }
+  j["limits"] = {{"memory_bytes", p.limits.memory_bytes},
+                 {"cpu_seconds", p.limits.cpu_seconds},
+                 {"max_processes", p.limits.max_processes},
+                 {"process_mechanism", to_string(p.limits.process_mechanism)},
+                 {"wall_timeout_ms", p.limits.wall_timeout_ms},
+                 {"kill_grace_ms", p.limits.kill_grace_ms},
+                 {"max_file_bytes", p.limits.max_file_bytes},
+                 {"max_open_files", p.limits.max_open_files}};
+  j["env_passthrough"] = p.env_passthrough;
+  j["view_paths"] = p.view_paths;
+  j["write_back_paths"] = p.write_back_paths;
+  j["network"] = p.network;
+  return j;
+}
+
+}  // namespace airlock::plan

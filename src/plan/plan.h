@@ -1,0 +1,106 @@
+// ExecutionPlan: (policy, HostFacts) -> plan | refusal. Pure; the receipt records the plan verbatim.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "base/json_util.h"
+#include "plan/host_facts.h"
+#include "policy/task_policy.h"
+
+namespace airlock::plan {
+
+enum class Profile { Production, Development };
+std::string_view to_string(Profile p);
+
+// Isolation level of an executor: host 0 < landlock 1 < namespaces 2 = container 2 < microvm 3.
+int isolation_level(policy::ExecutorKind e);
+
+// Where a Landlock rule's path is anchored: the session's view, its scratch dir, or the host.
+enum class Anchor { View, Scratch, Host };
+std::string_view to_string(Anchor a);
+
+// Landlock filesystem access groups, expanded to ABI rights when applied.
+//   read:      read files, read directories
+//   exec:      read + execute
+//   write:     read + write/create/remove/rename/truncate (as far as the ABI has them)
+//   dev_write: read + write files (no create/remove), ioctl on devices
+enum class Access { Read, Exec, Write, DevWrite };
+std::string_view to_string(Access a);
+
+struct FsRule {
+  Anchor anchor;
+  std::string path;  // absolute for Host, relative (or ".") for View/Scratch
+  Access access;
+  bool optional = false;  // a Host path that may not exist on every machine
+};
+
+struct LandlockPlan {
+  int abi_floor = 3;     // below this the tier refuses
+  int abi_measured = 0;  // what the probe saw; re-checked when applied
+  std::vector<FsRule> fs_rules;
+  bool restrict_tcp = false;       // ABI >= 4 and code network off: no TCP bind/connect
+  bool scope_abstract_unix = false;  // ABI >= 6
+  bool scope_signal = false;         // ABI >= 6
+  bool restrict_ioctl_dev = false;   // ABI >= 5
+};
+
+struct SeccompPlan {
+  std::vector<std::string> denied_syscalls;  // fail with EPERM
+  bool only_unix_sockets = false;            // socket(2) with any family but AF_UNIX fails
+  std::vector<std::string> denied_ioctls;    // TIOCSTI, TIOCLINUX
+  bool deny_namespace_clone = true;          // clone with CLONE_NEW*; clone3 -> ENOSYS
+};
+
+enum class ProcessLimitMechanism { RlimitNproc, CgroupV1Pids, CgroupV2Pids };
+std::string_view to_string(ProcessLimitMechanism m);
+
+struct LimitsPlan {
+  uint64_t memory_bytes = 0;        // RLIMIT_AS
+  uint64_t cpu_seconds = 0;         // RLIMIT_CPU
+  uint64_t max_processes = 0;
+  ProcessLimitMechanism process_mechanism = ProcessLimitMechanism::RlimitNproc;
+  uint64_t wall_timeout_ms = 0;     // SIGTERM at the limit,
+  uint64_t kill_grace_ms = 2000;    // SIGKILL this long after
+  uint64_t max_file_bytes = 0;      // RLIMIT_FSIZE
+  uint64_t max_open_files = 1024;   // RLIMIT_NOFILE
+};
+
+struct Candidate {
+  policy::ExecutorKind executor;
+  bool available = false;
+  std::string reason;  // why not, or why chosen
+};
+
+struct ExecutionPlan {
+  Profile profile = Profile::Production;
+  policy::ExecutorKind executor = policy::ExecutorKind::Landlock;
+  int tier = 1;
+  int required_level = 1;
+  std::string why;                       // the selection, in words
+  std::vector<Candidate> considered;     // every tier tried, in order
+  std::string policy_digest;
+  std::vector<std::string> relaxations;  // named dangerous relaxations in use
+  std::optional<LandlockPlan> landlock;
+  std::optional<SeccompPlan> seccomp;
+  LimitsPlan limits;
+  std::vector<std::string> env_passthrough;  // host variables copied if set
+  std::vector<std::string> view_paths;       // copied into the view (readable + write-back)
+  std::vector<std::string> write_back_paths;
+  bool network = false;                      // false: code has no network at all
+};
+
+// The selection table of DESIGN.md plus the tier's concrete confinement. Pure.
+// Refusals: AIRLOCK_ISOLATION_POLICY_INVALID, AIRLOCK_EXECUTOR_UNAVAILABLE (facts.considered),
+// AIRLOCK_CONFINEMENT_BELOW_FLOOR.
+Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& policy, const HostFacts& facts,
+                                     Profile profile);
+
+Json to_json(const ExecutionPlan& p);
+
+// Whether `executor` could run on `facts` at all, and if not why (used by doctor and plan).
+Candidate assess(policy::ExecutorKind executor, const HostFacts& facts, Profile profile);
+
+}  // namespace airlock::plan

@@ -1,0 +1,675 @@
+// Task policy airlock.task_policy.v1: strict parse with JSON paths, layering, tool resolution, digest.
+#include "policy/task_policy.h"
+
+#include <arpa/inet.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <filesystem>
+#include <limits>
+#include <set>
+#include <span>
+
+#include "base/fs.h"
+#include "base/hash.h"
+
+namespace airlock::policy {
+
+std::string_view to_string(Workload w) {
+  switch (w) {
+    case Workload::TrustedToolchain: return "trusted_toolchain";
+    case Workload::UntrustedCode: return "untrusted_code";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(Tenancy t) {
+  switch (t) {
+    case Tenancy::SingleTenant: return "single_tenant";
+    case Tenancy::MultiTenant: return "multi_tenant";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(ExecutorKind e) {
+  switch (e) {
+    case ExecutorKind::Auto: return "auto";
+    case ExecutorKind::Host: return "host";
+    case ExecutorKind::Landlock: return "landlock";
+    case ExecutorKind::Namespaces: return "namespaces";
+    case ExecutorKind::Microvm: return "microvm";
+    case ExecutorKind::Container: return "container";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(NetworkMode m) {
+  switch (m) {
+    case NetworkMode::Off: return "off";
+    case NetworkMode::Allowlist: return "allowlist";
+  }
+  return "unknown";
+}
+
+namespace {
+
+// Every enumerator of each enum, so parsing and the "allowed:" hints come from one list.
+constexpr std::array kWorkloads = {Workload::TrustedToolchain, Workload::UntrustedCode};
+constexpr std::array kTenancies = {Tenancy::SingleTenant, Tenancy::MultiTenant};
+constexpr std::array kExecutors = {ExecutorKind::Auto,       ExecutorKind::Host,    ExecutorKind::Landlock,
+                                   ExecutorKind::Namespaces, ExecutorKind::Microvm, ExecutorKind::Container};
+constexpr std::array kNetworkModes = {NetworkMode::Off, NetworkMode::Allowlist};
+
+template <typename E, size_t N>
+std::optional<E> enum_from_string(const std::array<E, N>& all, std::string_view s) {
+  for (E e : all)
+    if (to_string(e) == s) return e;
+  return std::nullopt;
+}
+
+template <typename E, size_t N>
+std::string enum_names(const std::array<E, N>& all) {
+  std::string out;
+  for (E e : all) {
+    if (!out.empty()) out += ", ";
+    out += to_string(e);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<ExecutorKind> executor_from_string(std::string_view s) {
+  return enum_from_string(kExecutors, s);
+}
+
+TaskPolicy builtin_default() {
+  TaskPolicy p;
+  p.task_id = "default";
+  p.readable = {"."};
+  p.write_back_paths = {"."};
+  p.tools = {Tool{.name = "shell", .argv = {"/bin/sh", "-c"}, .allow_args = true, .timeout_seconds = 300}};
+  return p;
+}
+
+Result<std::string> resolve_trusted(const std::string& program) {
+  const Json facts = {{"program", program}, {"trusted_path", kTrustedPath}};
+  if (program.empty()) return fail(Code::PolicyInvalid, "the program name is empty", facts);
+  if (program.find('\0') != std::string::npos)
+    return fail(Code::PolicyInvalid, "the program name contains a NUL byte", facts);
+
+  auto usable = [](const std::string& path) {
+    struct stat st {};
+    // stat follows symlinks on purpose: /usr/bin/python3 is usually a link, and what
+    // matters is that its target is a regular executable file.
+    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+  };
+
+  if (program.front() == '/') {
+    if (usable(program)) return program;
+    return fail(Code::PolicyInvalid, fmt::format("{} is not an executable regular file", program), facts);
+  }
+  // A relative path with a slash would be resolved against whatever the current
+  // directory happens to be at run time: not something a policy can pin down.
+  if (program.find('/') != std::string::npos)
+    return fail(Code::PolicyInvalid,
+                fmt::format("\"{}\" is a relative path; give a bare name found on the trusted PATH "
+                            "or an absolute path",
+                            program),
+                facts);
+
+  std::string_view dirs = kTrustedPath;
+  while (!dirs.empty()) {
+    size_t colon = dirs.find(':');
+    std::string_view dir = dirs.substr(0, colon);
+    dirs = colon == std::string_view::npos ? std::string_view{} : dirs.substr(colon + 1);
+    if (dir.empty()) continue;
+    std::string candidate = fmt::format("{}/{}", dir, program);
+    if (usable(candidate)) return candidate;
+  }
+  return fail(Code::PolicyInvalid,
+              fmt::format("\"{}\" is not found on the trusted PATH {} (the caller's PATH is never "
+                          "used; give an absolute path or install it there)",
+                          program, kTrustedPath),
+              facts);
+}
+
+namespace {
+
+using Keys = std::span<const std::string_view>;
+
+constexpr std::array<std::string_view, 13> kTopKeys = {
+    "schema_version",  "task_id",      "workspace", "workload", "tenancy",
+    "executor",        "code_network", "egress",    "readable", "write_back_paths",
+    "read_only_paths", "tools",        "limits"};
+constexpr std::array<std::string_view, 2> kCodeNetworkKeys = {"mode", "rules"};
+constexpr std::array<std::string_view, 5> kEgressKeys = {"host", "cidr", "ports", "schemes", "allow_private"};
+constexpr std::array<std::string_view, 4> kToolKeys = {"name", "argv", "allow_args", "timeout_seconds"};
+constexpr std::array<std::string_view, 6> kLimitKeys = {"memory_mb",
+                                                        "cpu_seconds",
+                                                        "max_processes",
+                                                        "command_timeout_seconds",
+                                                        "session_budget_seconds",
+                                                        "max_actions_per_minute"};
+
+std::unexpected<Error> invalid(const std::string& path, std::string message) {
+  return fail(Code::PolicyInvalid, std::move(message), {{"path", path}});
+}
+
+// A short rendering of a value for messages: enough to recognise it, never a whole document.
+std::string show(const Json& v) {
+  std::string s = v.dump(-1, ' ', false, Json::error_handler_t::replace);
+  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  return fmt::format("{} ({})", s, v.type_name());
+}
+
+std::string join(Keys keys) {
+  std::string out;
+  for (auto k : keys) {
+    if (!out.empty()) out += ", ";
+    out += k;
+  }
+  return out;
+}
+
+Result<void> require_object(const Json& v, const std::string& path) {
+  if (!v.is_object()) return invalid(path, fmt::format("{} must be an object, got {}", path, show(v)));
+  return {};
+}
+
+// Refuses the first key (in sorted order, so the report is deterministic) that is not allowed.
+Result<void> check_keys(const Json& obj, const std::string& path, Keys allowed) {
+  for (const auto& [key, _] : obj.items()) {
+    if (std::find(allowed.begin(), allowed.end(), key) == allowed.end())
+      return invalid(path_join(path, key),
+                     fmt::format("unknown key \"{}\" at {} (allowed: {})", key, path, join(allowed)));
+  }
+  return {};
+}
+
+Result<std::string> get_string(const Json& v, const std::string& path) {
+  if (!v.is_string()) return invalid(path, fmt::format("{} must be a string, got {}", path, show(v)));
+  std::string s = v.get<std::string>();
+  // A NUL would be cut off by every C API the string later reaches.
+  if (s.find('\0') != std::string::npos) return invalid(path, fmt::format("{} contains a NUL byte", path));
+  return s;
+}
+
+Result<std::string> get_nonempty_string(const Json& v, const std::string& path) {
+  auto s = TRY(get_string(v, path));
+  if (s.empty()) return invalid(path, fmt::format("{} must not be empty", path));
+  return s;
+}
+
+Result<bool> get_bool(const Json& v, const std::string& path) {
+  if (!v.is_boolean()) return invalid(path, fmt::format("{} must be true or false, got {}", path, show(v)));
+  return v.get<bool>();
+}
+
+// A positive integer no larger than `max`. Floats (even 5.0), booleans and strings are
+// refused: a limit written as "1024" or 1e3 is more likely a mistake than a wish.
+Result<int64_t> get_positive_int(const Json& v, const std::string& path, int64_t max) {
+  if (v.is_number_unsigned()) {
+    uint64_t u = v.get<uint64_t>();
+    if (u == 0) return invalid(path, fmt::format("{} must be a positive integer, got 0", path));
+    if (u > static_cast<uint64_t>(max))
+      return invalid(path, fmt::format("{} is {}, more than the largest allowed ({})", path, u, max));
+    return static_cast<int64_t>(u);
+  }
+  if (v.is_number_integer()) {  // signed: only zero or negatives reach here
+    int64_t i = v.get<int64_t>();
+    if (i <= 0) return invalid(path, fmt::format("{} must be a positive integer, got {}", path, i));
+    if (i > max)
+      return invalid(path, fmt::format("{} is {}, more than the largest allowed ({})", path, i, max));
+    return i;
+  }
+  return invalid(path, fmt::format("{} must be a positive integer, got {}", path, show(v)));
+}
+
+Result<int> get_positive_int32(const Json& v, const std::string& path) {
+  return static_cast<int>(TRY(get_positive_int(v, path, std::numeric_limits<int>::max())));
+}
+
+Result<std::vector<std::string>> get_string_array(const Json& v, const std::string& path) {
+  if (!v.is_array())
+    return invalid(path, fmt::format("{} must be an array of strings, got {}", path, show(v)));
+  std::vector<std::string> out;
+  for (size_t i = 0; i < v.size(); ++i) out.push_back(TRY(get_string(v[i], path_join(path, i))));
+  return out;
+}
+
+template <typename E, size_t N>
+Result<E> get_enum(const Json& v, const std::string& path, const std::array<E, N>& all) {
+  auto s = TRY(get_string(v, path));
+  if (auto e = enum_from_string(all, s)) return *e;
+  return invalid(path, fmt::format("{} is \"{}\", which is not one of: {}", path, s, enum_names(all)));
+}
+
+// An absolute host path, lexically normalised (no symlink resolution: the policy names
+// paths, the kernel resolves them when rules are applied). Trailing slashes are dropped.
+Result<std::string> get_absolute_path(const Json& v, const std::string& path) {
+  auto s = TRY(get_nonempty_string(v, path));
+  if (s.front() != '/') return invalid(path, fmt::format("{} must be an absolute path, got \"{}\"", path, s));
+  std::string norm = std::filesystem::path(s).lexically_normal().string();
+  while (norm.size() > 1 && norm.back() == '/') norm.pop_back();
+  return norm;
+}
+
+// A workspace-relative prefix: "." is the whole workspace. Absolute paths and ".." are
+// refused outright rather than normalised away: "src/../.." must never mean "above".
+Result<std::string> get_relative_path(const Json& v, const std::string& path) {
+  auto s = TRY(get_nonempty_string(v, path));
+  if (s.front() == '/')
+    return invalid(
+        path, fmt::format("{} must be relative to the workspace, got the absolute path \"{}\"", path, s));
+  std::vector<std::string_view> parts;
+  std::string_view rest = s;
+  while (!rest.empty()) {
+    size_t slash = rest.find('/');
+    std::string_view part = rest.substr(0, slash);
+    rest = slash == std::string_view::npos ? std::string_view{} : rest.substr(slash + 1);
+    if (part == "..")
+      return invalid(
+          path, fmt::format("{} must stay inside the workspace: \"{}\" has a \"..\" component", path, s));
+    if (part.empty() || part == ".") continue;
+    parts.push_back(part);
+  }
+  if (parts.empty()) return std::string(".");
+  std::string out;
+  for (auto part : parts) {
+    if (!out.empty()) out += '/';
+    out += part;
+  }
+  return out;
+}
+
+Result<std::vector<std::string>> get_path_array(const Json& v, const std::string& path, bool absolute) {
+  if (!v.is_array()) return invalid(path, fmt::format("{} must be an array of paths, got {}", path, show(v)));
+  std::vector<std::string> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    std::string p = path_join(path, i);
+    out.push_back(absolute ? TRY(get_absolute_path(v[i], p)) : TRY(get_relative_path(v[i], p)));
+  }
+  return out;
+}
+
+// Host names are compared case-insensitively by DNS, so they are stored lower-case;
+// equal rules then give equal digests.
+Result<std::string> parse_host(const Json& v, const std::string& path) {
+  auto s = TRY(get_nonempty_string(v, path));
+  if (s.size() > 253) return invalid(path, fmt::format("{} is longer than a DNS name may be", path));
+  for (char& c : s) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+              c == '.' || c == '_';
+    if (!ok)
+      return invalid(path,
+                     fmt::format("{} is \"{}\", which is not a host name (letters, digits, '-', '.', '_'); "
+                                 "use \"cidr\" for address ranges",
+                                 path, s));
+    c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  }
+  if (s.front() == '.' || s.front() == '-' || s.find("..") != std::string::npos)
+    return invalid(path, fmt::format("{} is \"{}\", which is not a host name", path, s));
+  if (s.back() == '.') s.pop_back();  // "example.com." and "example.com" are one name
+  if (s.empty()) return invalid(path, fmt::format("{} is not a host name", path));
+  return s;
+}
+
+// "addr/len" with the address in its canonical text form. Host bits set below the prefix
+// are refused: "10.1.2.3/8" is more likely a typo than a wish for all of 10/8.
+Result<std::string> parse_cidr(const Json& v, const std::string& path) {
+  auto s = TRY(get_nonempty_string(v, path));
+  auto bad = [&](std::string_view why) {
+    return invalid(
+        path, fmt::format("{} is \"{}\", which is not a CIDR range (like 10.0.0.0/8 or fd00::/8): {}", path,
+                          s, why));
+  };
+  size_t slash = s.find('/');
+  if (slash == std::string::npos) return bad("no /prefix length");
+  std::string addr = s.substr(0, slash);
+  std::string len_text = s.substr(slash + 1);
+  if (len_text.empty() || len_text.size() > 3 ||
+      !std::all_of(len_text.begin(), len_text.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return bad("the prefix length is not a number");
+  int len = std::stoi(len_text);
+  unsigned char bytes[16] = {};
+  int family = addr.find(':') != std::string::npos ? AF_INET6 : AF_INET;
+  if (::inet_pton(family, addr.c_str(), bytes) != 1) return bad("the address does not parse");
+  int bits = family == AF_INET ? 32 : 128;
+  if (len > bits) return bad(fmt::format("the prefix length is more than {}", bits));
+  for (int b = len; b < bits; ++b)
+    if (bytes[b / 8] & (0x80 >> (b % 8))) return bad("bits are set below the prefix length");
+  char text[INET6_ADDRSTRLEN] = {};
+  ::inet_ntop(family, bytes, text, sizeof text);
+  return fmt::format("{}/{}", text, len);
+}
+
+Result<EgressRule> parse_egress_rule(const Json& v, const std::string& path) {
+  TRY(require_object(v, path));
+  TRY(check_keys(v, path, kEgressKeys));
+  EgressRule r;
+  bool has_host = v.contains("host"), has_cidr = v.contains("cidr");
+  if (has_host == has_cidr)
+    return invalid(path, fmt::format("{} must name exactly one of \"host\" or \"cidr\"", path));
+  if (has_host) r.host = TRY(parse_host(v["host"], path_join(path, "host")));
+  if (has_cidr) r.cidr = TRY(parse_cidr(v["cidr"], path_join(path, "cidr")));
+
+  std::string ports_path = path_join(path, "ports");
+  if (!v.contains("ports")) return invalid(ports_path, fmt::format("{} is required", ports_path));
+  const Json& ports = v["ports"];
+  if (!ports.is_array() || ports.empty())
+    return invalid(ports_path, fmt::format("{} must be a non-empty array of port numbers, got {}", ports_path,
+                                           show(ports)));
+  for (size_t i = 0; i < ports.size(); ++i)
+    r.ports.push_back(static_cast<int>(TRY(get_positive_int(ports[i], path_join(ports_path, i), 65535))));
+
+  // Without "schemes" a rule admits https only: the safe reading of an omission.
+  r.schemes = {"https"};
+  if (v.contains("schemes")) {
+    std::string sp = path_join(path, "schemes");
+    r.schemes = TRY(get_string_array(v["schemes"], sp));
+    if (r.schemes.empty()) return invalid(sp, fmt::format("{} must not be empty", sp));
+    for (size_t i = 0; i < r.schemes.size(); ++i)
+      if (r.schemes[i] != "http" && r.schemes[i] != "https")
+        return invalid(path_join(sp, i), fmt::format("{} is \"{}\", which is not one of: http, https",
+                                                     path_join(sp, i), r.schemes[i]));
+  }
+  if (v.contains("allow_private"))
+    r.allow_private = TRY(get_bool(v["allow_private"], path_join(path, "allow_private")));
+  return r;
+}
+
+Result<std::vector<EgressRule>> parse_egress_rules(const Json& v, const std::string& path) {
+  if (!v.is_array()) return invalid(path, fmt::format("{} must be an array of rules, got {}", path, show(v)));
+  std::vector<EgressRule> out;
+  for (size_t i = 0; i < v.size(); ++i) out.push_back(TRY(parse_egress_rule(v[i], path_join(path, i))));
+  return out;
+}
+
+Result<void> parse_code_network(const Json& v, CodeNetwork& net) {
+  const std::string path = "$.code_network";
+  const std::string rules_path = path_join(path, "rules");
+  TRY(require_object(v, path));
+  TRY(check_keys(v, path, kCodeNetworkKeys));
+  if (v.contains("mode")) {
+    net.mode = TRY(get_enum(v["mode"], path_join(path, "mode"), kNetworkModes));
+    // Switching the network off drops the lower layer's rules: "off" must mean off,
+    // not "off, with rules waiting for someone to flip the mode back".
+    if (net.mode == NetworkMode::Off) net.rules.clear();
+  }
+  if (v.contains("rules")) net.rules = TRY(parse_egress_rules(v["rules"], rules_path));
+  if (net.mode == NetworkMode::Off && !net.rules.empty())
+    return invalid(rules_path, fmt::format("{} is given but code_network.mode is \"off\"; set mode to "
+                                           "\"allowlist\" or drop the rules",
+                                           rules_path));
+  if (net.mode == NetworkMode::Allowlist && net.rules.empty())
+    return invalid(rules_path,
+                   fmt::format("code_network.mode \"allowlist\" needs at least one rule in {}", rules_path));
+  return {};
+}
+
+bool valid_tool_name(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '.' || c == '-';
+  });
+}
+
+Result<Tool> parse_tool(const Json& v, const std::string& path) {
+  TRY(require_object(v, path));
+  TRY(check_keys(v, path, kToolKeys));
+  Tool t;
+  std::string name_path = path_join(path, "name");
+  if (!v.contains("name")) return invalid(name_path, fmt::format("{} is required", name_path));
+  t.name = TRY(get_nonempty_string(v["name"], name_path));
+  if (!valid_tool_name(t.name))
+    return invalid(
+        name_path,
+        fmt::format("{} is \"{}\"; a tool name uses only letters, digits, '_', '.', '-'", name_path, t.name));
+
+  std::string argv_path = path_join(path, "argv");
+  if (!v.contains("argv")) return invalid(argv_path, fmt::format("{} is required", argv_path));
+  t.argv = TRY(get_string_array(v["argv"], argv_path));
+  if (t.argv.empty()) return invalid(argv_path, fmt::format("{} must name a program", argv_path));
+
+  // Resolved once, here: what runs and what the receipt records is this absolute path,
+  // whatever PATH the caller of a later session has.
+  std::string argv0_path = path_join(argv_path, size_t{0});
+  auto resolved = resolve_trusted(t.argv[0]);
+  if (!resolved) {
+    Error e = std::move(resolved).error();
+    e.facts["path"] = argv0_path;
+    e.message = fmt::format("{}: {}", argv0_path, e.message);
+    return std::unexpected(std::move(e));
+  }
+  t.argv[0] = *resolved;
+
+  if (v.contains("allow_args")) t.allow_args = TRY(get_bool(v["allow_args"], path_join(path, "allow_args")));
+  if (v.contains("timeout_seconds"))
+    t.timeout_seconds = TRY(get_positive_int32(v["timeout_seconds"], path_join(path, "timeout_seconds")));
+  return t;
+}
+
+Result<std::vector<Tool>> parse_tools(const Json& v, const std::string& path) {
+  if (!v.is_array()) return invalid(path, fmt::format("{} must be an array of tools, got {}", path, show(v)));
+  std::vector<Tool> out;
+  std::set<std::string> seen;
+  for (size_t i = 0; i < v.size(); ++i) {
+    std::string tp = path_join(path, i);
+    Tool t = TRY(parse_tool(v[i], tp));
+    if (!seen.insert(t.name).second)
+      return invalid(path_join(tp, "name"),
+                     fmt::format("{} is \"{}\", a name already declared by an earlier tool",
+                                 path_join(tp, "name"), t.name));
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+Result<void> parse_limits(const Json& v, Limits& l) {
+  const std::string path = "$.limits";
+  TRY(require_object(v, path));
+  TRY(check_keys(v, path, kLimitKeys));
+  auto field = [&](const char* key, int& out) -> Result<void> {
+    if (v.contains(key)) out = TRY(get_positive_int32(v[key], path_join(path, key)));
+    return {};
+  };
+  if (v.contains("memory_mb"))
+    l.memory_mb = TRY(get_positive_int(v["memory_mb"], path_join(path, "memory_mb"),
+                                       // memory_mb * 2^20 must still fit in 64 bits as bytes.
+                                       std::numeric_limits<int64_t>::max() >> 20));
+  TRY(field("cpu_seconds", l.cpu_seconds));
+  TRY(field("max_processes", l.max_processes));
+  TRY(field("command_timeout_seconds", l.command_timeout_seconds));
+  TRY(field("session_budget_seconds", l.session_budget_seconds));
+  TRY(field("max_actions_per_minute", l.max_actions_per_minute));
+  return {};
+}
+
+Result<std::string> parse_task_id(const Json& v, const std::string& path) {
+  auto s = TRY(get_nonempty_string(v, path));
+  // Task ids end up in directory names, ledger rows and log lines: keep them plain.
+  bool ok = s.size() <= 128 && std::all_of(s.begin(), s.end(), [](char c) {
+              return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                     c == '.' || c == '-' || c == ':';
+            });
+  if (!ok || s == "." || s == "..")
+    return invalid(
+        path,
+        fmt::format("{} is \"{}\"; a task id is at most 128 letters, digits, '_', '.', '-', ':'", path, s));
+  return s;
+}
+
+Result<std::optional<std::string>> parse_workspace(const Json& v, const std::string& path) {
+  // null clears a workspace set by a lower layer, and lets to_json's output parse again.
+  if (v.is_null()) return std::optional<std::string>{};
+  auto s = TRY(get_absolute_path(v, path));
+  // The workspace is what write-back writes into: the whole file system is never one.
+  if (s == "/") return invalid(path, fmt::format("{} must not be the root directory", path));
+  return std::optional<std::string>{std::move(s)};
+}
+
+// nlohmann keeps the last of duplicate keys silently; another reader might keep the
+// first. A policy two readers see differently is refused. The callback tracks the JSON
+// path of the value being read so the refusal can say where.
+class DuplicateKeyFinder {
+ public:
+  bool on_event(nlohmann::json::parse_event_t event, const Json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    switch (event) {
+      case E::object_start: frames_.push_back(Frame{true, 0, {}, {}}); break;
+      case E::array_start: frames_.push_back(Frame{false, 0, {}, {}}); break;
+      case E::key: {
+        Frame& f = frames_.back();
+        f.key = parsed.get<std::string>();
+        if (!f.keys.insert(f.key).second && !duplicate_) duplicate_ = path();
+        break;
+      }
+      case E::value: advance(); break;
+      case E::object_end:
+      case E::array_end:
+        frames_.pop_back();
+        advance();
+        break;
+    }
+    return true;
+  }
+  const std::optional<std::string>& duplicate() const { return duplicate_; }
+
+ private:
+  struct Frame {
+    bool is_object;
+    size_t index = 0;
+    std::string key;
+    std::set<std::string> keys;
+  };
+  void advance() {
+    if (!frames_.empty() && !frames_.back().is_object) ++frames_.back().index;
+  }
+  std::string path() const {
+    std::string p = "$";
+    for (const Frame& f : frames_) p = f.is_object ? path_join(p, f.key) : path_join(p, f.index);
+    return p;
+  }
+  std::vector<Frame> frames_;
+  std::optional<std::string> duplicate_;
+};
+
+}  // namespace
+
+Result<TaskPolicy> parse_layer(const Json& doc, const TaskPolicy& base) {
+  TRY(require_object(doc, "$"));
+  if (!doc.contains("schema_version"))
+    return invalid("$.schema_version", fmt::format("$.schema_version is required (\"{}\")", kSchemaVersion));
+  auto version = TRY(get_string(doc["schema_version"], "$.schema_version"));
+  if (version != kSchemaVersion)
+    return invalid("$.schema_version", fmt::format("$.schema_version is \"{}\"; this build reads only \"{}\"",
+                                                   version, kSchemaVersion));
+  TRY(check_keys(doc, "$", kTopKeys));
+
+  TaskPolicy p = base;
+  if (doc.contains("task_id")) p.task_id = TRY(parse_task_id(doc["task_id"], "$.task_id"));
+  if (doc.contains("workspace")) p.workspace = TRY(parse_workspace(doc["workspace"], "$.workspace"));
+  if (doc.contains("workload")) p.workload = TRY(get_enum(doc["workload"], "$.workload", kWorkloads));
+  if (doc.contains("tenancy")) p.tenancy = TRY(get_enum(doc["tenancy"], "$.tenancy", kTenancies));
+  if (doc.contains("executor")) p.executor = TRY(get_enum(doc["executor"], "$.executor", kExecutors));
+  if (doc.contains("code_network")) TRY(parse_code_network(doc["code_network"], p.code_network));
+  if (doc.contains("egress")) p.egress = TRY(parse_egress_rules(doc["egress"], "$.egress"));
+  if (doc.contains("readable")) p.readable = TRY(get_path_array(doc["readable"], "$.readable", false));
+  if (doc.contains("write_back_paths"))
+    p.write_back_paths = TRY(get_path_array(doc["write_back_paths"], "$.write_back_paths", false));
+  if (doc.contains("read_only_paths"))
+    p.read_only_paths = TRY(get_path_array(doc["read_only_paths"], "$.read_only_paths", true));
+  if (doc.contains("tools")) p.tools = TRY(parse_tools(doc["tools"], "$.tools"));
+  if (doc.contains("limits")) TRY(parse_limits(doc["limits"], p.limits));
+  return p;
+}
+
+Result<TaskPolicy> parse_layer_text(std::string_view text, const TaskPolicy& base,
+                                    std::string_view source_name) {
+  DuplicateKeyFinder finder;
+  Json doc;
+  try {
+    doc = Json::parse(text, [&finder](int, nlohmann::json::parse_event_t event, Json& parsed) {
+      return finder.on_event(event, parsed);
+    });
+  } catch (const Json::parse_error& e) {
+    return fail(Code::PolicyInvalid, fmt::format("{} is not valid JSON: {}", source_name, e.what()),
+                {{"path", "$"}, {"byte", e.byte}, {"source", source_name}});
+  }
+  if (finder.duplicate())
+    return fail(Code::PolicyInvalid,
+                fmt::format("{}: key {} appears more than once", source_name, *finder.duplicate()),
+                {{"path", *finder.duplicate()}, {"source", source_name}});
+  auto p = parse_layer(doc, base);
+  if (!p) return std::unexpected(std::move(p).error().context(source_name).fact("source", source_name));
+  return p;
+}
+
+Result<TaskPolicy> load_effective(const std::optional<std::string>& defaults_file,
+                                  const std::optional<std::string>& task_file) {
+  TaskPolicy p = builtin_default();
+  for (const auto* file : {&defaults_file, &task_file}) {
+    if (!*file) continue;
+    const std::string& name = **file;
+    auto text = read_file(name, Code::PolicyInvalid);
+    if (!text) return std::unexpected(std::move(text).error().context("policy file").fact("source", name));
+    p = TRY(parse_layer_text(*text, p, name));
+  }
+  return p;
+}
+
+namespace {
+
+Json to_json(const EgressRule& r) {
+  Json j = {{"ports", r.ports}, {"schemes", r.schemes}, {"allow_private", r.allow_private}};
+  // Exactly one of host/cidr exists (parse guarantees it); only that one is written so
+  // the output parses again as a policy.
+  if (r.host) j["host"] = *r.host;
+  if (r.cidr) j["cidr"] = *r.cidr;
+  return j;
+}
+
+Json to_json(const std::vector<EgressRule>& rules) {
+  Json j = Json::array();
+  for (const auto& r : rules) j.push_back(to_json(r));
+  return j;
+}
+
+}  // namespace
+
+Json to_json(const TaskPolicy& p) {
+  Json tools = Json::array();
+  for (const auto& t : p.tools)
+    tools.push_back({{"name", t.name},
+                     {"argv", t.argv},
+                     {"allow_args", t.allow_args},
+                     {"timeout_seconds", t.timeout_seconds}});
+  return {
+      {"schema_version", kSchemaVersion},
+      {"task_id", p.task_id},
+      {"workspace", p.workspace ? Json(*p.workspace) : Json(nullptr)},
+      {"workload", to_string(p.workload)},
+      {"tenancy", to_string(p.tenancy)},
+      {"executor", to_string(p.executor)},
+      {"code_network", {{"mode", to_string(p.code_network.mode)}, {"rules", to_json(p.code_network.rules)}}},
+      {"egress", to_json(p.egress)},
+      {"readable", p.readable},
+      {"write_back_paths", p.write_back_paths},
+      {"read_only_paths", p.read_only_paths},
+      {"tools", tools},
+      {"limits",
+       {{"memory_mb", p.limits.memory_mb},
+        {"cpu_seconds", p.limits.cpu_seconds},
+        {"max_processes", p.limits.max_processes},
+        {"command_timeout_seconds", p.limits.command_timeout_seconds},
+        {"session_budget_seconds", p.limits.session_budget_seconds},
+        {"max_actions_per_minute", p.limits.max_actions_per_minute}}},
+  };
+}
+
+std::string digest(const TaskPolicy& p) { return sha256_hex(canonical_json(to_json(p))); }
+
+}  // namespace airlock::policy

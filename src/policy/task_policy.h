@@ -1,0 +1,98 @@
+// Task policy airlock.task_policy.v1: the model, strict parse, layering, canonical digest.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "base/json_util.h"
+
+namespace airlock::policy {
+
+inline constexpr std::string_view kSchemaVersion = "airlock.task_policy.v1";
+// The fixed PATH a tool's argv[0] is resolved against: never the caller's PATH.
+inline constexpr std::string_view kTrustedPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+enum class Workload { TrustedToolchain, UntrustedCode };
+enum class Tenancy { SingleTenant, MultiTenant };
+enum class ExecutorKind { Auto, Host, Landlock, Namespaces, Microvm, Container };
+enum class NetworkMode { Off, Allowlist };
+
+std::string_view to_string(Workload w);
+std::string_view to_string(Tenancy t);
+std::string_view to_string(ExecutorKind e);
+std::string_view to_string(NetworkMode m);
+std::optional<ExecutorKind> executor_from_string(std::string_view s);
+
+// One allow-list rule: a host name or a CIDR range, with ports and schemes.
+struct EgressRule {
+  std::optional<std::string> host;
+  std::optional<std::string> cidr;
+  std::vector<int> ports;
+  std::vector<std::string> schemes;
+  bool allow_private = false;
+};
+
+struct CodeNetwork {
+  NetworkMode mode = NetworkMode::Off;
+  std::vector<EgressRule> rules;
+};
+
+struct Tool {
+  std::string name;
+  std::vector<std::string> argv;  // argv[0] is the absolute path resolved at load
+  bool allow_args = false;
+  int timeout_seconds = 300;
+};
+
+struct Limits {
+  int64_t memory_mb = 1024;
+  int cpu_seconds = 300;          // CPU time across the command's processes
+  int max_processes = 256;        // tasks alive at once
+  int command_timeout_seconds = 300;
+  int session_budget_seconds = 1800;
+  int max_actions_per_minute = 120;
+};
+
+struct TaskPolicy {
+  std::string task_id = "default";
+  std::optional<std::string> workspace;  // absolute, normalised
+  Workload workload = Workload::TrustedToolchain;
+  Tenancy tenancy = Tenancy::SingleTenant;
+  ExecutorKind executor = ExecutorKind::Auto;
+  CodeNetwork code_network;
+  std::vector<EgressRule> egress;
+  std::vector<std::string> readable = {"."};
+  std::vector<std::string> write_back_paths = {"."};
+  std::vector<std::string> read_only_paths;  // extra absolute host paths readable by code
+  std::vector<Tool> tools;
+  Limits limits;
+};
+
+// The built-in default: trusted toolchain, one tenant, executor auto, no egress,
+// no network for code, one declared shell tool.
+TaskPolicy builtin_default();
+
+// Strict parse of one layer: unknown keys, wrong types, unknown enum values or schema
+// versions are AIRLOCK_POLICY_INVALID with the JSON path in facts.path. `layer` is the
+// base the document overrides (fields it omits keep the base's value).
+Result<TaskPolicy> parse_layer(const Json& doc, const TaskPolicy& base);
+
+// Parses JSON text as a layer over `base`.
+Result<TaskPolicy> parse_layer_text(std::string_view text, const TaskPolicy& base,
+                                    std::string_view source_name);
+
+// built-in default < worker defaults (optional file) < task policy (optional file).
+Result<TaskPolicy> load_effective(const std::optional<std::string>& defaults_file,
+                                  const std::optional<std::string>& task_file);
+
+// The effective policy as canonical JSON (every field present), and its sha256.
+Json to_json(const TaskPolicy& p);
+std::string digest(const TaskPolicy& p);
+
+// Resolves a program name against kTrustedPath (absolute paths are checked as given).
+Result<std::string> resolve_trusted(const std::string& program);
+
+}  // namespace airlock::policy

@@ -1,0 +1,230 @@
+// The host probe on the real host: facts agree with independent measurements, and it leaves nothing behind.
+#include "linux/probe.h"
+
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "base/fs.h"
+
+namespace airlock::linux {
+namespace {
+
+using plan::HostFacts;
+
+const HostFacts& facts() {
+  static const HostFacts f = probe_host();
+  return f;
+}
+
+std::string reason_for(const HostFacts& f, const std::string& fact) {
+  auto it = f.reasons.find(fact);
+  return it == f.reasons.end() ? "(no reason recorded)" : it->second;
+}
+
+// The names in `dir` that start with the probe's prefix.
+std::set<std::string> probe_entries(const std::string& dir) {
+  std::set<std::string> out;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return out;
+  while (dirent* e = ::readdir(d))
+    if (std::string_view(e->d_name).starts_with(kProbeTempPrefix)) out.insert(e->d_name);
+  ::closedir(d);
+  return out;
+}
+
+// Every directory the probe may make a child in: /tmp and our cgroups in every hierarchy.
+std::vector<std::string> probe_dirs() {
+  std::vector<std::string> dirs = {"/tmp"};
+  auto mi = read_file("/proc/self/mountinfo");
+  auto cg = read_file("/proc/self/cgroup");
+  if (!mi || !cg) return dirs;
+  auto mounts = parse_mountinfo(*mi);
+  auto cgroups = parse_proc_cgroup(*cg);
+  if (auto d = cgroup_v2_dir(mounts, cgroups)) dirs.push_back(*d);
+  for (std::string_view c : kProbedControllers)
+    if (auto d = cgroup_v1_dir(c, mounts, cgroups)) dirs.push_back(*d);
+  return dirs;
+}
+
+bool require_all_tiers() {
+  const char* v = std::getenv("AIRLOCK_REQUIRE_ALL_TIERS");
+  return v && std::string_view(v) == "1";
+}
+
+// A missing feature is a named skip, or a failure when AIRLOCK_REQUIRE_ALL_TIERS=1.
+#define REQUIRE_FEATURE(ok, feature, why)                                                                \
+  do {                                                                                                   \
+    if (!(ok)) {                                                                                         \
+      if (require_all_tiers()) FAIL() << "AIRLOCK_REQUIRE_ALL_TIERS=1 but " << feature << ": " << (why); \
+      GTEST_SKIP() << "host lacks " << feature << ": " << (why);                                         \
+    }                                                                                                    \
+  } while (0)
+
+TEST(Probe, KernelReleaseIsUname) {
+  struct utsname u {};
+  ASSERT_EQ(::uname(&u), 0);
+  EXPECT_EQ(facts().kernel_release, u.release);
+  EXPECT_EQ(facts().running_as_root, ::geteuid() == 0);
+}
+
+TEST(Probe, LandlockAbiIsWhatTheKernelSays) {
+  // landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION): 444 on every architecture.
+  long abi = ::syscall(444, nullptr, 0, 1U);
+  EXPECT_EQ(facts().landlock_abi, abi > 0 ? abi : 0);
+  if (facts().landlock_abi == 0) {
+    ASSERT_TRUE(facts().reasons.contains("landlock_abi"));
+    EXPECT_FALSE(facts().reasons.at("landlock_abi").empty());
+  }
+}
+
+TEST(Probe, EveryMissingFactHasAReason) {
+  const HostFacts& f = facts();
+  auto check = [&](bool ok, const char* fact) {
+    if (!ok) {
+      ASSERT_TRUE(f.reasons.contains(fact)) << fact;
+      EXPECT_FALSE(f.reasons.at(fact).empty()) << fact;
+    }
+  };
+  check(f.landlock_abi > 0, "landlock_abi");
+  check(f.seccomp_filter, "seccomp_filter");
+  check(f.no_new_privs, "no_new_privs");
+  check(f.user_namespaces, "user_namespaces");
+  check(f.overlayfs_in_userns, "overlayfs_in_userns");
+  check(f.kvm_usable, "kvm_usable");
+  check(f.cgroup_v2_controllers.size() == std::size(kProbedControllers), "cgroup_v2_controllers");
+  check(f.cgroup_v1_writable.size() == std::size(kProbedControllers), "cgroup_v1_writable");
+  EXPECT_FALSE(f.reasons.contains("probe_cleanup")) << reason_for(f, "probe_cleanup");
+  // Overlay inside a user namespace needs the namespace first.
+  EXPECT_TRUE(!f.overlayfs_in_userns || f.user_namespaces);
+  // Only the controllers the planner uses are reported.
+  for (const auto* list : {&f.cgroup_v2_controllers, &f.cgroup_v1_writable})
+    for (const auto& c : *list) EXPECT_TRUE(c == "cpu" || c == "memory" || c == "pids") << c;
+}
+
+TEST(Probe, LeavesNoTempDirsOrCgroupsBehind) {
+  const auto dirs = probe_dirs();
+  std::vector<std::set<std::string>> before;
+  for (const auto& d : dirs) before.push_back(probe_entries(d));
+  auto t0 = std::chrono::steady_clock::now();
+  HostFacts f = probe_host();
+  auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  RecordProperty("probe_ms", std::to_string(ms));
+  std::printf("probe_host took %.2f ms\n", ms);
+  for (size_t i = 0; i < dirs.size(); ++i) {
+    for (const auto& name : probe_entries(dirs[i]))
+      EXPECT_TRUE(before[i].contains(name)) << "probe left " << dirs[i] << "/" << name;
+  }
+  // A generous bound that catches a hung child (each is given 2 s), not a tuning target.
+  EXPECT_LT(ms, 1000.0);
+}
+
+TEST(Probe, GivesTheSameFactsFromAMultiThreadedProcess) {
+  // Children are forked from a process with another thread alive: unshare(CLONE_NEWUSER) would
+  // fail in the parent itself, and a child that allocated could deadlock.
+  std::atomic<bool> stop{false};
+  std::thread busy([&] {
+    while (!stop) {
+      std::string s(1000, 'x');
+      (void)s;
+    }
+  });
+  HostFacts f = probe_host();
+  stop = true;
+  busy.join();
+  EXPECT_EQ(f.seccomp_filter, facts().seccomp_filter);
+  EXPECT_EQ(f.user_namespaces, facts().user_namespaces);
+  EXPECT_EQ(f.overlayfs_in_userns, facts().overlayfs_in_userns);
+  EXPECT_EQ(f.cgroup_v1_writable, facts().cgroup_v1_writable);
+  EXPECT_EQ(f.cgroup_v2_controllers, facts().cgroup_v2_controllers);
+}
+
+TEST(ProbeParsers, MountinfoOnAHybridHost) {
+  const char* text =
+      "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+      "32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime shared:9 - cgroup cgroup rw,cpu,cpuacct\n"
+      "33 31 0:30 / /sys/fs/cgroup/cpuset rw,relatime - cgroup cgroup rw,cpuset\n"
+      "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n"
+      "39 31 0:36 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids\n"
+      "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n"
+      "50 23 0:40 / /mnt/with\\040space rw - ext4 /dev/sda1 rw\n";
+  const auto mounts = parse_mountinfo(text);
+  ASSERT_EQ(mounts.size(), 7u);
+  EXPECT_EQ(mounts[1].fstype, "cgroup");
+  EXPECT_EQ(mounts[1].super_options, "rw,cpu,cpuacct");
+  EXPECT_EQ(mounts[5].fstype, "cgroup2");
+  EXPECT_EQ(mounts[6].mount_point, "/mnt/with space");
+
+  const auto cgroups = parse_proc_cgroup(
+      "9:name=systemd:/\n8:pids:/a\n4:memory:/process_api/abc\n2:cpu,cpuacct:/\n1:cpuset:/\n0::/x/y\n");
+  ASSERT_EQ(cgroups.size(), 6u);
+  EXPECT_EQ(cgroups[3].controllers, (std::vector<std::string>{"cpu", "cpuacct"}));
+  EXPECT_EQ(cgroups[5].hierarchy_id, "0");
+  EXPECT_TRUE(cgroups[5].controllers.empty());
+
+  EXPECT_EQ(cgroup_v2_dir(mounts, cgroups).value_or(""), "/sys/fs/cgroup/unified/x/y");
+  EXPECT_EQ(cgroup_v1_dir("memory", mounts, cgroups).value_or(""), "/sys/fs/cgroup/memory/process_api/abc");
+  EXPECT_EQ(cgroup_v1_dir("pids", mounts, cgroups).value_or(""), "/sys/fs/cgroup/pids/a");
+  // "cpu" must not match the cpuset hierarchy, nor "cpuacct" alone.
+  EXPECT_EQ(cgroup_v1_dir("cpu", mounts, cgroups).value_or(""), "/sys/fs/cgroup/cpu,cpuacct");
+  std::string why;
+  EXPECT_FALSE(cgroup_v1_dir("hugetlb", mounts, cgroups, &why).has_value());
+  EXPECT_FALSE(why.empty());
+}
+
+TEST(ProbeParsers, AMountWhoseRootIsNotSlash) {
+  // In a container the cgroup2 mount shows only a subtree; our path is relative to the same root.
+  const auto mounts =
+      parse_mountinfo("60 50 0:38 /kubepods/pod1 /sys/fs/cgroup ro,nosuid - cgroup2 cgroup2 rw\n");
+  EXPECT_EQ(cgroup_v2_dir(mounts, parse_proc_cgroup("0::/kubepods/pod1/c1\n")).value_or(""),
+            "/sys/fs/cgroup/c1");
+  EXPECT_EQ(cgroup_v2_dir(mounts, parse_proc_cgroup("0::/kubepods/pod1\n")).value_or(""), "/sys/fs/cgroup");
+  std::string why;
+  EXPECT_FALSE(cgroup_v2_dir(mounts, parse_proc_cgroup("0::/kubepods/pod10\n"), &why).has_value());
+  EXPECT_FALSE(why.empty());
+  EXPECT_FALSE(cgroup_v2_dir({}, parse_proc_cgroup("0::/\n"), &why).has_value());
+  EXPECT_FALSE(cgroup_v2_dir(mounts, parse_proc_cgroup("4:memory:/\n"), &why).has_value());
+}
+
+// --- Tier features: a named skip here, a failure under AIRLOCK_REQUIRE_ALL_TIERS=1 ---------------
+
+TEST(ProbeTiers, LandlockAbiAtLeast3) {
+  REQUIRE_FEATURE(
+      facts().landlock_abi >= 3, "Landlock ABI >= 3",
+      fmt::format("measured ABI {}; {}", facts().landlock_abi, reason_for(facts(), "landlock_abi")));
+}
+
+TEST(ProbeTiers, SeccompFilter) {
+  REQUIRE_FEATURE(facts().seccomp_filter, "seccomp filters", reason_for(facts(), "seccomp_filter"));
+  EXPECT_TRUE(facts().no_new_privs);
+}
+
+TEST(ProbeTiers, UserNamespaces) {
+  REQUIRE_FEATURE(facts().user_namespaces, "user namespaces", reason_for(facts(), "user_namespaces"));
+}
+
+TEST(ProbeTiers, CgroupControllers) {
+  std::string missing;
+  for (std::string_view c : kProbedControllers)
+    if (!facts().has_cgroup_controller(c)) missing += fmt::format("{}{}", missing.empty() ? "" : ", ", c);
+  REQUIRE_FEATURE(missing.empty(), "writable cgroup controllers " + missing,
+                  "v2: " + reason_for(facts(), "cgroup_v2_controllers") +
+                      " | v1: " + reason_for(facts(), "cgroup_v1_writable"));
+}
+
+TEST(ProbeTiers, Kvm) {
+  REQUIRE_FEATURE(facts().kvm_usable, "a usable /dev/kvm", reason_for(facts(), "kvm_usable"));
+}
+
+}  // namespace
+}  // namespace airlock::linux
