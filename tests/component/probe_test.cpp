@@ -116,17 +116,12 @@ TEST(Probe, LeavesNoTempDirsOrCgroupsBehind) {
   const auto dirs = probe_dirs();
   std::vector<std::set<std::string>> before;
   for (const auto& d : dirs) before.push_back(probe_entries(d));
-  auto t0 = std::chrono::steady_clock::now();
   HostFacts f = probe_host();
-  auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  RecordProperty("probe_ms", std::to_string(ms));
-  std::printf("probe_host took %.2f ms\n", ms);
   for (size_t i = 0; i < dirs.size(); ++i) {
     for (const auto& name : probe_entries(dirs[i]))
       EXPECT_TRUE(before[i].contains(name)) << "probe left " << dirs[i] << "/" << name;
   }
-  // A generous bound that catches a hung child (each is given 2 s), not a tuning target.
-  EXPECT_LT(ms, 1000.0);
+  EXPECT_FALSE(f.reasons.contains("probe_cleanup")) << f.reasons["probe_cleanup"];
 }
 
 TEST(Probe, GivesTheSameFactsFromAMultiThreadedProcess) {
