@@ -1,0 +1,167 @@
+// Test support: temp dirs, the airlock binary run as a chosen identity, file helpers.
+#include "cli_support.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace airlock::testing {
+namespace fs = std::filesystem;
+constexpr uid_t kNobody = 65534;
+
+std::string to_string(Identity id) { return id == Identity::Self ? "self" : "nobody"; }
+
+bool require_all_tiers() {
+  const char* v = std::getenv("AIRLOCK_REQUIRE_ALL_TIERS");
+  return v && std::string(v) == "1";
+}
+
+bool identity_available(Identity id, std::string* why) {
+  if (id == Identity::Self) return true;
+  if (::geteuid() != 0) {
+    *why = "switching to an unprivileged user needs root; this run is already unprivileged";
+    return false;
+  }
+  return true;
+}
+
+TempDir::TempDir(std::optional<uid_t> owner) {
+  char tmpl[] = "/tmp/airlock-test.XXXXXX";
+  if (!::mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
+  path_ = tmpl;
+  ::chmod(path_.c_str(), 0755);
+  if (owner) (void)!::chown(path_.c_str(), *owner, *owner);
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool exists(const std::string& path) {
+  struct stat st{};
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
+CliFixture::CliFixture(Identity id) : id_(id), root_() {
+  uid_t owner = uid();
+  // A copy of the binary in a directory every identity can traverse.
+  binary_ = root_ / "airlock";
+  fs::copy_file(AIRLOCK_BINARY, binary_);
+  ::chmod(binary_.c_str(), 0755);
+  workspace_ = root_ / "workspace";
+  state_ = root_ / "state";
+  for (const auto& d : {workspace_, state_}) {
+    ::mkdir(d.c_str(), 0700);
+    (void)!::chown(d.c_str(), owner, owner);
+  }
+}
+
+uid_t CliFixture::uid() const { return id_ == Identity::Nobody ? kNobody : ::geteuid(); }
+
+std::string CliFixture::write_policy(const std::string& json, const std::string& name) {
+  std::string p = root_ / name;
+  std::ofstream(p) << json;
+  ::chmod(p.c_str(), 0644);
+  return p;
+}
+
+void CliFixture::put(const std::string& rel, const std::string& content) {
+  fs::path p = fs::path(workspace_) / rel;
+  fs::create_directories(p.parent_path());
+  std::ofstream(p) << content;
+  for (fs::path q = p; q.string().size() > workspace_.size(); q = q.parent_path())
+    (void)!::chown(q.c_str(), uid(), uid());
+}
+
+std::vector<std::string> CliFixture::receipts() const {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(state_ + "/receipts", ec)) out.push_back(e.path().string());
+  return out;
+}
+
+CliResult CliFixture::run(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
+                          int timeout_seconds, void (*on_start)(pid_t)) {
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) < 0 || ::pipe2(err, O_CLOEXEC) < 0) throw std::runtime_error("pipe");
+  std::vector<std::string> argv = {binary_, "--state-dir", state_};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<std::string> envs = {"PATH=/usr/bin:/bin", "LANG=C.UTF-8"};
+  for (const auto& [k, v] : env) envs.push_back(k + "=" + v);
+  std::vector<char*> av, ev;
+  for (auto& a : argv) av.push_back(a.data());
+  av.push_back(nullptr);
+  for (auto& e : envs) ev.push_back(e.data());
+  ev.push_back(nullptr);
+  bool drop = id_ == Identity::Nobody;
+  std::string cwd = workspace_;
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    ::dup2(err[1], 2);
+    if (::chdir(cwd.c_str()) < 0) ::_exit(121);
+    if (drop) {
+      if (::setgroups(0, nullptr) < 0 || ::setresgid(kNobody, kNobody, kNobody) < 0 ||
+          ::setresuid(kNobody, kNobody, kNobody) < 0)
+        ::_exit(122);
+    }
+    ::execve(av[0], av.data(), ev.data());
+    ::_exit(123);
+  }
+  ::close(out[1]);
+  ::close(err[1]);
+  if (on_start) on_start(pid);
+  CliResult r;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_seconds);
+  pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+  int open_fds = 2;
+  char buf[4096];
+  while (open_fds > 0) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      ::kill(pid, SIGKILL);
+      break;
+    }
+    if (::poll(fds, 2, static_cast<int>(left.count())) <= 0) continue;
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP))) continue;
+      ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
+      if (n <= 0) {
+        ::close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_fds;
+      } else {
+        (i == 0 ? r.out : r.err).append(buf, static_cast<size_t>(n));
+      }
+    }
+  }
+  for (auto& f : fds)
+    if (f.fd >= 0) ::close(f.fd);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+}  // namespace airlock::testing

@@ -1,0 +1,71 @@
+// Test support for running the real `airlock` binary as root or as an unprivileged user.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace airlock::testing {
+
+// Who runs airlock: the test's own identity, or (when the test is root) uid/gid 65534.
+enum class Identity { Self, Nobody };
+std::string to_string(Identity id);
+
+// A directory under /tmp removed (recursively) on destruction; owned by `owner` if given.
+class TempDir {
+ public:
+  explicit TempDir(std::optional<uid_t> owner = std::nullopt);
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& rel) const { return path_ + "/" + rel; }
+
+ private:
+  std::string path_;
+};
+
+struct CliResult {
+  int status = -1;  // exit code, or 128 + signal
+  std::string out, err;
+};
+
+// One place a test runs airlock from: a copy of the binary and a state directory that
+// the identity can use, and a workspace owned by it.
+class CliFixture {
+ public:
+  explicit CliFixture(Identity id);
+  Identity identity() const { return id_; }
+  uid_t uid() const;
+  const std::string& workspace() const { return workspace_; }
+  const std::string& state_dir() const { return state_; }
+  std::string binary() const { return binary_; }
+  // Writes a policy file (JSON text) readable by the identity; returns its path.
+  std::string write_policy(const std::string& json, const std::string& name = "policy.json");
+  // Creates a file in the workspace, owned by the identity.
+  void put(const std::string& rel, const std::string& content);
+  // Runs `airlock ARGS...` as the identity, with `env` added to a minimal environment.
+  // `on_start` (if set) is called with the child pid once started.
+  CliResult run(const std::vector<std::string>& args, const std::map<std::string, std::string>& env = {},
+                int timeout_seconds = 60, void (*on_start)(pid_t) = nullptr);
+  // The receipts files in the state directory.
+  std::vector<std::string> receipts() const;
+
+ private:
+  Identity id_;
+  TempDir root_;
+  std::string binary_, workspace_, state_;
+};
+
+// True when the test may run as `id` here; otherwise sets `why`.
+bool identity_available(Identity id, std::string* why);
+
+// GTEST_SKIP unless AIRLOCK_REQUIRE_ALL_TIERS=1, then a failure: a missing feature by name.
+bool require_all_tiers();
+
+std::string read_text(const std::string& path);
+bool exists(const std::string& path);
+
+}  // namespace airlock::testing

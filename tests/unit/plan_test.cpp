@@ -1,0 +1,446 @@
+// Planner tests: golden cases (policy + host facts + profile -> plan or refusal) and plain assertions.
+//
+// Golden cases live in tests/unit/golden/plan/:
+//   policies/<name>.json   a task policy, layered over policy::builtin_default()
+//   hosts/<name>.json      HostFacts as host_facts_from_json reads them ("nothing" and "everything"
+//                          name the built-in plan::facts_nothing() / plan::facts_everything() instead)
+//   expected/<case>.json   plan::to_json(plan), or {"refused": error.to_json()}
+// The case table (kGoldenCases below) joins them. Expected files are compared as JSON values, so
+// formatting and key order do not matter.
+//
+// To regenerate the expected files after an intended change to the planner, run
+//   AIRLOCK_UPDATE_GOLDEN=1 ./build/tests/unit_tests --gtest_filter='PlanGolden*'
+// The golden tests then rewrite tests/unit/golden/plan/expected/*.json (in the source tree) instead
+// of comparing, and report themselves skipped. Review the diff before committing it.
+//
+// Policies use the absolute tool path /bin/sh (present on every Debian machine) so that
+// policy_digest, which covers each tool's resolved argv[0], is the same on every machine.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/fs.h"
+#include "plan/host_facts.h"
+#include "plan/plan.h"
+#include "policy/task_policy.h"
+
+namespace airlock::plan {
+namespace {
+
+namespace fs = std::filesystem;
+using policy::ExecutorKind;
+
+const std::string kGoldenDir = AIRLOCK_SOURCE_DIR "/tests/unit/golden/plan";
+
+bool update_golden() {
+  const char* v = std::getenv("AIRLOCK_UPDATE_GOLDEN");
+  return v != nullptr && std::string_view(v) == "1";
+}
+
+Result<policy::TaskPolicy> load_policy(const std::string& name) {
+  const std::string path = kGoldenDir + "/policies/" + name + ".json";
+  std::string text = TRY(read_file(path, Code::ConfigError));
+  return policy::parse_layer_text(text, policy::builtin_default(), name);
+}
+
+Result<HostFacts> load_host(const std::string& name) {
+  if (name == "nothing") return facts_nothing();
+  if (name == "everything") return facts_everything();
+  const std::string path = kGoldenDir + "/hosts/" + name + ".json";
+  std::string text = TRY(read_file(path, Code::ConfigError));
+  Json j = TRY(parse_json(text, Code::ConfigError, path));
+  return host_facts_from_json(j);
+}
+
+// What a golden file records: the plan, or the refusal wrapped as {"refused": ...}.
+Json outcome_json(const Result<ExecutionPlan>& r) {
+  if (r) return to_json(*r);
+  return Json{{"refused", r.error().to_json()}};
+}
+
+struct GoldenCase {
+  const char* name;    // expected/<name>.json, and the test's name
+  const char* policy;  // policies/<policy>.json
+  const char* host;    // hosts/<host>.json, or "nothing" / "everything"
+  Profile profile;
+};
+
+constexpr Profile kProd = Profile::Production;
+constexpr Profile kDev = Profile::Development;
+
+// clang-format off
+const GoldenCase kGoldenCases[] = {
+    // The selection table, one row at a time, on a host with every feature...
+    {"auto_trusted_single_off_everything",       "trusted_single_off",          "everything",               kProd},
+    {"auto_trusted_single_allowlist_everything", "trusted_single_allowlist",    "everything",               kProd},
+    {"auto_trusted_multi_everything",            "trusted_multi",               "everything",               kProd},
+    {"auto_untrusted_everything",                "untrusted",                   "everything",               kProd},
+    // ...and on a host with none: every tier tried is refused, each with its reason.
+    {"auto_trusted_single_off_nothing",          "trusted_single_off",          "nothing",                  kProd},
+    {"auto_trusted_single_allowlist_nothing",    "trusted_single_allowlist",    "nothing",                  kProd},
+    {"auto_trusted_multi_nothing",               "trusted_multi",               "nothing",                  kProd},
+    {"auto_untrusted_nothing",                   "untrusted",                   "nothing",                  kProd},
+    // auto never falls back to host, not even in the development profile.
+    {"auto_trusted_single_off_nothing_dev",      "trusted_single_off",          "nothing",                  kDev},
+    // Every explicit executor.
+    {"executor_host_production",                 "executor_host",               "everything",               kProd},
+    {"executor_host_development",                "executor_host",               "everything",               kDev},
+    {"executor_host_development_nothing",        "executor_host",               "nothing",                  kDev},
+    {"executor_landlock_everything",             "executor_landlock",           "everything",               kProd},
+    {"executor_landlock_nothing",                "executor_landlock",           "nothing",                  kProd},
+    {"executor_namespaces_everything",           "executor_namespaces",         "everything",               kProd},
+    {"executor_microvm_everything",              "executor_microvm",            "everything",               kProd},
+    {"executor_container_everything",            "executor_container",          "everything",               kProd},
+    // An explicit executor may add isolation, never remove it.
+    {"untrusted_executor_landlock",              "untrusted_executor_landlock", "everything",               kProd},
+    {"allowlist_executor_landlock",              "allowlist_executor_landlock", "everything",               kProd},
+    // Landlock below the floor: its own code when asked for by name, one reason among others for auto.
+    {"executor_landlock_abi2",                   "executor_landlock",           "landlock_abi2_user",       kProd},
+    {"auto_trusted_single_off_abi2",             "trusted_single_off",          "landlock_abi2_user",       kProd},
+    {"auto_trusted_single_off_landlock_disabled","trusted_single_off",          "landlock_disabled",        kProd},
+    {"auto_trusted_single_off_no_seccomp",       "trusted_single_off",          "no_seccomp",               kProd},
+    // How the process count is limited depends on the uid and the writable pids cgroup.
+    {"auto_root_without_pids_cgroup",            "trusted_single_off",          "root_without_pids_cgroup", kProd},
+    {"executor_landlock_root_without_pids_cgroup","executor_landlock",          "root_without_pids_cgroup", kProd},
+    {"auto_root_cgroup_v1_pids",                 "trusted_single_off",          "root_cgroup_v1_pids",      kProd},
+    {"auto_root_cgroup_v2_pids",                 "trusted_single_off",          "root_cgroup_v2_pids",      kProd},
+    {"auto_user_with_pids_cgroup",               "trusted_single_off",          "user_with_pids_cgroup",    kProd},
+    // Landlock features follow the measured ABI.
+    {"auto_landlock_abi3",                       "trusted_single_off",          "landlock_abi3_user",       kProd},
+    {"auto_landlock_abi6",                       "trusted_single_off",          "landlock_abi6_user",       kProd},
+    // Named relaxations.
+    {"egress_allow_private",                     "egress_allow_private",        "everything",               kProd},
+};
+// clang-format on
+
+class PlanGolden : public testing::TestWithParam<GoldenCase> {};
+
+TEST_P(PlanGolden, MatchesExpectedOutput) {
+  const GoldenCase& c = GetParam();
+  auto policy = load_policy(c.policy);
+  ASSERT_TRUE(policy.has_value()) << policy.error().message;
+  auto facts = load_host(c.host);
+  ASSERT_TRUE(facts.has_value()) << facts.error().message;
+
+  const Json actual = outcome_json(plan_execution(*policy, *facts, c.profile));
+  const std::string path = kGoldenDir + "/expected/" + c.name + ".json";
+
+  if (update_golden()) {
+    auto w = write_file_atomic(path, actual.dump(2) + "\n");
+    ASSERT_TRUE(w.has_value()) << w.error().message;
+    GTEST_SKIP() << "AIRLOCK_UPDATE_GOLDEN=1: rewrote " << path;
+  }
+
+  auto text = read_file(path, Code::ConfigError);
+  ASSERT_TRUE(text.has_value()) << text.error().message
+                                << "\n(new case? create it with AIRLOCK_UPDATE_GOLDEN=1)";
+  auto expected = parse_json(*text, Code::ConfigError, path);
+  ASSERT_TRUE(expected.has_value()) << expected.error().message;
+  EXPECT_TRUE(*expected == actual)
+      << "golden mismatch for " << c.name << "\nJSON patch from expected to actual:\n"
+      << Json::diff(*expected, actual).dump(2) << "\nactual:\n"
+      << actual.dump(2) << "\nIf the change is intended, regenerate with AIRLOCK_UPDATE_GOLDEN=1.";
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, PlanGolden, testing::ValuesIn(kGoldenCases),
+                         [](const testing::TestParamInfo<GoldenCase>& info) {
+                           return std::string(info.param.name);
+                         });
+
+std::set<std::string> stems_in(const std::string& dir) {
+  std::set<std::string> out;
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (entry.path().extension() == ".json") out.insert(entry.path().stem().string());
+  return out;
+}
+
+TEST(PlanGoldenFiles, EveryExpectedFileBelongsToACase) {
+  std::set<std::string> names;
+  for (const auto& c : kGoldenCases) EXPECT_TRUE(names.insert(c.name).second) << "duplicate case " << c.name;
+  for (const auto& stem : stems_in(kGoldenDir + "/expected"))
+    EXPECT_TRUE(names.count(stem)) << "expected/" << stem << ".json has no case in kGoldenCases";
+}
+
+TEST(PlanGoldenFiles, EveryPolicyAndHostFixtureIsUsed) {
+  std::set<std::string> policies, hosts;
+  for (const auto& c : kGoldenCases) {
+    policies.insert(c.policy);
+    hosts.insert(c.host);
+  }
+  for (const auto& stem : stems_in(kGoldenDir + "/policies"))
+    EXPECT_TRUE(policies.count(stem)) << "policies/" << stem << ".json is used by no case";
+  for (const auto& stem : stems_in(kGoldenDir + "/hosts"))
+    EXPECT_TRUE(hosts.count(stem)) << "hosts/" << stem << ".json is used by no case";
+}
+
+TEST(PlanGoldenFiles, PolicyDigestDoesNotDependOnTheMachine) {
+  // The digest covers each tool's resolved argv[0]; fixtures name /bin/sh so it never moves.
+  for (const auto& stem : stems_in(kGoldenDir + "/policies")) {
+    auto p = load_policy(stem);
+    ASSERT_TRUE(p.has_value()) << stem << ": " << p.error().message;
+    for (const auto& t : p->tools) EXPECT_EQ(t.argv.at(0), "/bin/sh") << stem << " tool " << t.name;
+  }
+}
+
+// ---------------------------------------------------------------- plain assertions
+
+policy::TaskPolicy policy_or_die(const std::string& name) {
+  auto p = load_policy(name);
+  EXPECT_TRUE(p.has_value()) << name << ": " << p.error().message;
+  return p ? *p : policy::builtin_default();
+}
+
+HostFacts host_or_die(const std::string& name) {
+  auto f = load_host(name);
+  EXPECT_TRUE(f.has_value()) << name << ": " << f.error().message;
+  return f ? *f : facts_nothing();
+}
+
+std::vector<std::string> considered_executors(const Json& considered) {
+  std::vector<std::string> out;
+  for (const auto& c : considered) out.push_back(c.at("executor").get<std::string>());
+  return out;
+}
+
+TEST(PlanSelection, AutoTriesTheTiersOfTheSelectionTableInOrder) {
+  struct Row {
+    const char* policy;
+    int level;
+    std::vector<std::string> order;
+  };
+  const Row rows[] = {
+      {"trusted_single_off", 1, {"namespaces", "landlock"}},
+      {"trusted_single_allowlist", 2, {"namespaces"}},
+      {"trusted_multi", 2, {"namespaces", "container"}},
+      {"untrusted", 3, {"microvm"}},
+  };
+  for (const Row& row : rows) {
+    SCOPED_TRACE(row.policy);
+    // On a host with nothing, every tier is tried and refused, so facts.considered shows the order.
+    auto r = plan_execution(policy_or_die(row.policy), facts_nothing(), Profile::Production);
+    ASSERT_FALSE(r.has_value());
+    EXPECT_EQ(r.error().code, Code::ExecutorUnavailable);
+    EXPECT_EQ(r.error().facts.at("required_level"), row.level);
+    const Json& considered = r.error().facts.at("considered");
+    EXPECT_EQ(considered_executors(considered), row.order);
+    for (const auto& c : considered) {
+      EXPECT_FALSE(c.at("available").get<bool>()) << c.dump();
+      EXPECT_FALSE(c.at("reason").get<std::string>().empty()) << c.dump();
+    }
+  }
+}
+
+TEST(PlanSelection, TrustedSingleTenantFallsBackToLandlockWhenNamespacesCannotRun) {
+  HostFacts f = facts_everything();
+  f.user_namespaces = false;
+  f.overlayfs_in_userns = false;
+  f.reasons["user_namespaces"] = "unshare(CLONE_NEWUSER): EPERM";
+  auto r = plan_execution(policy_or_die("trusted_single_off"), f, Profile::Production);
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  EXPECT_EQ(r->executor, ExecutorKind::Landlock);
+  EXPECT_EQ(r->tier, 1);
+  EXPECT_EQ(r->required_level, 1);
+  ASSERT_EQ(r->considered.size(), 2u);
+  EXPECT_EQ(r->considered[0].executor, ExecutorKind::Namespaces);
+  EXPECT_FALSE(r->considered[0].available);
+  EXPECT_EQ(r->considered[1].executor, ExecutorKind::Landlock);
+  EXPECT_TRUE(r->considered[1].available);
+  EXPECT_TRUE(r->relaxations.empty());
+  EXPECT_FALSE(r->network);
+  ASSERT_TRUE(r->landlock.has_value());
+  ASSERT_TRUE(r->seccomp.has_value());
+  EXPECT_TRUE(r->seccomp->only_unix_sockets);
+  EXPECT_EQ(r->policy_digest, policy::digest(policy_or_die("trusted_single_off")));
+}
+
+TEST(PlanSelection, ExplicitTierIsNeverSwappedForAnother) {
+  for (const char* name : {"executor_landlock", "executor_namespaces", "executor_microvm",
+                           "executor_container"}) {
+    SCOPED_TRACE(name);
+    policy::TaskPolicy p = policy_or_die(name);
+    auto r = plan_execution(p, facts_nothing(), Profile::Production);
+    ASSERT_FALSE(r.has_value());
+    EXPECT_EQ(r.error().code, Code::ExecutorUnavailable);
+    EXPECT_EQ(considered_executors(r.error().facts.at("considered")),
+              std::vector<std::string>{std::string(policy::to_string(p.executor))});
+  }
+}
+
+TEST(PlanSelection, AutoNeverChoosesHostEvenInDevelopment) {
+  auto r = plan_execution(policy_or_die("trusted_single_off"), facts_nothing(), Profile::Development);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, Code::ExecutorUnavailable);
+  for (const auto& e : considered_executors(r.error().facts.at("considered"))) EXPECT_NE(e, "host");
+}
+
+TEST(PlanSelection, HostExecutorIsRefusedInProduction) {
+  auto r = plan_execution(policy_or_die("executor_host"), facts_everything(), Profile::Production);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, Code::IsolationPolicyInvalid);
+  EXPECT_EQ(r.error().facts.at("profile"), "production");
+}
+
+TEST(PlanSelection, HostExecutorInDevelopmentRunsUnconfinedAndRecordsTheRelaxation) {
+  // Even a host with no confinement features at all: host needs none.
+  for (const HostFacts& f : {facts_everything(), facts_nothing()}) {
+    auto r = plan_execution(policy_or_die("executor_host"), f, Profile::Development);
+    ASSERT_TRUE(r.has_value()) << r.error().message;
+    EXPECT_EQ(r->executor, ExecutorKind::Host);
+    EXPECT_EQ(r->tier, 0);
+    EXPECT_EQ(r->profile, Profile::Development);
+    EXPECT_EQ(r->relaxations, std::vector<std::string>{"executor: host"});
+    EXPECT_FALSE(r->landlock.has_value());
+    EXPECT_FALSE(r->seccomp.has_value());
+  }
+}
+
+TEST(PlanSelection, LandlockForUntrustedCodeIsAnInvalidIsolationPolicy) {
+  auto r = plan_execution(policy_or_die("untrusted_executor_landlock"), facts_everything(),
+                          Profile::Production);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, Code::IsolationPolicyInvalid);
+  EXPECT_EQ(r.error().facts.at("executor_level"), 1);
+  EXPECT_EQ(r.error().facts.at("required_level"), 3);
+}
+
+TEST(PlanSelection, LandlockWithCodeNetworkIsAnInvalidIsolationPolicy) {
+  auto r = plan_execution(policy_or_die("allowlist_executor_landlock"), facts_everything(),
+                          Profile::Production);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, Code::IsolationPolicyInvalid);
+  EXPECT_EQ(r.error().facts.at("required_level"), 2);
+}
+
+TEST(PlanSelection, ExplicitLandlockBelowTheAbiFloorNamesTheMeasuredAbi) {
+  auto r = plan_execution(policy_or_die("executor_landlock"), host_or_die("landlock_abi2_user"),
+                          Profile::Production);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, Code::ConfinementBelowFloor);
+  EXPECT_NE(r.error().message.find("ABI 2"), std::string::npos) << r.error().message;
+  EXPECT_EQ(r.error().facts.at("landlock_abi"), 2);
+  EXPECT_EQ(r.error().facts.at("floor"), 3);
+}
+
+TEST(PlanSelection, RootWithoutAWritablePidsCgroupCannotUseLandlock) {
+  auto r = plan_execution(policy_or_die("trusted_single_off"), host_or_die("root_without_pids_cgroup"),
+                          Profile::Production);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, Code::ExecutorUnavailable);
+  const Json& considered = r.error().facts.at("considered");
+  ASSERT_EQ(considered_executors(considered), (std::vector<std::string>{"namespaces", "landlock"}));
+  EXPECT_NE(considered[1].at("reason").get<std::string>().find("RLIMIT_NPROC"), std::string::npos)
+      << considered[1].dump();
+}
+
+TEST(PlanLimits, ProcessCountMechanismFollowsTheUidAndTheWritablePidsCgroup) {
+  struct Row {
+    const char* host;
+    ProcessLimitMechanism expected;
+  };
+  // RLIMIT_NPROC does not bind uid 0, so root needs a pids cgroup; anyone else uses the rlimit.
+  for (const Row& row : {Row{"root_cgroup_v1_pids", ProcessLimitMechanism::CgroupV1Pids},
+                         Row{"root_cgroup_v2_pids", ProcessLimitMechanism::CgroupV2Pids},
+                         Row{"user_with_pids_cgroup", ProcessLimitMechanism::RlimitNproc},
+                         Row{"landlock_abi3_user", ProcessLimitMechanism::RlimitNproc}}) {
+    SCOPED_TRACE(row.host);
+    auto r = plan_execution(policy_or_die("executor_landlock"), host_or_die(row.host), Profile::Production);
+    ASSERT_TRUE(r.has_value()) << r.error().message;
+    EXPECT_EQ(r->limits.process_mechanism, row.expected);
+    EXPECT_EQ(r->limits.max_processes, 256u);  // the default
+  }
+}
+
+TEST(PlanLimits, ComeFromThePolicy) {
+  auto r = plan_execution(policy_or_die("trusted_single_off"), host_or_die("landlock_abi3_user"),
+                          Profile::Production);
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  EXPECT_EQ(r->limits.memory_bytes, 512ull * 1024 * 1024);
+  EXPECT_EQ(r->limits.cpu_seconds, 60u);
+  EXPECT_EQ(r->limits.max_processes, 64u);
+  EXPECT_EQ(r->limits.wall_timeout_ms, 90000u);
+}
+
+TEST(PlanLandlock, FeaturesFollowTheMeasuredAbi) {
+  auto abi3 = plan_execution(policy_or_die("executor_landlock"), host_or_die("landlock_abi3_user"),
+                             Profile::Production);
+  ASSERT_TRUE(abi3.has_value()) << abi3.error().message;
+  ASSERT_TRUE(abi3->landlock.has_value());
+  EXPECT_EQ(abi3->landlock->abi_measured, 3);
+  EXPECT_EQ(abi3->landlock->abi_floor, 3);
+  EXPECT_FALSE(abi3->landlock->restrict_tcp);
+  EXPECT_FALSE(abi3->landlock->restrict_ioctl_dev);
+  EXPECT_FALSE(abi3->landlock->scope_abstract_unix);
+  EXPECT_FALSE(abi3->landlock->scope_signal);
+
+  for (const char* host : {"landlock_abi6_user", "everything"}) {
+    SCOPED_TRACE(host);
+    auto r = plan_execution(policy_or_die("executor_landlock"), host_or_die(host), Profile::Production);
+    ASSERT_TRUE(r.has_value()) << r.error().message;
+    ASSERT_TRUE(r->landlock.has_value());
+    EXPECT_GE(r->landlock->abi_measured, 6);
+    EXPECT_TRUE(r->landlock->restrict_tcp);  // code network is off
+    EXPECT_TRUE(r->landlock->restrict_ioctl_dev);
+    EXPECT_TRUE(r->landlock->scope_abstract_unix);
+    EXPECT_TRUE(r->landlock->scope_signal);
+  }
+}
+
+TEST(PlanLandlock, WorkspaceRulesGiveWriteOnlyToWriteBackPathsAndScratch) {
+  auto r = plan_execution(policy_or_die("trusted_single_off"), facts_everything(), Profile::Production);
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  ASSERT_TRUE(r->landlock.has_value());
+  std::vector<std::string> writable;
+  for (const auto& rule : r->landlock->fs_rules)
+    if (rule.access == Access::Write)
+      writable.push_back(fmt::format("{}:{}", to_string(rule.anchor), rule.path));
+  EXPECT_EQ(writable, (std::vector<std::string>{"view:src", "view:reports", "scratch:."}));
+  // The policy's extra read-only host path is readable and executable, never writable.
+  auto extra = std::find_if(r->landlock->fs_rules.begin(), r->landlock->fs_rules.end(),
+                            [](const FsRule& f) { return f.path == "/opt/toolchain"; });
+  ASSERT_NE(extra, r->landlock->fs_rules.end());
+  EXPECT_EQ(extra->anchor, Anchor::Host);
+  EXPECT_EQ(extra->access, Access::Exec);
+  EXPECT_EQ(r->view_paths, (std::vector<std::string>{"src", "tests", "docs", "reports"}));
+  EXPECT_EQ(r->write_back_paths, (std::vector<std::string>{"src", "reports"}));
+}
+
+TEST(PlanRelaxations, AllowPrivateEgressIsRecordedByName) {
+  auto r = plan_execution(policy_or_die("egress_allow_private"), facts_everything(), Profile::Production);
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  EXPECT_EQ(r->relaxations, std::vector<std::string>{"egress: allow_private"});
+
+  auto plain = plan_execution(policy_or_die("trusted_single_off"), facts_everything(), Profile::Production);
+  ASSERT_TRUE(plain.has_value()) << plain.error().message;
+  EXPECT_TRUE(plain->relaxations.empty());
+}
+
+TEST(PlanPurity, SameInputsGiveIdenticalJson) {
+  for (const auto& c : kGoldenCases) {
+    SCOPED_TRACE(c.name);
+    auto policy = load_policy(c.policy);
+    ASSERT_TRUE(policy.has_value()) << policy.error().message;
+    auto facts = load_host(c.host);
+    ASSERT_TRUE(facts.has_value()) << facts.error().message;
+    const std::string first = canonical_json(outcome_json(plan_execution(*policy, *facts, c.profile)));
+    const std::string second = canonical_json(outcome_json(plan_execution(*policy, *facts, c.profile)));
+    EXPECT_EQ(first, second);
+  }
+}
+
+TEST(PlanPurity, PlanningLeavesItsInputsUnchanged) {
+  const policy::TaskPolicy p = policy_or_die("trusted_single_off");
+  const HostFacts f = host_or_die("root_cgroup_v1_pids");
+  const std::string p_before = canonical_json(policy::to_json(p));
+  const std::string f_before = canonical_json(to_json(f));
+  (void)plan_execution(p, f, Profile::Production);
+  EXPECT_EQ(canonical_json(policy::to_json(p)), p_before);
+  EXPECT_EQ(canonical_json(to_json(f)), f_before);
+}
+
+}  // namespace
+}  // namespace airlock::plan
