@@ -1,1 +1,382 @@
-// placeholder
+// Unit tests for the hash-chained receipt log: appending, verifying, and detecting tampering.
+#include "ledger/receipts.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "base/fs.h"
+#include "base/hash.h"
+
+namespace airlock::ledger {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A scratch directory per test, removed when the test ends.
+class TempDir {
+ public:
+  TempDir() {
+    std::string templ = (fs::temp_directory_path() / "airlock-receipts-test-XXXXXX").string();
+    if (::mkdtemp(templ.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed";
+    path_ = templ;
+  }
+  ~TempDir() { (void)remove_tree(path_); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+std::string read_text(const std::string& path) {
+  auto t = read_file(path);
+  EXPECT_TRUE(t.has_value()) << t.error().message;
+  return t ? *t : std::string();
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  auto w = write_file_atomic(path, text, 0600);
+  ASSERT_TRUE(w.has_value()) << w.error().message;
+}
+
+// The lines of a log, without their newlines (a final line without one is kept too).
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string::npos) {
+      out.push_back(text.substr(pos));
+      break;
+    }
+    out.push_back(text.substr(pos, nl - pos));
+    pos = nl + 1;
+  }
+  return out;
+}
+
+std::string join_lines(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const auto& l : lines) out += l + "\n";
+  return out;
+}
+
+// Writes a log of `n` receipts at `path` and returns its text.
+std::string write_log(const std::string& path, int n) {
+  auto log = ReceiptLog::create(path, "session-1");
+  EXPECT_TRUE(log.has_value()) << log.error().message;
+  if (!log) return {};
+  for (int i = 0; i < n; ++i) {
+    auto r = log->append("step", Json{{"n", i}, {"note", fmt::format("receipt number {}", i)}});
+    EXPECT_TRUE(r.has_value()) << r.error().message;
+  }
+  return read_text(path);
+}
+
+// The refusal's facts.line, or 0 if verify_chain accepted the log or gave no line.
+uint64_t broken_line(const Result<ChainCheck>& r) {
+  if (r) return 0;
+  return r.error().facts.value("line", uint64_t{0});
+}
+
+// ---------------------------------------------------------------- a good chain
+
+TEST(ReceiptLog, AppendsFormAChainThatVerifies) {
+  TempDir dir;
+  const std::string path = dir.file("receipts.jsonl");
+  auto log = ReceiptLog::create(path, "session-1");
+  ASSERT_TRUE(log.has_value()) << log.error().message;
+  std::vector<Json> written;
+  for (int i = 0; i < 5; ++i) {
+    auto r = log->append(i == 0 ? "session_start" : "action", Json{{"n", i}});
+    ASSERT_TRUE(r.has_value()) << r.error().message;
+    written.push_back(*r);
+  }
+  EXPECT_EQ(log->count(), 5u);
+  EXPECT_EQ(log->path(), path);
+
+  const auto lines = lines_of(read_text(path));
+  ASSERT_EQ(lines.size(), 5u);
+  std::string prev(kGenesis);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    SCOPED_TRACE(i);
+    // append returns the receipt exactly as written, one canonical line each.
+    EXPECT_EQ(lines[i], canonical_json(written[i]));
+    Json j = Json::parse(lines[i]);
+    EXPECT_EQ(j.at("schema"), kReceiptSchema);
+    EXPECT_EQ(j.at("session"), "session-1");
+    EXPECT_EQ(j.at("seq"), i);
+    EXPECT_EQ(j.at("n"), i);
+    EXPECT_EQ(j.at("prev"), prev);
+    EXPECT_TRUE(j.at("ts").is_string());
+    prev = sha256_hex(lines[i]);
+  }
+
+  auto check = verify_chain(path);
+  ASSERT_TRUE(check.has_value()) << check.error().message;
+  EXPECT_EQ(check->receipts, 5u);
+  EXPECT_EQ(check->last_hash, sha256_hex(lines.back()));
+}
+
+TEST(ReceiptLog, FirstReceiptChainsFromGenesis) {
+  TempDir dir;
+  const std::string path = dir.file("receipts.jsonl");
+  write_log(path, 1);
+  const auto lines = lines_of(read_text(path));
+  ASSERT_EQ(lines.size(), 1u);
+  Json first = Json::parse(lines[0]);
+  EXPECT_EQ(first.at("prev"), kGenesis);
+  EXPECT_EQ(first.at("seq"), 0);
+  EXPECT_EQ(kGenesis, std::string(64, '0'));
+}
+
+TEST(ReceiptLog, EmptyLogVerifiesWithNoReceipts) {
+  TempDir dir;
+  const std::string path = dir.file("receipts.jsonl");
+  write_log(path, 0);
+  auto check = verify_chain(path);
+  ASSERT_TRUE(check.has_value()) << check.error().message;
+  EXPECT_EQ(check->receipts, 0u);
+  EXPECT_EQ(check->last_hash, kGenesis);
+}
+
+TEST(ReceiptLog, BodyCannotOverrideTheChainFields) {
+  TempDir dir;
+  const std::string path = dir.file("receipts.jsonl");
+  auto log = ReceiptLog::create(path, "session-1");
+  ASSERT_TRUE(log.has_value()) << log.error().message;
+  auto r = log->append("action", Json{{"prev", "forged"},
+                                      {"seq", 99},
+                                      {"session", "other"},
+                                      {"schema", "x"},
+                                      {"kind", "y"}});
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  EXPECT_EQ(r->at("prev"), kGenesis);
+  EXPECT_EQ(r->at("seq"), 0);
+  EXPECT_EQ(r->at("session"), "session-1");
+  EXPECT_EQ(r->at("schema"), kReceiptSchema);
+  EXPECT_EQ(r->at("kind"), "action");
+  EXPECT_TRUE(verify_chain(path).has_value());
+}
+
+TEST(ReceiptLog, NonObjectBodyIsRecordedAsAnEmptyBody) {
+  TempDir dir;
+  const std::string path = dir.file("receipts.jsonl");
+  auto log = ReceiptLog::create(path, "session-1");
+  ASSERT_TRUE(log.has_value()) << log.error().message;
+  auto r = log->append("action", Json::array({1, 2}));
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  EXPECT_TRUE(r->is_object());
+  EXPECT_EQ(r->at("kind"), "action");
+  EXPECT_TRUE(verify_chain(path).has_value());
+}
+
+// ---------------------------------------------------------------- tampering
+
+TEST(ReceiptChain, EditingABodyByteBreaksTheChainAtTheNextLine) {
+  TempDir dir;
+  const std::string path = dir.file("receipts.jsonl");
+  auto lines = lines_of(write_log(path, 4));
+  ASSERT_EQ(lines.size(), 4u);
+  const std::string original_hash = sha256_hex(lines[1]);
+  // Line 2 (1-based) says "receipt number 1"; make it say 7. It still parses as a receipt.
+  size_t at = lines[1].find("receipt number 1");
+  ASSERT_NE(at, std::string::npos);
+  lines[1][at + std::string("receipt number ").size()] = '7';
+  write_text(path, join_lines(lines));
+
+  auto r = verify_chain(path);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, Code::LedgerCorrupt);
+  EXPECT_EQ(broken_line(r), 3u) << r.error().message;
+  EXPECT_EQ(r.error().facts.at("expected_prev"), sha256_hex(lines[1]));
+  EXPECT_EQ(r.error().facts.at("found_prev"), original_hash);
+}
+
+TEST(ReceiptChain, EditingAnyByteOfAMiddleLineIsDetected) {
+  TempDir dir;
+  const std::string path = dir.file("receipts.jsonl");
+  const std::string text = write_log(path, 4);
+  const auto lines = lines_of(text);
+  ASSERT_EQ(lines.size(), 4u);
+  const Json original = Json::parse(lines[1]);
+
+  for (size_t i = 0; i < lines[1].size(); ++i) {
+    auto edited = lines;
+    // Flipping the low bit always changes the byte; canonical JSON holds no '\v', so the
+    // edit never makes a new line.
+    edited[1][i] = static_cast<char>(edited[1][i] ^ 0x01);
+    ASSERT_NE(edited[1][i], '\n');
+    write_text(path, join_lines(edited));
+
+    // If the edited line still reads as a receipt with its own prev and seq, only its hash
+    // changed, so the break shows at the NEXT line (3). Otherwise the line itself (2) is bad.
+    Json parsed = Json::parse(edited[1], nullptr, /*allow_exceptions=*/false);
+    bool still_same_link = parsed.is_object() && parsed.contains("prev") && parsed.contains("seq") &&
+                           parsed["prev"] == original["prev"] && parsed["seq"] == original["seq"];
+    const uint64_t expected_line = still_same_link ? 3 : 2;
+
+    auto r = verify_chain(path);
+    ASSERT_FALSE(r.has_value()) << "edit at byte " << i << " went unnoticed: " << edited[1];
+    EXPECT_EQ(r.error().code, Code::LedgerCorrupt) << "byte " << i;
+    EXPECT_EQ(broken_line(r), expected_line) << "byte " << i << ": " << r.error().message;
+  }
+}
+
+TEST(ReceiptChain, DeletingAMiddleLineIsDetected) {
+  TempDir dir;
+  const std::string path = dir.file("receipts.jsonl");
+  auto lines = lines_of(write_log(path, 4));
+  lines.erase(lines.begin() + 1);
+  write_text(path, join_lines(lines));
+  auto r = verify_chain(path);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, Code::LedgerCorrupt);
+  EXPECT_EQ(broken_line(r), 2u) << r.error().message;  // old line 3, whose prev named the deleted one
+}
+
+TEST(ReceiptChain, DeletingTheFirstLineIsDetected) {
+  TempDir dir;
+  const std::string path = dir.file("receipts.jsonl");
+  auto lines = lines_of(write_log(path, 3));
+  lines.erase(lines.begin());
+  write_text(path, join_lines(lines));
+  auto r = verify_chain(path);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, Code::LedgerCorrupt);
+  EXPECT_EQ(broken_line(r), 1u) << r.error().message;  // its prev is not the genesis hash
+  EXPECT_EQ(r.error().facts.at("expected_prev"), kGenesis);
+}
+
+TEST(ReceiptChain, ReorderingLinesIsDetected) {
+  TempDir dir;
+  const std::string path = dir.file("receipts.jsonl");
+  auto lines = lines_of(write_log(path, 4));
+  std::swap(lines[1], lines[2]);
+  write_text(path, join_lines(lines));
+  auto r = verify_chain(path);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, Code::LedgerCorrupt);
+  EXPECT_EQ(broken_line(r), 2u) << r.error().message;
+}
+
+TEST(ReceiptChain, DeletingTheLastLineShowsOnlyInTheCountAndLastHash) {
+  // A hash chain cannot see a clean cut at its tail: whoever holds the count or the last hash
+  // (the session, a later receipt elsewhere) must compare. verify_chain reports both for that.
+  TempDir dir;
+  const std::string path = dir.file("receipts.jsonl");
+  auto lines = lines_of(write_log(path, 4));
+  const std::string full_last_hash = sha256_hex(lines.back());
+  lines.pop_back();
+  write_text(path, join_lines(lines));
+  auto r = verify_chain(path);
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  EXPECT_EQ(r->receipts, 3u);
+  EXPECT_NE(r->last_hash, full_last_hash);
+}
+
+TEST(ReceiptChain, TornLastLineIsDetected) {
+  TempDir dir;
+  const std::string path = dir.file("receipts.jsonl");
+  std::string text = write_log(path, 3);
+  ASSERT_EQ(text.back(), '\n');
+
+  // The whole line is there but its newline is not: the write did not finish.
+  write_text(path, text.substr(0, text.size() - 1));
+  auto r = verify_chain(path);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, Code::LedgerCorrupt);
+  EXPECT_EQ(broken_line(r), 3u) << r.error().message;
+
+  // Half a line.
+  write_text(path, text.substr(0, text.size() - 40));
+  auto half = verify_chain(path);
+  ASSERT_FALSE(half.has_value());
+  EXPECT_EQ(half.error().code, Code::LedgerCorrupt);
+  EXPECT_EQ(broken_line(half), 3u) << half.error().message;
+}
+
+TEST(ReceiptChain, ALineThatIsNotAReceiptIsDetected) {
+  TempDir dir;
+  const std::string path = dir.file("receipts.jsonl");
+  auto lines = lines_of(write_log(path, 2));
+  lines.insert(lines.begin() + 1, "{\"hello\":\"world\"}");
+  write_text(path, join_lines(lines));
+  auto r = verify_chain(path);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, Code::LedgerCorrupt);
+  EXPECT_EQ(broken_line(r), 2u) << r.error().message;
+}
+
+// ---------------------------------------------------------------- creating the file
+
+TEST(ReceiptLogCreate, RefusesAnExistingFileAndLeavesItAlone) {
+  TempDir dir;
+  const std::string path = dir.file("receipts.jsonl");
+  const std::string other_session = write_log(path, 2);
+
+  auto again = ReceiptLog::create(path, "session-2");
+  ASSERT_FALSE(again.has_value());
+  EXPECT_EQ(again.error().code, Code::LedgerWriteFailed);
+  EXPECT_EQ(again.error().facts.at("errno_name"), "EEXIST");
+  EXPECT_EQ(read_text(path), other_session);
+  EXPECT_TRUE(verify_chain(path).has_value());
+}
+
+TEST(ReceiptLogCreate, RefusesAnEmptyExistingFile) {
+  TempDir dir;
+  const std::string path = dir.file("receipts.jsonl");
+  write_text(path, "");
+  auto log = ReceiptLog::create(path, "session-1");
+  ASSERT_FALSE(log.has_value());
+  EXPECT_EQ(log.error().code, Code::LedgerWriteFailed);
+}
+
+TEST(ReceiptLogCreate, RefusesASymlinkAndCreatesNothingThroughIt) {
+  TempDir dir;
+  const std::string path = dir.file("receipts.jsonl");
+  const std::string target = dir.file("elsewhere.jsonl");
+  ASSERT_EQ(::symlink(target.c_str(), path.c_str()), 0);
+  auto log = ReceiptLog::create(path, "session-1");
+  ASSERT_FALSE(log.has_value());
+  EXPECT_EQ(log.error().code, Code::LedgerWriteFailed);
+  EXPECT_FALSE(fs::exists(fs::symlink_status(target)));
+}
+
+TEST(ReceiptLogCreate, RefusesAMissingDirectory) {
+  TempDir dir;
+  auto log = ReceiptLog::create(dir.file("no/such/dir/receipts.jsonl"), "session-1");
+  ASSERT_FALSE(log.has_value());
+  EXPECT_EQ(log.error().code, Code::LedgerWriteFailed);
+}
+
+TEST(ReceiptLogCreate, FileIsReadableAndWritableByItsOwnerOnly) {
+  TempDir dir;
+  const std::string path = dir.file("receipts.jsonl");
+  auto log = ReceiptLog::create(path, "session-1");
+  ASSERT_TRUE(log.has_value()) << log.error().message;
+  ASSERT_TRUE(log->append("action", Json::object()).has_value());
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(st.st_mode & 07777, 0600u) << std::oct << (st.st_mode & 07777);
+}
+
+TEST(ReceiptTime, IsRfc3339UtcWithMicroseconds) {
+  const std::string ts = now_rfc3339();
+  ASSERT_EQ(ts.size(), std::string("2026-01-02T03:04:05.123456Z").size()) << ts;
+  EXPECT_EQ(ts[4], '-');
+  EXPECT_EQ(ts[10], 'T');
+  EXPECT_EQ(ts[19], '.');
+  EXPECT_EQ(ts.back(), 'Z');
+}
+
+}  // namespace
+}  // namespace airlock::ledger
