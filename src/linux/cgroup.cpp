@@ -8,69 +8,31 @@
 
 #include <cerrno>
 #include <chrono>
-#include <sstream>
 #include <thread>
 
 #include "base/fs.h"
+#include "linux/probe.h"
 
 namespace airlock::linux {
-namespace {
-
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::string cur;
-  std::istringstream in(s);
-  while (std::getline(in, cur, sep)) out.push_back(cur);
-  return out;
-}
-
-// The mount point of the hierarchy: cgroup2, or the v1 hierarchy with `controller` in its options.
-std::optional<std::string> mount_point(std::string_view controller) {
-  auto text = read_file("/proc/self/mountinfo");
-  if (!text) return std::nullopt;
-  for (const auto& line : split(*text, '\n')) {
-    auto dash = line.find(" - ");
-    if (dash == std::string::npos) continue;
-    auto left = split(line.substr(0, dash), ' ');
-    auto right = split(line.substr(dash + 3), ' ');
-    if (left.size() < 5 || right.size() < 3) continue;
-    if (controller.empty()) {
-      if (right[0] == "cgroup2") return left[4];
-    } else if (right[0] == "cgroup") {
-      for (const auto& opt : split(right[2], ','))
-        if (opt == controller) return left[4];
-    }
-  }
-  return std::nullopt;
-}
-
-}  // namespace
-
 std::optional<std::string> own_cgroup_dir(std::string_view controller) {
-  auto mnt = mount_point(controller);
-  if (!mnt) return std::nullopt;
-  auto text = read_file("/proc/self/cgroup");
-  if (!text) return std::nullopt;
-  for (const auto& line : split(*text, '\n')) {
-    auto parts = split(line, ':');
-    if (parts.size() < 3) continue;
-    bool match = false;
-    if (controller.empty()) {
-      match = parts[0] == "0" && parts[1].empty();
-    } else {
-      for (const auto& c : split(parts[1], ','))
-        if (c == controller) match = true;
-    }
-    if (match) return *mnt + (parts[2] == "/" ? "" : parts[2]);
-  }
-  return std::nullopt;
+  auto mountinfo = read_file("/proc/self/mountinfo");
+  auto cgroups = read_file("/proc/self/cgroup");
+  if (!mountinfo || !cgroups) return std::nullopt;
+  auto mounts = parse_mountinfo(*mountinfo);
+  auto entries = parse_proc_cgroup(*cgroups);
+  return controller.empty() ? cgroup_v2_dir(mounts, entries) : cgroup_v1_dir(controller, mounts, entries);
 }
 
 Result<std::vector<int>> CgroupDir::procs() const {
   auto text = TRY(read_file(path_ + "/cgroup.procs"));
   std::vector<int> out;
-  for (const auto& l : split(text, '\n'))
-    if (!l.empty()) out.push_back(std::stoi(l));
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string::npos) nl = text.size();
+    if (nl > pos) out.push_back(std::stoi(text.substr(pos, nl - pos)));
+    pos = nl + 1;
+  }
   return out;
 }
 

@@ -12,6 +12,8 @@
 namespace airlock {
 namespace {
 
+using Json = nlohmann::json;
+
 // DESIGN.md, "Refusal codes", in the order listed there. Codes are stable API: a name listed
 // here may never disappear from the table or change its place.
 const std::vector<std::string> kDesignCodes = {
