@@ -65,7 +65,15 @@ std::optional<Error> Error::from_json(const nlohmann::json& j) {
   if (!j.is_object() || !j.contains("code") || !j["code"].is_string()) return std::nullopt;
   auto c = code_from_name(j["code"].get<std::string>());
   if (!c) return std::nullopt;
-  Error e{*c, j.value("message", ""), j.value("facts", nlohmann::json::object())};
+  Error e{*c, "", nlohmann::json::object()};
+  if (auto m = j.find("message"); m != j.end()) {
+    if (!m->is_string()) return std::nullopt;
+    e.message = m->get<std::string>();
+  }
+  if (auto f = j.find("facts"); f != j.end()) {
+    if (!f->is_object()) return std::nullopt;
+    e.facts = *f;
+  }
   return e;
 }
 

@@ -31,6 +31,8 @@ Result<ReceiptLog> ReceiptLog::create(const std::string& path, std::string sessi
 }
 
 Result<Json> ReceiptLog::append(std::string_view kind, Json body) {
+  if (broken_)
+    return fail(Code::LedgerWriteFailed, fmt::format("{} failed an earlier write; it takes no more receipts", path_));
   Json r = body.is_object() ? std::move(body) : Json::object();
   r["schema"] = kReceiptSchema;
   r["session"] = session_;
@@ -45,8 +47,10 @@ Result<Json> ReceiptLog::append(std::string_view kind, Json body) {
   do {
     n = ::write(fd_.get(), line.data(), line.size());
   } while (n < 0 && errno == EINTR);
-  if (n != static_cast<ssize_t>(line.size()))
+  if (n != static_cast<ssize_t>(line.size())) {
+    broken_ = true;
     return fail_errno(Code::LedgerWriteFailed, "cannot append to " + path_, n < 0 ? errno : EIO);
+  }
   prev_ = std::move(hash);
   ++seq_;
   return r;

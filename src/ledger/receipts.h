@@ -34,6 +34,7 @@ class ReceiptLog {
   std::string session_;
   UniqueFd fd_;
   uint64_t seq_ = 0;
+  bool broken_ = false;  // a failed write may have left a torn line: no more appends
   std::string prev_ = std::string(kGenesis);
 };
 

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include <fmt/ranges.h>
+
 namespace airlock::plan {
 
 using policy::ExecutorKind;
@@ -261,9 +263,11 @@ Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& p, const HostFact
                   fmt::format("Landlock ABI {} measured, the landlock tier needs at least ABI 3",
                               f.landlock_abi),
                   {{"landlock_abi", f.landlock_abi}, {"floor", 3}});
+    std::vector<std::string> why;
+    for (const auto& c : plan.considered) why.push_back(fmt::format("{}: {}", policy::to_string(c.executor), c.reason));
     return fail(Code::ExecutorUnavailable,
                 fmt::format("no executor the policy allows can run here ({})",
-                            plan.considered.empty() ? "none tried" : plan.considered.back().reason),
+                            why.empty() ? "none tried" : fmt::format("{}", fmt::join(why, "; "))),
                 {{"considered", considered}, {"required_level", need.level}});
   }
 
@@ -277,15 +281,20 @@ Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& p, const HostFact
   if (plan.executor == ExecutorKind::Host) {
     plan.relaxations.push_back("executor: host");
     plan.network = true;
-    plan.limits = limits_plan(p, ProcessLimitMechanism::RlimitNproc);
+    auto mechanism = process_mechanism(f);
+    if (!mechanism) plan.relaxations.push_back("processes: not limited for uid 0");
+    plan.limits = limits_plan(p, mechanism.value_or(ProcessLimitMechanism::RlimitNproc));
   } else if (plan.executor == ExecutorKind::Landlock) {
     plan.landlock = landlock_plan(p, f);
     plan.seccomp = seccomp_plan(p);
     plan.limits = limits_plan(p, *process_mechanism(f));
     plan.network = false;
   }
-  for (const auto& r : p.egress)
-    if (r.allow_private) plan.relaxations.push_back("egress: allow_private");
+  auto any_private = [](const std::vector<policy::EgressRule>& rules) {
+    return std::any_of(rules.begin(), rules.end(), [](const auto& r) { return r.allow_private; });
+  };
+  if (any_private(p.egress)) plan.relaxations.push_back("egress: allow_private");
+  if (any_private(p.code_network.rules)) plan.relaxations.push_back("code_network: allow_private");
   return plan;
 }
 

@@ -9,7 +9,7 @@
 // formatting and key order do not matter.
 //
 // To regenerate the expected files after an intended change to the planner, run
-//   AIRLOCK_UPDATE_GOLDEN=1 ./build/tests/unit_tests --gtest_filter='PlanGolden*'
+//   AIRLOCK_UPDATE_GOLDEN=1 ./build/tests/unit_tests --gtest_filter='*PlanGolden.*'
 // The golden tests then rewrite tests/unit/golden/plan/expected/*.json (in the source tree) instead
 // of comparing, and report themselves skipped. Review the diff before committing it.
 //
@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <ostream>
 #include <set>
 #include <string>
 #include <vector>
@@ -69,6 +70,11 @@ struct GoldenCase {
   const char* host;    // hosts/<host>.json, or "nothing" / "everything"
   Profile profile;
 };
+
+// So a failing case is reported by name rather than as bytes.
+void PrintTo(const GoldenCase& c, std::ostream* os) {
+  *os << c.name << " (policies/" << c.policy << ", host " << c.host << ", " << to_string(c.profile) << ")";
+}
 
 constexpr Profile kProd = Profile::Production;
 constexpr Profile kDev = Profile::Development;
