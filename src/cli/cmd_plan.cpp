@@ -32,7 +32,7 @@ void add_plan(CLI::App& app, Globals& g, Action& run) {
         if (!f) return refuse(f.error(), g.json);
         facts = *f;
       } else {
-        facts = linux::probe_host();
+        facts = linux::probe_host(plan::fact_needs(*p));
       }
       auto planned = plan::plan_execution(*p, facts, *profile);
       if (!planned) return refuse(planned.error(), g.json);

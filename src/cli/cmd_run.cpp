@@ -45,7 +45,7 @@ int run_verb(Globals& g, RunOptions& o) {
   if (!state) return refuse(state.error(), g.json);
   auto pol = load_policy(o.defaults, o.policy_file);
   if (!pol) return refuse(pol.error(), g.json);
-  plan::HostFacts facts = linux::probe_host();
+  plan::HostFacts facts = linux::probe_host(plan::fact_needs(*pol));
 
   // SIGINT/SIGTERM/SIGHUP stop the command (and everything it started); a thread waits for them.
   sigset_t mask;

@@ -664,22 +664,33 @@ std::optional<std::string> cgroup_v1_dir(std::string_view controller,
   return say(fmt::format("our cgroup {} is outside every mount of this hierarchy", entry->path));
 }
 
-HostFacts probe_host() {
+HostFacts probe_host() { return probe_host(plan::FactNeeds::all()); }
+
+HostFacts probe_host(const plan::FactNeeds& scope) {
   HostFacts f;
   probe_identity(f);
-  // The three probe children run at once while the parent measures what needs no child, so
+  // The probe children run at once while the parent measures what needs no child, so
   // the wall time is about the slowest child rather than the sum of all.
   PendingChild seccomp, userns;
   OverlayProbe overlay;
   start_seccomp_probe(seccomp);
-  start_user_namespaces_probe(userns);
-  overlay.start();
+  if (scope.user_namespaces) start_user_namespaces_probe(userns);
+  if (scope.overlayfs) overlay.start();
   probe_landlock(f);
-  probe_cgroups(f);
-  probe_kvm(f);
+  constexpr const char* kNotMeasured = "not measured: no executor this policy may use needs it";
+  if (scope.cgroups) {
+    probe_cgroups(f);
+  } else {
+    f.reasons["cgroup_v2_controllers"] = kNotMeasured;
+    f.reasons["cgroup_v1_writable"] = kNotMeasured;
+  }
+  if (scope.kvm) probe_kvm(f);
+  else f.reasons["kvm_usable"] = kNotMeasured;
   finish_seccomp_probe(f, seccomp);
-  finish_user_namespaces_probe(f, userns);
-  overlay.finish(f);  // after user_namespaces: its reason refers to that fact
+  if (scope.user_namespaces) finish_user_namespaces_probe(f, userns);
+  else f.reasons["user_namespaces"] = kNotMeasured;
+  if (scope.overlayfs) overlay.finish(f);  // after user_namespaces: its reason refers to that fact
+  else f.reasons["overlayfs_in_userns"] = kNotMeasured;
   return f;
 }
 

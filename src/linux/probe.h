@@ -23,6 +23,11 @@ namespace airlock::linux {
 // killed after 2 s at worst). Call once per process and pass the value on.
 plan::HostFacts probe_host();
 
+// The same probe limited to the facts `scope` asks for (identity, Landlock and seccomp are
+// always measured: they are cheap and every confining tier needs them). A fact left out stays
+// false with the reason "not measured: ...", so a receipt never shows a guess as a measurement.
+plan::HostFacts probe_host(const plan::FactNeeds& scope);
+
 // Name prefix of everything the probe creates and removes again (temp dirs, probe cgroups).
 inline constexpr std::string_view kProbeTempPrefix = "airlock-probe-";
 

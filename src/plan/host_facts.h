@@ -31,6 +31,15 @@ struct HostFacts {
   bool has_cgroup_controller(std::string_view name) const;
 };
 
+// Which of the costlier facts a probe should measure (see linux::probe_host(FactNeeds)).
+struct FactNeeds {
+  bool user_namespaces = false;
+  bool overlayfs = false;
+  bool cgroups = false;
+  bool kvm = false;
+  static FactNeeds all() { return {true, true, true, true}; }
+};
+
 Json to_json(const HostFacts& f);
 // Strict: used by golden tests and by `--facts FILE` to plan for another host.
 Result<HostFacts> host_facts_from_json(const Json& j);

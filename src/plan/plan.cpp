@@ -298,6 +298,31 @@ Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& p, const HostFact
   return plan;
 }
 
+FactNeeds fact_needs(const policy::TaskPolicy& p) {
+  std::vector<ExecutorKind> order =
+      p.executor == ExecutorKind::Auto ? need_of(p).auto_order : std::vector<ExecutorKind>{p.executor};
+  FactNeeds n;
+  for (ExecutorKind e : order) {
+    if (!built(e)) continue;  // assess() refuses it before reading any fact
+    switch (e) {
+      case ExecutorKind::Landlock:
+      case ExecutorKind::Host:
+        n.cgroups = true;  // the pids cgroup that limits processes for root
+        break;
+      case ExecutorKind::Namespaces:
+      case ExecutorKind::Container:
+        n.user_namespaces = n.overlayfs = n.cgroups = true;
+        break;
+      case ExecutorKind::Microvm:
+        n.kvm = n.cgroups = true;
+        break;
+      case ExecutorKind::Auto:
+        break;
+    }
+  }
+  return n;
+}
+
 Json to_json(const ExecutionPlan& p) {
   Json j;
   j["profile"] = to_string(p.profile);

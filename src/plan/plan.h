@@ -100,6 +100,10 @@ Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& policy, const Hos
 
 Json to_json(const ExecutionPlan& p);
 
+// The facts plan_execution can look at for this policy: those of the executors it may try
+// (auto's order, or the one named), limited to executors this build can apply. Pure.
+FactNeeds fact_needs(const policy::TaskPolicy& policy);
+
 // Whether `executor` could run on `facts` at all, and if not why (used by doctor and plan).
 Candidate assess(policy::ExecutorKind executor, const HostFacts& facts, Profile profile);
 
