@@ -6,6 +6,7 @@
 
 #include "base/fs.h"
 #include "base/hash.h"
+#include "linux/cgroup.h"
 
 namespace airlock::broker {
 
@@ -34,6 +35,8 @@ Result<std::unique_ptr<Session>> Session::open(const policy::TaskPolicy& pol, co
                                                const SessionOptions& opts) {
   std::string id = random_id();
   TRY(make_dirs(receipts_dir(opts.state_dir)));
+  // What an airlock killed with SIGKILL left behind: its view, its cgroups.
+  linux::release_abandoned_cgroups(exec::sweep_abandoned_sessions(opts.state_dir));
   std::optional<std::string> workspace = opts.workspace ? opts.workspace : pol.workspace;
   if (workspace) workspace = absolute_path(*workspace);
   Json base = {{"policy_digest", policy::digest(pol)},

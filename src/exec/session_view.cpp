@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <filesystem>
 #include <functional>
+#include <sstream>
 
 #include "base/fs.h"
 #include "base/hash.h"
@@ -76,6 +77,24 @@ std::string refusal_reason(const struct stat& st) {
 
 }  // namespace
 
+namespace {
+
+// "<pid> <start time in clock ticks since boot>": a pid alone may be reused.
+std::string process_identity(pid_t pid) {
+  auto stat = read_file(fmt::format("/proc/{}/stat", pid));
+  if (!stat) return "";
+  // Field 22 (starttime) counts from after the ")" that ends the command name.
+  auto close = stat->rfind(')');
+  if (close == std::string::npos) return "";
+  std::istringstream in(stat->substr(close + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && in >> field; ++i) {
+  }
+  return fmt::format("{} {}", pid, field);
+}
+
+}  // namespace
+
 Result<SessionDirs> make_session_dirs(const std::string& state_dir, const std::string& id) {
   SessionDirs d{state_dir + "/sessions/" + id, "", ""};
   d.view = d.root + "/view";
@@ -84,10 +103,26 @@ Result<SessionDirs> make_session_dirs(const std::string& state_dir, const std::s
   if (::mkdir(d.root.c_str(), 0700) < 0) return fail_errno(Code::ConfigError, "mkdir " + d.root, errno);
   if (::mkdir(d.view.c_str(), 0700) < 0) return fail_errno(Code::ConfigError, "mkdir " + d.view, errno);
   if (::mkdir(d.scratch.c_str(), 0700) < 0) return fail_errno(Code::ConfigError, "mkdir " + d.scratch, errno);
+  TRY(write_file_atomic(d.root + "/owner", process_identity(::getpid()), 0600));
   return d;
 }
 
 Result<void> remove_session_dirs(const SessionDirs& d) { return remove_tree(d.root); }
+
+std::vector<std::string> sweep_abandoned_sessions(const std::string& state_dir) {
+  std::vector<std::string> swept;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(state_dir + "/sessions", ec)) {
+    std::string id = e.path().filename().string();
+    auto owner = read_file(e.path().string() + "/owner");
+    if (!owner) continue;  // being made right now, or not ours to judge
+    pid_t pid = 0;
+    if (std::sscanf(owner->c_str(), "%d", &pid) != 1 || pid <= 0) continue;
+    if (process_identity(pid) == *owner) continue;  // its owner still runs
+    if (remove_tree(e.path().string())) swept.push_back(id);
+  }
+  return swept;
+}
 
 Result<ViewCopy> create_view(const std::string& workspace, const std::string& view,
                              const std::vector<std::string>& paths,

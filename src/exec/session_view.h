@@ -18,8 +18,14 @@ struct SessionDirs {
   std::string scratch;  // root/tmp: TMPDIR, never written back
 };
 
+// Makes the directories and records the owning process (pid and start time) in root/owner.
 Result<SessionDirs> make_session_dirs(const std::string& state_dir, const std::string& session_id);
 Result<void> remove_session_dirs(const SessionDirs& dirs);
+
+// Removes the directories of sessions whose owning process is gone (an airlock that was
+// SIGKILLed leaves its view behind) and returns their ids, so the caller can release what
+// else they held (their cgroups). Never touches a session whose owner is alive.
+std::vector<std::string> sweep_abandoned_sessions(const std::string& state_dir);
 
 // What the view held right after it was made: how write-back tells a change from none.
 struct ViewEntry {

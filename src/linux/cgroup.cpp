@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
 #include "base/fs.h"
@@ -21,6 +22,22 @@ std::optional<std::string> own_cgroup_dir(std::string_view controller) {
   auto mounts = parse_mountinfo(*mountinfo);
   auto entries = parse_proc_cgroup(*cgroups);
   return controller.empty() ? cgroup_v2_dir(mounts, entries) : cgroup_v1_dir(controller, mounts, entries);
+}
+
+size_t release_abandoned_cgroups(const std::vector<std::string>& session_ids) {
+  size_t removed = 0;
+  if (session_ids.empty()) return 0;
+  for (std::string_view controller : {std::string_view("pids"), std::string_view("")}) {
+    auto base = own_cgroup_dir(controller);
+    if (!base) continue;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(*base, ec)) {
+      std::string name = e.path().filename().string();
+      for (const auto& id : session_ids)
+        if (name.rfind("airlock-" + id + "-", 0) == 0 && CgroupDir(e.path().string()).release()) ++removed;
+    }
+  }
+  return removed;
 }
 
 Result<std::vector<int>> CgroupDir::procs() const {

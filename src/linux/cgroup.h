@@ -39,6 +39,10 @@ class CgroupDir {
   std::string path_;
 };
 
+// Kills and removes the cgroups of abandoned sessions ("airlock-<id>-<n>" below our own, in
+// the pids v1 hierarchy and in cgroup2). Returns how many it removed.
+size_t release_abandoned_cgroups(const std::vector<std::string>& session_ids);
+
 struct PreparedCgroup {
   CgroupDir dir;
   UniqueFd procs;  // cgroup.procs opened for writing: the child writes "0" to join

@@ -321,6 +321,36 @@ TEST_P(LandlockRun, SessionViewIsRemovedAfterTheRun) {
   EXPECT_EQ(left, 0u);
 }
 
+TEST_P(LandlockRun, AbandonedSessionIsSweptByTheNextRun) {
+  g_started = 0;
+  std::thread killer([] {
+    for (int i = 0; i < 100 && g_started == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    if (g_started > 0) ::kill(g_started, SIGKILL);  // airlock itself dies without cleaning up
+  });
+  auto killed = fx_->run({"run", "-q", "--policy", policy_, "--workspace", fx_->workspace(), "--", "/bin/sh", "-c",
+                          "echo $$; exec sleep 30"},
+                         {}, 60, [](pid_t p) { g_started = p; });
+  killer.join();
+  ASSERT_EQ(killed.status, 128 + SIGKILL);
+  std::error_code ec;
+  auto sessions = [&] {
+    size_t n = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(fx_->state_dir() + "/sessions", ec)) ++n;
+    return n;
+  };
+  EXPECT_EQ(sessions(), 1u) << "the killed run left its view behind";
+  auto next = run_sh("true");
+  ASSERT_EQ(next.status, 0) << next.err;
+  EXPECT_EQ(sessions(), 0u) << "the next run sweeps the abandoned view";
+  ASSERT_FALSE(killed.out.empty());
+  pid_t command = std::stoi(killed.out);
+  // Dead means gone or a zombie: its new parent (pid 1 here) reaps it when it will.
+  std::string stat = read_text("/proc/" + std::to_string(command) + "/stat");
+  bool alive = !stat.empty() && stat.substr(stat.rfind(')') + 2, 1) != "Z";
+  EXPECT_FALSE(alive) << "the abandoned command " << command << " still runs: " << stat;
+}
+
 INSTANTIATE_TEST_SUITE_P(AsEachUser, LandlockRun, ::testing::Values(Identity::Self, Identity::Nobody),
                          [](const auto& info) { return to_string(info.param); });
 

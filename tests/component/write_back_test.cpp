@@ -1,1 +1,559 @@
-// placeholder
+// Session view and write-back on real directories: what crosses, what is refused, what is never followed.
+#include "exec/session_view.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "base/fs.h"
+
+namespace airlock::exec {
+namespace {
+
+// A fresh directory under /tmp, removed with everything in it when the test ends, pass or fail.
+class TempDir {
+ public:
+  TempDir() {
+    std::string templ = "/tmp/airlock-test-wb-XXXXXX";
+    if (::mkdtemp(templ.data()) == nullptr) {
+      ADD_FAILURE() << "mkdtemp: " << std::strerror(errno);
+      return;
+    }
+    path_ = templ;
+  }
+  ~TempDir() {
+    if (path_.empty()) return;
+    if (auto r = remove_tree(path_); !r) ADD_FAILURE() << "cleanup: " << r.error().message;
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& rel) const { return path_ + "/" + rel; }
+
+ private:
+  std::string path_;
+};
+
+// Creates (or truncates) `path` with `content`, then sets exactly `mode`.
+void put(const std::string& path, const std::string& content, mode_t mode = 0644) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0) << path << ": " << std::strerror(errno);
+  ASSERT_EQ(::write(fd, content.data(), content.size()), static_cast<ssize_t>(content.size())) << path;
+  ASSERT_EQ(::fchmod(fd, mode), 0) << path;
+  ::close(fd);
+}
+
+void mkdir_p(const std::string& path) {
+  auto r = make_dirs(path);
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+}
+
+std::string content_of(const std::string& path) {
+  auto r = read_file(path);
+  return r ? *r : "<unreadable: " + r.error().message + ">";
+}
+
+bool exists(const std::string& path) {
+  struct stat st{};
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
+struct stat lstat_of(const std::string& path) {
+  struct stat st{};
+  if (::lstat(path.c_str(), &st) < 0) ADD_FAILURE() << "lstat " << path << ": " << std::strerror(errno);
+  return st;
+}
+
+// Every name below `dir`, relative to it, symlinks not followed.
+std::vector<std::string> tree(const std::string& dir, const std::string& rel = "") {
+  std::vector<std::string> out;
+  std::string abs = rel.empty() ? dir : dir + "/" + rel;
+  DIR* d = ::opendir(abs.c_str());
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    std::string n = e->d_name;
+    if (n == "." || n == "..") continue;
+    std::string child = rel.empty() ? n : rel + "/" + n;
+    out.push_back(child);
+    struct stat st{};
+    if (::lstat((dir + "/" + child).c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      auto below = tree(dir, child);
+      out.insert(out.end(), below.begin(), below.end());
+    }
+  }
+  ::closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+using Strings = std::vector<std::string>;
+
+// A workspace, a session view, and a directory outside both that nothing may reach.
+class WriteBack : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(ws_.path().empty());
+    ASSERT_FALSE(session_.path().empty());
+    ASSERT_FALSE(outside_.path().empty());
+    ASSERT_EQ(::mkdir(view_.c_str(), 0700), 0) << std::strerror(errno);
+  }
+
+  ViewCopy make_view(const Strings& paths, const Strings& write_back_paths) {
+    auto r = create_view(ws_.path(), view_, paths, write_back_paths);
+    if (!r) {
+      ADD_FAILURE() << "create_view: " << r.error().message;
+      return {};
+    }
+    return *r;
+  }
+
+  WriteBackReport back(const ViewManifest& manifest, const Strings& write_back_paths) {
+    auto r = write_back(view_, ws_.path(), manifest, write_back_paths);
+    if (!r) {
+      ADD_FAILURE() << "write_back: " << r.error().message;
+      return {};
+    }
+    return *r;
+  }
+
+  // The usual layout: out/ is written back, src/ is only readable.
+  ViewCopy standard_view() {
+    mkdir_p(ws_ / "out");
+    mkdir_p(ws_ / "src");
+    put(ws_ / "src/main.c", "int main;\n");
+    return make_view({"src", "out"}, {"out"});
+  }
+
+  std::string view(const std::string& rel) const { return view_ + "/" + rel; }
+
+  TempDir ws_, session_, outside_;
+  std::string view_ = session_ / "view";
+};
+
+// `report.refused` is exactly {rel, reason}, and the workspace has nothing at `rel`.
+void expect_refused_alone(const WriteBackReport& rep, const std::string& ws, const std::string& rel,
+                          const std::string& reason) {
+  ASSERT_EQ(rep.refused.size(), 1u) << rep.to_json().dump();
+  EXPECT_EQ(rep.refused[0].path, rel);
+  EXPECT_EQ(rep.refused[0].reason, reason);
+  EXPECT_FALSE(exists(ws + "/" + rel)) << rel << " reached the workspace";
+  EXPECT_TRUE(std::find(rep.written.begin(), rep.written.end(), rel) == rep.written.end());
+}
+
+// --- What crosses -------------------------------------------------------------------------------
+
+TEST_F(WriteBack, NewAndModifiedFilesCrossWithContentAndMode) {
+  mkdir_p(ws_ / "out");
+  put(ws_ / "out/mod.txt", "old\n", 0644);
+  auto copy = make_view({"out"}, {"out"});
+
+  put(view("out/new.sh"), "#!/bin/sh\necho new\n", 0750);
+  put(view("out/mod.txt"), "modified, and longer\n", 0600);
+  auto rep = back(copy.manifest, {"out"});
+
+  EXPECT_EQ(rep.written, (Strings{"out/mod.txt", "out/new.sh"}));
+  EXPECT_TRUE(rep.refused.empty()) << rep.to_json().dump();
+  EXPECT_EQ(content_of(ws_ / "out/new.sh"), "#!/bin/sh\necho new\n");
+  EXPECT_EQ(content_of(ws_ / "out/mod.txt"), "modified, and longer\n");
+  EXPECT_EQ(lstat_of(ws_ / "out/new.sh").st_mode & 07777, 0750u);
+  EXPECT_EQ(lstat_of(ws_ / "out/mod.txt").st_mode & 07777, 0600u);
+}
+
+TEST_F(WriteBack, AModeOnlyChangeCrosses) {
+  mkdir_p(ws_ / "out");
+  put(ws_ / "out/run.sh", "echo\n", 0644);
+  auto copy = make_view({"out"}, {"out"});
+  ASSERT_EQ(::chmod(view("out/run.sh").c_str(), 0755), 0);
+  auto rep = back(copy.manifest, {"out"});
+  EXPECT_EQ(rep.written, (Strings{"out/run.sh"}));
+  EXPECT_EQ(lstat_of(ws_ / "out/run.sh").st_mode & 07777, 0755u);
+}
+
+TEST_F(WriteBack, AnUnchangedFileIsNotRewritten) {
+  mkdir_p(ws_ / "out");
+  put(ws_ / "out/same.txt", "same\n");
+  ino_t before = lstat_of(ws_ / "out/same.txt").st_ino;
+  auto copy = make_view({"out"}, {"out"});
+  put(view("out/other.txt"), "other\n");  // something does change in the same run
+
+  auto rep = back(copy.manifest, {"out"});
+  EXPECT_EQ(rep.written, (Strings{"out/other.txt"}));
+  EXPECT_EQ(lstat_of(ws_ / "out/same.txt").st_ino, before);
+  EXPECT_EQ(content_of(ws_ / "out/same.txt"), "same\n");
+}
+
+TEST_F(WriteBack, AChangedFileOutsideTheWriteBackPathsStaysAsItWas) {
+  auto copy = standard_view();
+  ino_t before = lstat_of(ws_ / "src/main.c").st_ino;
+  ASSERT_TRUE(exists(view("src/main.c"))) << "readable paths are in the view";
+  put(view("src/main.c"), "int main() { return 1; }\n");
+  put(view("src/added.c"), "added\n");
+  put(view("out/result.txt"), "42\n");
+
+  auto rep = back(copy.manifest, {"out"});
+  EXPECT_EQ(rep.written, (Strings{"out/result.txt"}));
+  EXPECT_EQ(content_of(ws_ / "src/main.c"), "int main;\n");
+  EXPECT_EQ(lstat_of(ws_ / "src/main.c").st_ino, before);
+  EXPECT_FALSE(exists(ws_ / "src/added.c"));
+}
+
+TEST_F(WriteBack, NewDirectoriesAreCreatedParentsFirst) {
+  auto copy = standard_view();
+  mkdir_p(view("out/a/b"));
+  put(view("out/a/b/deep.txt"), "deep\n");
+  auto rep = back(copy.manifest, {"out"});
+  EXPECT_EQ(rep.created_dirs, (Strings{"out/a", "out/a/b"}));
+  EXPECT_EQ(rep.written, (Strings{"out/a/b/deep.txt"}));
+  EXPECT_EQ(content_of(ws_ / "out/a/b/deep.txt"), "deep\n");
+}
+
+// --- Deletions ----------------------------------------------------------------------------------
+
+TEST_F(WriteBack, AFileDeletedInTheViewIsDeletedInTheWorkspace) {
+  mkdir_p(ws_ / "out/olddir");
+  put(ws_ / "out/gone.txt", "bye\n");
+  put(ws_ / "out/olddir/f", "f\n");
+  put(ws_ / "out/kept.txt", "kept\n");
+  auto copy = make_view({"out"}, {"out"});
+  ASSERT_EQ(::unlink(view("out/gone.txt").c_str()), 0);
+  ASSERT_EQ(::unlink(view("out/olddir/f").c_str()), 0);
+  ASSERT_EQ(::rmdir(view("out/olddir").c_str()), 0);
+
+  auto rep = back(copy.manifest, {"out"});
+  EXPECT_EQ(rep.deleted, (Strings{"out/olddir/f", "out/olddir", "out/gone.txt"}));
+  EXPECT_FALSE(exists(ws_ / "out/gone.txt"));
+  EXPECT_FALSE(exists(ws_ / "out/olddir"));
+  EXPECT_EQ(content_of(ws_ / "out/kept.txt"), "kept\n");
+}
+
+TEST_F(WriteBack, AFileCreatedThenDeletedLeavesNothing) {
+  auto copy = standard_view();
+  put(view("out/ephemeral.txt"), "brief\n");
+  ASSERT_EQ(::unlink(view("out/ephemeral.txt").c_str()), 0);
+  auto rep = back(copy.manifest, {"out"});
+  EXPECT_TRUE(rep.written.empty()) << rep.to_json().dump();
+  EXPECT_TRUE(rep.deleted.empty()) << rep.to_json().dump();
+  EXPECT_TRUE(rep.refused.empty()) << rep.to_json().dump();
+  EXPECT_EQ(tree(ws_ / "out"), Strings{});
+}
+
+TEST_F(WriteBack, ADeletionOutsideTheWriteBackPathsIsNotApplied) {
+  auto copy = standard_view();
+  ASSERT_EQ(::unlink(view("src/main.c").c_str()), 0);
+  auto rep = back(copy.manifest, {"out"});
+  EXPECT_TRUE(rep.deleted.empty()) << rep.to_json().dump();
+  EXPECT_EQ(content_of(ws_ / "src/main.c"), "int main;\n");
+}
+
+// --- Refused by name, written nowhere; legitimate files in the same run still cross -------------
+
+TEST_F(WriteBack, RefusesASymlinkToAFileOutside) {
+  auto copy = standard_view();
+  ASSERT_EQ(::symlink("/etc/passwd", view("out/passwd").c_str()), 0);
+  put(view("out/ok.txt"), "ok\n");
+  auto rep = back(copy.manifest, {"out"});
+  expect_refused_alone(rep, ws_.path(), "out/passwd", "symlink");
+  EXPECT_EQ(rep.written, (Strings{"out/ok.txt"}));
+  EXPECT_EQ(content_of(ws_ / "out/ok.txt"), "ok\n");
+}
+
+TEST_F(WriteBack, RefusesASymlinkToAFileInside) {
+  auto copy = standard_view();
+  put(view("out/real.txt"), "real\n");
+  ASSERT_EQ(::symlink("real.txt", view("out/alias").c_str()), 0);
+  auto rep = back(copy.manifest, {"out"});
+  expect_refused_alone(rep, ws_.path(), "out/alias", "symlink");
+  EXPECT_EQ(rep.written, (Strings{"out/real.txt"}));
+  EXPECT_EQ(content_of(ws_ / "out/real.txt"), "real\n");
+}
+
+TEST_F(WriteBack, RefusesASymlinkToADirectoryAndDoesNotDescend) {
+  auto copy = standard_view();
+  put(outside_ / "secret", "secret\n");
+  ASSERT_EQ(::symlink(outside_.path().c_str(), view("out/dirlink").c_str()), 0);
+  put(view("out/ok.txt"), "ok\n");
+  auto rep = back(copy.manifest, {"out"});
+  expect_refused_alone(rep, ws_.path(), "out/dirlink", "symlink");
+  EXPECT_EQ(rep.written, (Strings{"out/ok.txt"}));
+  EXPECT_TRUE(rep.created_dirs.empty()) << rep.to_json().dump();
+}
+
+TEST_F(WriteBack, RefusesBothNamesOfAHardLink) {
+  auto copy = standard_view();
+  put(view("out/h1"), "linked\n");
+  ASSERT_EQ(::link(view("out/h1").c_str(), view("out/h2").c_str()), 0);
+  put(view("out/ok.txt"), "ok\n");
+  auto rep = back(copy.manifest, {"out"});
+  ASSERT_EQ(rep.refused.size(), 2u) << rep.to_json().dump();
+  EXPECT_EQ(rep.refused[0].path, "out/h1");
+  EXPECT_EQ(rep.refused[0].reason, "hard link");
+  EXPECT_EQ(rep.refused[1].path, "out/h2");
+  EXPECT_EQ(rep.refused[1].reason, "hard link");
+  EXPECT_FALSE(exists(ws_ / "out/h1"));
+  EXPECT_FALSE(exists(ws_ / "out/h2"));
+  EXPECT_EQ(rep.written, (Strings{"out/ok.txt"}));
+}
+
+TEST_F(WriteBack, RefusesAFifo) {
+  auto copy = standard_view();
+  ASSERT_EQ(::mkfifo(view("out/pipe").c_str(), 0644), 0) << std::strerror(errno);
+  put(view("out/ok.txt"), "ok\n");
+  auto rep = back(copy.manifest, {"out"});
+  expect_refused_alone(rep, ws_.path(), "out/pipe", "fifo");
+  EXPECT_EQ(rep.written, (Strings{"out/ok.txt"}));
+}
+
+TEST_F(WriteBack, RefusesAUnixSocket) {
+  auto copy = standard_view();
+  std::string path = view("out/sock");
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  ASSERT_LT(path.size(), sizeof addr.sun_path);
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  int s = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(s, 0) << std::strerror(errno);
+  int bound = ::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  int bind_errno = errno;
+  ::close(s);
+  ASSERT_EQ(bound, 0) << std::strerror(bind_errno);
+  put(view("out/ok.txt"), "ok\n");
+  auto rep = back(copy.manifest, {"out"});
+  expect_refused_alone(rep, ws_.path(), "out/sock", "socket");
+  EXPECT_EQ(rep.written, (Strings{"out/ok.txt"}));
+}
+
+TEST_F(WriteBack, RefusesASetuidFile) {
+  auto copy = standard_view();
+  put(view("out/suid"), "#!/bin/sh\n", 04755);
+  ASSERT_TRUE(lstat_of(view("out/suid")).st_mode & S_ISUID) << "the kernel dropped the setuid bit";
+  put(view("out/ok.txt"), "ok\n");
+  auto rep = back(copy.manifest, {"out"});
+  expect_refused_alone(rep, ws_.path(), "out/suid", "setuid");
+  EXPECT_EQ(rep.written, (Strings{"out/ok.txt"}));
+}
+
+TEST_F(WriteBack, RefusesASetgidFile) {
+  auto copy = standard_view();
+  put(view("out/sgid"), "#!/bin/sh\n", 02755);
+  ASSERT_TRUE(lstat_of(view("out/sgid")).st_mode & S_ISGID) << "the kernel dropped the setgid bit";
+  put(view("out/ok.txt"), "ok\n");
+  auto rep = back(copy.manifest, {"out"});
+  expect_refused_alone(rep, ws_.path(), "out/sgid", "setgid");
+  EXPECT_EQ(rep.written, (Strings{"out/ok.txt"}));
+}
+
+TEST_F(WriteBack, RefusesACharacterDevice) {
+  if (::geteuid() != 0) GTEST_SKIP() << "mknod needs CAP_MKNOD (not running as root)";
+  auto copy = standard_view();
+  if (::mknod(view("out/null").c_str(), S_IFCHR | 0666, makedev(1, 3)) < 0) {
+    if (errno == EPERM) GTEST_SKIP() << "mknod needs CAP_MKNOD (root without it here)";
+    FAIL() << "mknod: " << std::strerror(errno);
+  }
+  put(view("out/ok.txt"), "ok\n");
+  auto rep = back(copy.manifest, {"out"});
+  expect_refused_alone(rep, ws_.path(), "out/null", "device");
+  EXPECT_EQ(rep.written, (Strings{"out/ok.txt"}));
+}
+
+TEST_F(WriteBack, RefusesASymlinkPlantedThreeLevelsDown) {
+  auto copy = standard_view();
+  mkdir_p(view("out/a/b"));
+  ASSERT_EQ(::symlink("/etc/passwd", view("out/a/b/link").c_str()), 0);
+  put(view("out/a/ok.txt"), "ok\n");
+  auto rep = back(copy.manifest, {"out"});
+  expect_refused_alone(rep, ws_.path(), "out/a/b/link", "symlink");
+  EXPECT_EQ(rep.written, (Strings{"out/a/ok.txt"}));
+  EXPECT_TRUE(exists(ws_ / "out/a/b")) << "the directories on the way are legitimate";
+}
+
+TEST_F(WriteBack, RefusesASymlinkAboveANestedWriteBackPath) {
+  // Write-back path a/b; the command replaces the directory a with a link to a place that has b/.
+  mkdir_p(ws_ / "a/b");
+  auto copy = make_view({"a/b"}, {"a/b"});
+  mkdir_p(outside_ / "b");
+  put(outside_ / "b/stolen", "outside content\n");
+  ASSERT_TRUE(remove_tree(view("a")).has_value());
+  ASSERT_EQ(::symlink(outside_.path().c_str(), view("a").c_str()), 0);
+
+  auto rep = back(copy.manifest, {"a/b"});
+  EXPECT_FALSE(exists(ws_ / "a/b/stolen")) << "write-back read through a symlink in the view";
+  EXPECT_TRUE(rep.written.empty()) << rep.to_json().dump();
+  ASSERT_EQ(rep.refused.size(), 1u) << rep.to_json().dump();
+  EXPECT_EQ(rep.refused[0].reason, "symlink");
+}
+
+TEST_F(WriteBack, ADirectoryReplacedByASymlinkKeepsItsWorkspaceContents) {
+  // Refused means written nowhere, and that includes deleting what the directory held.
+  mkdir_p(ws_ / "out/d");
+  put(ws_ / "out/d/f", "precious\n");
+  auto copy = make_view({"out"}, {"out"});
+  ASSERT_TRUE(remove_tree(view("out/d")).has_value());
+  ASSERT_EQ(::symlink(outside_.path().c_str(), view("out/d").c_str()), 0);
+
+  auto rep = back(copy.manifest, {"out"});
+  ASSERT_EQ(rep.refused.size(), 1u) << rep.to_json().dump();
+  EXPECT_EQ(rep.refused[0].path, "out/d");
+  EXPECT_EQ(rep.refused[0].reason, "symlink");
+  EXPECT_TRUE(rep.deleted.empty()) << rep.to_json().dump();
+  EXPECT_EQ(content_of(ws_ / "out/d/f"), "precious\n");
+}
+
+// --- The workspace side is never followed -------------------------------------------------------
+
+TEST_F(WriteBack, AWorkspaceSymlinkWhereTheWriteBackDirectoryShouldBeIsAConflict) {
+  ASSERT_EQ(::symlink(outside_.path().c_str(), (ws_ / "out").c_str()), 0);
+  auto copy = make_view({"out"}, {"out"});
+  EXPECT_EQ(copy.skipped, (Strings{"out"}));
+  mkdir_p(view("out"));  // the command makes the directory it expected
+  put(view("out/x"), "through the link?\n");
+
+  auto rep = back(copy.manifest, {"out"});
+  EXPECT_EQ(tree(outside_.path()), Strings{}) << "write-back followed the workspace symlink";
+  EXPECT_TRUE(rep.written.empty()) << rep.to_json().dump();
+  ASSERT_EQ(rep.refused.size(), 1u) << rep.to_json().dump();
+  // The refusal is made at the directory, which covers out/x beneath it.
+  EXPECT_EQ(rep.refused[0].path, "out");
+  EXPECT_TRUE(rep.refused[0].reason.starts_with("conflict")) << rep.refused[0].reason;
+  char target[4096] = {};
+  ASSERT_GT(::readlink((ws_ / "out").c_str(), target, sizeof target - 1), 0);
+  EXPECT_EQ(std::string(target), outside_.path()) << "the workspace symlink itself is left alone";
+}
+
+TEST_F(WriteBack, AWorkspaceSymlinkAboveANestedWriteBackPathIsAConflict) {
+  ASSERT_EQ(::symlink(outside_.path().c_str(), (ws_ / "out").c_str()), 0);
+  auto copy = make_view({"out/sub"}, {"out/sub"});
+  mkdir_p(view("out/sub"));  // made by create_view, or else by the command
+  put(view("out/sub/x"), "through the link?\n");
+
+  auto rep = back(copy.manifest, {"out/sub"});
+  EXPECT_EQ(tree(outside_.path()), Strings{}) << "write-back followed the workspace symlink";
+  EXPECT_TRUE(rep.written.empty()) << rep.to_json().dump();
+  ASSERT_EQ(rep.refused.size(), 1u) << rep.to_json().dump();
+  EXPECT_EQ(rep.refused[0].path, "out/sub");
+  EXPECT_TRUE(rep.refused[0].reason.starts_with("conflict")) << rep.refused[0].reason;
+}
+
+TEST_F(WriteBack, AWorkspaceSymlinkAtAFilePathIsAConflictAndItsTargetIsUntouched) {
+  mkdir_p(ws_ / "out");
+  put(outside_ / "target", "original\n");
+  ASSERT_EQ(::symlink((outside_ / "target").c_str(), (ws_ / "out/x").c_str()), 0);
+  auto copy = make_view({"out"}, {"out"});
+  EXPECT_EQ(copy.skipped, (Strings{"out/x"}));
+  put(view("out/x"), "overwrite?\n");
+
+  auto rep = back(copy.manifest, {"out"});
+  EXPECT_EQ(content_of(outside_ / "target"), "original\n");
+  EXPECT_TRUE(S_ISLNK(lstat_of(ws_ / "out/x").st_mode));
+  EXPECT_TRUE(rep.written.empty()) << rep.to_json().dump();
+  ASSERT_EQ(rep.refused.size(), 1u) << rep.to_json().dump();
+  EXPECT_EQ(rep.refused[0].path, "out/x");
+  EXPECT_TRUE(rep.refused[0].reason.starts_with("conflict")) << rep.refused[0].reason;
+}
+
+// --- Files land by rename -----------------------------------------------------------------------
+
+TEST_F(WriteBack, FilesLandByRenameAndLeaveNoTemporaryFiles) {
+  mkdir_p(ws_ / "out");
+  put(ws_ / "out/mod.txt", "old\n");
+  auto copy = make_view({"out"}, {"out"});
+  // A reader holding the old file keeps the old bytes: the new file is a new inode renamed in,
+  // never the old one truncated and rewritten.
+  int reader = ::open((ws_ / "out/mod.txt").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(reader, 0);
+  ino_t before = lstat_of(ws_ / "out/mod.txt").st_ino;
+  put(view("out/mod.txt"), "new contents\n");
+  mkdir_p(view("out/d"));
+  for (int i = 0; i < 5; ++i) put(view("out/d/f" + std::to_string(i)), std::string(1000 * i, 'x'));
+
+  auto rep = back(copy.manifest, {"out"});
+  EXPECT_EQ(rep.written.size(), 6u) << rep.to_json().dump();
+  char buf[64] = {};
+  ssize_t n = ::pread(reader, buf, sizeof buf, 0);
+  ::close(reader);
+  EXPECT_EQ(std::string(buf, n > 0 ? static_cast<size_t>(n) : 0), "old\n");
+  EXPECT_NE(lstat_of(ws_ / "out/mod.txt").st_ino, before);
+  EXPECT_EQ(content_of(ws_ / "out/mod.txt"), "new contents\n");
+  for (const auto& rel : tree(ws_.path()))
+    EXPECT_EQ(rel.find(".airlock-wb-"), std::string::npos) << "leftover temporary file " << rel;
+}
+
+// --- create_view --------------------------------------------------------------------------------
+
+TEST_F(WriteBack, ViewHoldsOnlyTheListedPaths) {
+  mkdir_p(ws_ / "src/lib");
+  mkdir_p(ws_ / "out");
+  mkdir_p(ws_ / "secret");
+  put(ws_ / "src/lib/a.c", "aaaa");
+  put(ws_ / "out/old.txt", "ol");
+  put(ws_ / "secret/key", "k");
+  put(ws_ / "top.txt", "t");
+
+  auto copy = make_view({"src", "out"}, {"out"});
+  EXPECT_EQ(tree(view_), (Strings{"out", "out/old.txt", "src", "src/lib", "src/lib/a.c"}));
+  EXPECT_EQ(content_of(view("src/lib/a.c")), "aaaa");
+  EXPECT_EQ(copy.files, 2u);
+  EXPECT_EQ(copy.bytes, 6u);
+  EXPECT_TRUE(copy.skipped.empty());
+  Strings keys;
+  for (const auto& [rel, entry] : copy.manifest) keys.push_back(rel);
+  EXPECT_EQ(keys, (Strings{"out", "out/old.txt", "src", "src/lib", "src/lib/a.c"}));
+  EXPECT_TRUE(copy.manifest.at("src/lib").is_dir);
+  EXPECT_FALSE(copy.manifest.at("out/old.txt").is_dir);
+}
+
+TEST_F(WriteBack, ViewSkipsSymlinksAndFifosInTheWorkspace) {
+  mkdir_p(ws_ / "src");
+  put(ws_ / "src/a.c", "a");
+  put(outside_ / "secret", "secret\n");
+  // Targets in our own temp dirs, never /etc: a create_view that followed them must not be able
+  // to write anywhere but there.
+  ASSERT_EQ(::symlink((outside_ / "secret").c_str(), (ws_ / "src/passwd").c_str()), 0);
+  ASSERT_EQ(::symlink(outside_.path().c_str(), (ws_ / "src/dirlink").c_str()), 0);
+  ASSERT_EQ(::mkfifo((ws_ / "src/pipe").c_str(), 0644), 0);
+
+  auto copy = make_view({"src"}, {});
+  Strings skipped = copy.skipped;
+  std::sort(skipped.begin(), skipped.end());
+  EXPECT_EQ(skipped, (Strings{"src/dirlink", "src/passwd", "src/pipe"}));
+  EXPECT_EQ(tree(view_), (Strings{"src", "src/a.c"}));
+}
+
+TEST_F(WriteBack, ViewMakesAMissingWriteBackPathAsAnEmptyDirectory) {
+  auto copy = make_view({"build/out", "docs"}, {"build/out"});
+  EXPECT_TRUE(S_ISDIR(lstat_of(view("build/out")).st_mode));
+  EXPECT_EQ(tree(view("build/out")), Strings{});
+  EXPECT_FALSE(exists(view("docs"))) << "a missing readable path is not invented";
+  EXPECT_FALSE(exists(ws_ / "build")) << "the workspace is not touched";
+}
+
+TEST_F(WriteBack, ViewDoesNotReadThroughASymlinkedParentOfAListedPath) {
+  // readable: data/f, where the workspace's data is a link out of it.
+  put(outside_ / "f", "outside content\n");
+  ASSERT_EQ(::symlink(outside_.path().c_str(), (ws_ / "data").c_str()), 0);
+  (void)create_view(ws_.path(), view_, {"data/f"}, {});  // skipping or refusing are both fine
+  EXPECT_FALSE(exists(view("data/f"))) << "create_view copied a file from outside the workspace";
+}
+
+TEST_F(WriteBack, ViewCopiesAFileBothReadableAndWrittenBackOnce) {
+  // The planner lists readable paths then write-back paths: {".", "notes.txt"} for a policy
+  // that reads everything and writes back one file.
+  put(ws_ / "notes.txt", "n\n");
+  auto r = create_view(ws_.path(), view_, {".", "notes.txt"}, {"notes.txt"});
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  EXPECT_EQ(content_of(view("notes.txt")), "n\n");
+  EXPECT_EQ(r->files, 1u);
+}
+
+}  // namespace
+}  // namespace airlock::exec

@@ -448,5 +448,35 @@ TEST(PlanPurity, PlanningLeavesItsInputsUnchanged) {
   EXPECT_EQ(canonical_json(to_json(f)), f_before);
 }
 
+TEST(PlanFactNeeds, LandlockPoliciesNeedNoNamespaceOrKvmProbe) {
+  // auto for a trusted single-tenant task tries namespaces then landlock; only what this build
+  // can apply is probed, and landlock needs the cgroup facts (the pids cgroup for root).
+  FactNeeds n = fact_needs(policy_or_die("trusted_single_off"));
+  EXPECT_TRUE(n.cgroups);
+  EXPECT_FALSE(n.kvm);
+}
+
+TEST(PlanFactNeeds, TheFactsPlanningReadsAreTheOnesNeeded) {
+  // Planning with only the needed facts gives the same plan as planning with all of them.
+  for (const auto& c : kGoldenCases) {
+    SCOPED_TRACE(c.name);
+    auto policy = load_policy(c.policy);
+    ASSERT_TRUE(policy.has_value());
+    auto facts = load_host(c.host);
+    ASSERT_TRUE(facts.has_value());
+    FactNeeds n = fact_needs(*policy);
+    HostFacts partial = *facts;
+    if (!n.user_namespaces) partial.user_namespaces = false;
+    if (!n.overlayfs) partial.overlayfs_in_userns = false;
+    if (!n.cgroups) partial.cgroup_v1_writable.clear(), partial.cgroup_v2_controllers.clear();
+    if (!n.kvm) partial.kvm_usable = false;
+    auto a = plan_execution(*policy, *facts, c.profile);
+    auto b = plan_execution(*policy, partial, c.profile);
+    ASSERT_EQ(a.has_value(), b.has_value());
+    if (a) EXPECT_EQ(a->executor, b->executor);
+    else EXPECT_EQ(a.error().code, b.error().code);
+  }
+}
+
 }  // namespace
 }  // namespace airlock::plan
