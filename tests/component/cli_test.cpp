@@ -1,0 +1,104 @@
+// The read-only verbs through the real binary: policy check, plan, doctor, and run --json.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_support.h"
+
+namespace airlock::testing {
+namespace {
+
+using Json = nlohmann::json;
+
+TEST(CliPolicyCheck, PrintsTheEffectivePolicyAndItsDigest) {
+  CliFixture fx(Identity::Self);
+  auto pol = fx.write_policy(R"({"schema_version": "airlock.task_policy.v1", "task_id": "t-1"})");
+  auto r = fx.run({"policy", "check", "--json", pol});
+  ASSERT_EQ(r.status, 0) << r.err;
+  Json j = Json::parse(r.out);
+  EXPECT_EQ(j["policy"]["task_id"], "t-1");
+  EXPECT_EQ(j["policy"]["schema_version"], "airlock.task_policy.v1");
+  EXPECT_EQ(j["digest"].get<std::string>().size(), 64u);
+}
+
+TEST(CliPolicyCheck, RefusesAnUnknownSchemaVersionWith125) {
+  CliFixture fx(Identity::Self);
+  auto pol = fx.write_policy(R"({"schema_version": "airlock.task_policy.v2"})");
+  auto r = fx.run({"policy", "check", "--json", pol});
+  EXPECT_EQ(r.status, 125);
+  Json j = Json::parse(r.out);
+  EXPECT_EQ(j["refused"]["code"], "AIRLOCK_POLICY_INVALID");
+  EXPECT_EQ(j["refused"]["facts"]["path"], "$.schema_version");
+  EXPECT_NE(r.err.find("airlock: refused: AIRLOCK_POLICY_INVALID"), std::string::npos);
+}
+
+TEST(CliPlan, PlansForGivenHostFactsWithoutProbing) {
+  CliFixture fx(Identity::Self);
+  auto pol = fx.write_policy(R"({"schema_version": "airlock.task_policy.v1", "executor": "landlock"})");
+  auto facts = fx.write_policy(R"({"kernel_release": "synthetic", "landlock_abi": 2, "seccomp_filter": true,
+                                   "no_new_privs": true})",
+                               "facts.json");
+  auto r = fx.run({"plan", "--json", "--policy", pol, "--facts", facts});
+  EXPECT_EQ(r.status, 125);
+  EXPECT_EQ(Json::parse(r.out)["refused"]["code"], "AIRLOCK_CONFINEMENT_BELOW_FLOOR");
+  EXPECT_NE(r.err.find("Landlock ABI 2"), std::string::npos) << r.err;
+}
+
+TEST(CliPlan, PrintsThePlanItWouldRun) {
+  CliFixture fx(Identity::Self);
+  auto pol = fx.write_policy(R"({"schema_version": "airlock.task_policy.v1", "executor": "landlock"})");
+  auto facts = fx.write_policy(R"({"kernel_release": "synthetic", "landlock_abi": 6, "seccomp_filter": true,
+                                   "no_new_privs": true})",
+                               "facts.json");
+  auto r = fx.run({"plan", "--json", "--policy", pol, "--facts", facts});
+  ASSERT_EQ(r.status, 0) << r.err;
+  Json j = Json::parse(r.out);
+  EXPECT_EQ(j["executor"], "landlock");
+  EXPECT_EQ(j["landlock"]["abi_measured"], 6);
+  EXPECT_TRUE(j["landlock"]["scope_signal"].get<bool>());
+  EXPECT_EQ(j["limits"]["process_mechanism"], "rlimit_nproc");
+}
+
+TEST(CliDoctor, ReportsEveryExecutorWithAReason) {
+  CliFixture fx(Identity::Self);
+  auto r = fx.run({"doctor", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  Json j = Json::parse(r.out);
+  ASSERT_EQ(j["executors"].size(), 5u);
+  for (const auto& e : j["executors"]) EXPECT_FALSE(e["reason"].get<std::string>().empty()) << e.dump();
+  EXPECT_TRUE(j["host_facts"].contains("landlock_abi"));
+  EXPECT_EQ(j["scenarios"].size(), 4u);
+  auto text = fx.run({"doctor"});
+  EXPECT_NE(text.out.find("EXECUTOR"), std::string::npos);
+  EXPECT_NE(text.out.find("the built-in default policy"), std::string::npos);
+}
+
+TEST(CliRun, JsonSummaryIsTheLastLineOfStdout) {
+  CliFixture fx(Identity::Self);
+  fx.put("src/a.txt", "a\n");
+  auto pol = fx.write_policy(R"({"schema_version": "airlock.task_policy.v1", "executor": "landlock",
+                                 "readable": ["src"], "write_back_paths": ["out"]})");
+  auto r = fx.run({"run", "--json", "--policy", pol, "--workspace", fx.workspace(), "--", "/bin/sh", "-c",
+                   "cat src/a.txt; echo b > out/b.txt"});
+  if (r.status == 125 && r.err.find("AIRLOCK_EXECUTOR_UNAVAILABLE") != std::string::npos && !require_all_tiers())
+    GTEST_SKIP() << "the landlock tier is unavailable here: " << r.err;
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto last = r.out.substr(r.out.rfind('\n', r.out.size() - 2) + 1);
+  EXPECT_EQ(r.out.substr(0, 2), "a\n");
+  Json j = Json::parse(last);
+  EXPECT_EQ(j["executor"], "landlock");
+  EXPECT_EQ(j["outcome"]["status"], 0);
+  EXPECT_EQ(j["written_back"]["written"], Json::array({"out/b.txt"}));
+  EXPECT_TRUE(j["refusals"].empty());
+  EXPECT_EQ(read_text(fx.workspace() + "/out/b.txt"), "b\n");
+}
+
+TEST(CliRun, UnknownCommandIsAToolFailure) {
+  CliFixture fx(Identity::Self);
+  auto r = fx.run({"run", "--", "no-such-program-xyz"});
+  EXPECT_EQ(r.status, 125);
+  EXPECT_NE(r.err.find("AIRLOCK_TOOL_FAILED"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace airlock::testing
