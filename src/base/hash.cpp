@@ -2,6 +2,8 @@
 #include "base/hash.h"
 
 #include <fcntl.h>
+#include <sys/random.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 #include <unistd.h>
@@ -24,7 +26,16 @@ std::string to_hex(const unsigned char* p, size_t n) {
 }
 }  // namespace
 
+namespace {
+// OpenSSL reads its configuration file on first use unless told not to; hashing needs none.
+void init_crypto_once() {
+  static const bool done = OPENSSL_init_crypto(OPENSSL_INIT_NO_LOAD_CONFIG, nullptr) == 1;
+  (void)done;
+}
+}  // namespace
+
 std::string sha256_hex(std::string_view bytes) {
+  init_crypto_once();
   std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
   unsigned int len = 0;
   EVP_Digest(bytes.data(), bytes.size(), md.data(), &len, EVP_sha256(), nullptr);
@@ -32,6 +43,7 @@ std::string sha256_hex(std::string_view bytes) {
 }
 
 Result<std::string> sha256_file(const std::string& path) {
+  init_crypto_once();
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) return fail_errno(Code::ConfigError, "open " + path, errno);
   EVP_MD_CTX* ctx = EVP_MD_CTX_new();
@@ -55,8 +67,19 @@ Result<std::string> sha256_file(const std::string& path) {
 }
 
 std::string random_id() {
+  // getrandom(2) directly: OpenSSL's DRBG costs milliseconds to seed on first use, which
+  // every short `airlock run` would pay.
   std::array<unsigned char, 16> b{};
-  RAND_bytes(b.data(), static_cast<int>(b.size()));
+  size_t got = 0;
+  while (got < b.size()) {
+    ssize_t n = ::getrandom(b.data() + got, b.size() - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      RAND_bytes(b.data(), static_cast<int>(b.size()));  // kernels without getrandom(2)
+      break;
+    }
+    got += static_cast<size_t>(n);
+  }
   return to_hex(b.data(), b.size());
 }
 
