@@ -124,67 +124,122 @@ std::vector<std::string> sweep_abandoned_sessions(const std::string& state_dir) 
   return swept;
 }
 
+namespace {
+
+// The listed paths without those another listed path already covers ("." covers all).
+std::vector<std::string> outermost(std::vector<std::string> paths) {
+  std::sort(paths.begin(), paths.end());
+  paths.erase(std::unique(paths.begin(), paths.end()), paths.end());
+  std::vector<std::string> out;
+  for (const auto& p : paths)
+    if (!under_any(p, out)) out.push_back(p);
+  return out;
+}
+
+std::vector<std::string> list_names(int dirfd) {
+  std::vector<std::string> names;
+  int dup = ::fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
+  if (dup < 0) return names;
+  DIR* d = ::fdopendir(dup);
+  if (!d) {
+    ::close(dup);
+    return names;
+  }
+  while (dirent* e = ::readdir(d)) {
+    std::string n = e->d_name;
+    if (n != "." && n != "..") names.push_back(n);
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+Result<UniqueFd> open_subdir(int dirfd, const std::string& name, const std::string& what) {
+  UniqueFd fd(::openat(dirfd, name.c_str(), O_DIRECTORY | O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) return fail_errno(Code::ConfigError, "open " + what, errno);
+  return fd;
+}
+
+// Copies one workspace entry (never following a symlink) into the view, recursively.
+Result<void> copy_entry(int src_dir, int dst_dir, const std::string& name, const std::string& rel, ViewCopy& out) {
+  struct stat st{};
+  if (::fstatat(src_dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0)
+    return fail_errno(Code::ConfigError, "stat " + rel + " in the workspace", errno);
+  if (S_ISDIR(st.st_mode)) {
+    if (::mkdirat(dst_dir, name.c_str(), (st.st_mode & 0777) | 0700) < 0 && errno != EEXIST)
+      return fail_errno(Code::ConfigError, "mkdir " + rel + " in the view", errno);
+    UniqueFd src = TRY(open_subdir(src_dir, name, rel + " in the workspace"));
+    UniqueFd dst = TRY(open_subdir(dst_dir, name, rel + " in the view"));
+    for (const auto& child : list_names(src.get())) TRY(copy_entry(src.get(), dst.get(), child, rel + "/" + child, out));
+  } else if (S_ISREG(st.st_mode)) {
+    UniqueFd in(::openat(src_dir, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    if (!in) return fail_errno(Code::ConfigError, "open " + rel + " in the workspace", errno);
+    UniqueFd o(::openat(dst_dir, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, st.st_mode & 0777));
+    if (!o) return fail_errno(Code::ConfigError, "create " + rel + " in the view", errno);
+    TRY(copy_fd(in.get(), o.get(), rel));
+    ::fchmod(o.get(), st.st_mode & 0777);  // exactly the workspace's bits, whatever the umask
+    out.files++;
+    out.bytes += static_cast<uint64_t>(st.st_size);
+  } else {
+    out.skipped.push_back(rel);  // symlinks and special files never enter the view
+    return {};
+  }
+  struct stat vst{};
+  if (::fstatat(dst_dir, name.c_str(), &vst, AT_SYMLINK_NOFOLLOW) == 0) out.manifest[rel] = entry_of(vst);
+  return {};
+}
+
+// mkdir -p of `rel` inside the view, which holds nothing but what we made.
+Result<void> make_view_dirs(const std::string& view, const std::string& rel) { return make_dirs(join(view, rel)); }
+
+}  // namespace
+
 Result<ViewCopy> create_view(const std::string& workspace, const std::string& view,
                              const std::vector<std::string>& paths,
                              const std::vector<std::string>& write_back_paths) {
   ViewCopy out;
-  std::error_code ec;
-  auto copy_one = [&](const std::string& rel) -> Result<void> {
-    std::string src = join(workspace, rel), dst = join(view, rel);
-    struct stat st{};
-    if (::lstat(src.c_str(), &st) < 0) return fail_errno(Code::ConfigError, "lstat " + src, errno);
-    if (S_ISDIR(st.st_mode)) {
-      if (::mkdir(dst.c_str(), (st.st_mode & 0777) | 0700) < 0 && errno != EEXIST)
-        return fail_errno(Code::ConfigError, "mkdir " + dst, errno);
-    } else if (S_ISREG(st.st_mode)) {
-      UniqueFd in(::open(src.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-      if (!in) return fail_errno(Code::ConfigError, "open " + src, errno);
-      UniqueFd outfd(::open(dst.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, st.st_mode & 0777));
-      if (!outfd) return fail_errno(Code::ConfigError, "create " + dst, errno);
-      TRY(copy_fd(in.get(), outfd.get(), src));
-      out.files++;
-      out.bytes += static_cast<uint64_t>(st.st_size);
-    } else {
-      out.skipped.push_back(rel);
-      return {};
-    }
-    struct stat vst{};
-    if (::lstat(dst.c_str(), &vst) == 0) out.manifest[rel] = entry_of(vst);
-    return {};
+  auto is_write_back = [&](const std::string& p) {
+    return std::find(write_back_paths.begin(), write_back_paths.end(), p) != write_back_paths.end();
   };
-
   if (workspace.empty()) {
     // No workspace: an empty view, with the write-back paths as empty directories.
     for (const auto& w : write_back_paths)
-      if (w != ".") TRY(make_dirs(join(view, w)));
+      if (w != ".") TRY(make_view_dirs(view, w));
     return out;
   }
-  for (const auto& p : paths) {
-    std::string src = join(workspace, p);
+  UniqueFd ws(::open(workspace.c_str(), O_DIRECTORY | O_RDONLY | O_CLOEXEC));
+  if (!ws) return fail_errno(Code::ConfigError, "open workspace " + workspace, errno);
+  UniqueFd vw(::open(view.c_str(), O_DIRECTORY | O_RDONLY | O_CLOEXEC));
+  if (!vw) return fail_errno(Code::ConfigError, "open view " + view, errno);
+
+  for (const auto& p : outermost(paths)) {
+    if (p == ".") {
+      for (const auto& child : list_names(ws.get())) TRY(copy_entry(ws.get(), vw.get(), child, child, out));
+      continue;
+    }
+    // The parents must be real directories beneath the workspace: a symlinked parent would
+    // copy something from outside into the view.
+    auto parent = linux::open_beneath(ws.get(), parent_of(p), O_DIRECTORY | O_RDONLY);
     struct stat st{};
-    if (::lstat(src.c_str(), &st) < 0) {
-      if (errno == ENOENT) {
-        if (std::find(write_back_paths.begin(), write_back_paths.end(), p) != write_back_paths.end() && p != ".")
-          TRY(make_dirs(join(view, p)));
+    bool missing = false;
+    if (!parent) {
+      int e = parent.error().facts.value("errno", 0);
+      if (e != ENOENT) {
+        out.skipped.push_back(p);
         continue;
       }
-      return fail_errno(Code::ConfigError, "lstat " + src, errno);
+      missing = true;
+    } else if (::fstatat(parent->get(), name_of(p).c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0) {
+      if (errno != ENOENT) return fail_errno(Code::ConfigError, "stat " + p + " in the workspace", errno);
+      missing = true;
     }
-    // Parents of a nested path exist in the view as directories, never as copies.
-    if (p != ".") TRY(make_dirs(join(view, parent_of(p))));
-    if (p != ".") TRY(copy_one(p));
-    if (!S_ISDIR(st.st_mode)) continue;
-    fs::recursive_directory_iterator it(src, fs::directory_options::none, ec), end;
-    if (ec) return fail(Code::ConfigError, fmt::format("cannot list {}: {}", src, ec.message()));
-    for (; it != end; it.increment(ec)) {
-      if (ec) return fail(Code::ConfigError, fmt::format("cannot list {}: {}", src, ec.message()));
-      std::string rel = fs::relative(it->path(), workspace).string();
-      if (out.manifest.count(rel)) {
-        it.disable_recursion_pending();
-        continue;
-      }
-      TRY(copy_one(rel));
+    if (missing) {
+      if (is_write_back(p)) TRY(make_view_dirs(view, p));
+      continue;
     }
+    TRY(make_view_dirs(view, parent_of(p)));
+    auto vparent = TRY(linux::open_beneath(vw.get(), parent_of(p), O_DIRECTORY | O_RDONLY));
+    TRY(copy_entry(parent->get(), vparent.get(), name_of(p), p, out));
   }
   return out;
 }
@@ -202,8 +257,11 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
   if (workspace.empty()) return rep;
   UniqueFd ws(::open(workspace.c_str(), O_DIRECTORY | O_RDONLY | O_CLOEXEC));
   if (!ws) return fail_errno(Code::ConfigError, "open workspace " + workspace, errno);
+  UniqueFd vw(::open(view.c_str(), O_DIRECTORY | O_RDONLY | O_CLOEXEC));
+  if (!vw) return fail_errno(Code::ConfigError, "open view " + view, errno);
 
-  // Pass 1: walk the view (nothing runs in it any more) and decide every entry.
+  // Pass 1: walk the view by descriptor (nothing runs in it any more; no symlink is ever
+  // followed, at any depth) and decide every entry.
   struct Op {
     std::string rel;
     bool dir;
@@ -212,32 +270,26 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
   std::vector<Op> ops;
   std::vector<std::string> seen;
   std::vector<std::string> refused_prefixes;
-  std::function<Result<void>(const std::string&)> walk = [&](const std::string& rel) -> Result<void> {
-    std::string abs = join(view, rel);
+  auto refuse = [&](const std::string& rel, std::string why) {
+    rep.refused.push_back({rel, std::move(why)});
+    refused_prefixes.push_back(rel);
+  };
+  std::function<Result<void>(int, const std::string&, const std::string&)> visit =
+      [&](int dirfd, const std::string& name, const std::string& rel) -> Result<void> {
     struct stat st{};
-    if (::lstat(abs.c_str(), &st) < 0) {
+    if (::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0) {
       if (errno == ENOENT) return {};
-      return fail_errno(Code::ConfigError, "lstat " + abs, errno);
+      return fail_errno(Code::ConfigError, "stat " + rel + " in the view", errno);
     }
     seen.push_back(rel);
     if (std::string why = refusal_reason(st); !why.empty()) {
-      rep.refused.push_back({rel, why});
-      refused_prefixes.push_back(rel);
+      refuse(rel, why);
       return {};
     }
     if (S_ISDIR(st.st_mode)) {
-      if (rel != ".") ops.push_back({rel, true, st.st_mode & 0777});
-      UniqueFd dfd(::open(abs.c_str(), O_DIRECTORY | O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-      if (!dfd) return fail_errno(Code::ConfigError, "open " + abs, errno);
-      DIR* d = ::fdopendir(dfd.release());
-      std::vector<std::string> names;
-      while (dirent* e = ::readdir(d)) {
-        std::string n = e->d_name;
-        if (n != "." && n != "..") names.push_back(n);
-      }
-      ::closedir(d);
-      std::sort(names.begin(), names.end());
-      for (const auto& n : names) TRY(walk(rel == "." ? n : rel + "/" + n));
+      ops.push_back({rel, true, st.st_mode & 0777});
+      UniqueFd sub = TRY(open_subdir(dirfd, name, rel + " in the view"));
+      for (const auto& child : list_names(sub.get())) TRY(visit(sub.get(), child, rel + "/" + child));
       return {};
     }
     auto m = manifest.find(rel);
@@ -247,11 +299,25 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
     if (!unchanged) ops.push_back({rel, false, st.st_mode & 0777});
     return {};
   };
-  for (const auto& p : write_back_paths) TRY(walk(p));
+  for (const auto& p : outermost(write_back_paths)) {
+    if (p == ".") {
+      for (const auto& child : list_names(vw.get())) TRY(visit(vw.get(), child, child));
+      continue;
+    }
+    auto vparent = linux::open_beneath(vw.get(), parent_of(p), O_DIRECTORY | O_RDONLY);
+    if (!vparent) {
+      int e = vparent.error().facts.value("errno", 0);
+      if (e == ENOENT) continue;  // gone from the view: the deletions below handle it
+      refuse(p, e == ELOOP ? "symlink" : "conflict: " + vparent.error().message);
+      continue;
+    }
+    TRY(visit(vparent->get(), name_of(p), p));
+  }
 
   // Pass 2: apply, parents before children; every workspace path resolved beneath it.
   for (const auto& op : ops) {
     if (under_any(op.rel, refused_prefixes)) continue;
+    if (op.dir && op.rel == ".") continue;
     auto parent = linux::open_beneath(ws.get(), parent_of(op.rel), O_DIRECTORY | O_RDONLY);
     if (!parent) {
       rep.refused.push_back({op.rel, "conflict: " + parent.error().message});
@@ -277,8 +343,7 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
       rep.refused.push_back({op.rel, "conflict: the workspace has a non-regular file there"});
       continue;
     }
-    UniqueFd in(::open(join(view, op.rel).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-    if (!in) return fail_errno(Code::ConfigError, "open " + op.rel + " in the view", errno);
+    UniqueFd in = TRY(linux::open_beneath(vw.get(), op.rel, O_RDONLY | O_NOFOLLOW));
     std::string tmp = ".airlock-wb-" + random_id().substr(0, 12);
     UniqueFd out(::openat(parent->get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (!out) return fail_errno(Code::ConfigError, "create a temporary file for " + op.rel, errno);
@@ -297,7 +362,8 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
   std::sort(seen.begin(), seen.end());
   std::vector<std::string> gone;
   for (const auto& [rel, entry] : manifest)
-    if (under_any(rel, write_back_paths) && !std::binary_search(seen.begin(), seen.end(), rel))
+    if (under_any(rel, write_back_paths) && !under_any(rel, refused_prefixes) &&
+        !std::binary_search(seen.begin(), seen.end(), rel))
       gone.push_back(rel);
   std::sort(gone.rbegin(), gone.rend());  // children before parents
   for (const auto& rel : gone) {

@@ -1,0 +1,325 @@
+// Canaries: plant the escape suite's bait in a temp dir and the suite's own process, remove it all.
+#include "escape/canaries.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "base/fs.h"
+#include "base/hash.h"
+#include "escape/escape_suite.h"
+
+namespace airlock::escape {
+namespace {
+
+Result<void> write_new_file(const std::string& path, std::string_view content, mode_t mode) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
+  if (!fd) return fail_errno(Code::ConfigError, "cannot create " + path, errno);
+  size_t off = 0;
+  while (off < content.size()) {
+    ssize_t n = ::write(fd.get(), content.data() + off, content.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail_errno(Code::ConfigError, "cannot write " + path, errno);
+    off += static_cast<size_t>(n);
+  }
+  if (::fchmod(fd.get(), mode) < 0) return fail_errno(Code::ConfigError, "chmod " + path, errno);
+  return {};
+}
+
+Result<void> copy_file(const std::string& from, const std::string& to, mode_t mode) {
+  UniqueFd in(::open(from.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!in) return fail_errno(Code::ConfigError, "cannot open " + from, errno);
+  UniqueFd out(::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!out) return fail_errno(Code::ConfigError, "cannot create " + to, errno);
+  for (;;) {
+    ssize_t n = ::sendfile(out.get(), in.get(), nullptr, 1 << 30);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail_errno(Code::ConfigError, "cannot copy " + from + " to " + to, errno);
+    if (n == 0) break;
+  }
+  if (::fchmod(out.get(), mode) < 0) return fail_errno(Code::ConfigError, "chmod " + to, errno);
+  return {};
+}
+
+Result<void> make_dir(const std::string& path, mode_t mode) {
+  if (::mkdir(path.c_str(), mode) < 0) return fail_errno(Code::ConfigError, "mkdir " + path, errno);
+  if (::chmod(path.c_str(), mode) < 0) return fail_errno(Code::ConfigError, "chmod " + path, errno);
+  return {};
+}
+
+Result<UniqueFd> listen_on(const sockaddr* addr, socklen_t len, int family, const std::string& what) {
+  UniqueFd fd(::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd) return fail_errno(Code::ConfigError, "socket for the " + what + " listener", errno);
+  if (::bind(fd.get(), addr, len) < 0) return fail_errno(Code::ConfigError, "bind the " + what + " listener", errno);
+  if (::listen(fd.get(), 16) < 0) return fail_errno(Code::ConfigError, "listen on the " + what + " listener", errno);
+  return fd;
+}
+
+std::string first_line_of(int fd) {
+  std::string got;
+  char buf[256];
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  while (got.find('\n') == std::string::npos && got.size() < sizeof buf) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  if (auto nl = got.find('\n'); nl != std::string::npos) got.resize(nl);
+  return got;
+}
+
+// SigPnd / ShdPnd of /proc/<pid>/status: the signals pending at the thread and the process.
+uint64_t pending_mask(pid_t pid) {
+  auto status = read_file("/proc/" + std::to_string(pid) + "/status");
+  if (!status) return 0;
+  uint64_t mask = 0;
+  for (const char* key : {"\nSigPnd:", "\nShdPnd:"}) {
+    auto at = status->find(key);
+    if (at == std::string::npos) continue;
+    mask |= std::strtoull(status->c_str() + at + std::strlen(key), nullptr, 16);
+  }
+  return mask;
+}
+
+bool contains(const std::vector<pid_t>& v, pid_t p) { return std::find(v.begin(), v.end(), p) != v.end(); }
+
+}  // namespace
+
+std::vector<pid_t> children_of_self() {
+  std::vector<pid_t> out;
+  std::string task_dir = "/proc/self/task";
+  DIR* d = ::opendir(task_dir.c_str());
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    auto text = read_file(task_dir + "/" + e->d_name + "/children");
+    if (!text) continue;
+    const char* p = text->c_str();
+    char* end = nullptr;
+    for (long pid = std::strtol(p, &end, 10); end != p; pid = std::strtol(p, &end, 10)) {
+      if (pid > 0 && !contains(out, static_cast<pid_t>(pid))) out.push_back(static_cast<pid_t>(pid));
+      p = end;
+    }
+  }
+  ::closedir(d);
+  return out;
+}
+
+std::string process_cmdline(pid_t pid) {
+  auto text = read_file("/proc/" + std::to_string(pid) + "/cmdline");
+  if (!text) return "";
+  std::replace(text->begin(), text->end(), '\0', ' ');
+  while (!text->empty() && text->back() == ' ') text->pop_back();
+  return *text;
+}
+
+bool process_running(pid_t pid) {
+  if (pid <= 0) return false;
+  auto stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return false;
+  // The state follows the command name in parentheses, which may itself hold ')'.
+  auto close = stat->rfind(')');
+  return close != std::string::npos && close + 2 < stat->size() && (*stat)[close + 2] != 'Z' &&
+         (*stat)[close + 2] != 'X';
+}
+
+Result<std::unique_ptr<Canaries>> Canaries::plant(const std::string& airlock_binary) {
+  std::string tmpl(kCanaryDirTemplate);
+  if (!::mkdtemp(tmpl.data())) return fail_errno(Code::ConfigError, "mkdtemp " + tmpl, errno);
+  std::unique_ptr<Canaries> c(new Canaries());
+  Bait& b = c->bait_;
+  b.root = tmpl;  // from here on the destructor removes it, whatever fails below
+  b.probe_binary = b.root + "/airlock";
+  TRY(copy_file(airlock_binary, b.probe_binary, 0755));
+
+  b.secret_token = "airlock-canary-host-file-" + random_id();
+  b.secret_file = b.root + "/secret/host-secret.txt";
+  TRY(make_dir(b.root + "/secret", 0700));
+  TRY(write_new_file(b.secret_file, b.secret_token + "\n", 0600));
+
+  b.key_token = "airlock-canary-credential-" + random_id();
+  b.key_file = b.root + "/home/.ssh/id_canary";
+  TRY(make_dir(b.root + "/home", 0700));
+  TRY(make_dir(b.root + "/home/.ssh", 0700));
+  TRY(write_new_file(b.key_file,
+                     "-----BEGIN OPENSSH PRIVATE KEY-----\n" + b.key_token + "\n-----END OPENSSH PRIVATE KEY-----\n",
+                     0600));
+
+  b.outside_dir = b.root + "/outside";
+  TRY(make_dir(b.outside_dir, 0700));
+
+  // The secret in the suite's own environment, for as long as this tier runs.
+  b.env_token = "airlock-canary-env-" + random_id();
+  std::string env_name(kCanaryEnvName);
+  if (const char* old = ::getenv(env_name.c_str())) c->saved_env_ = old;
+  if (::setenv(env_name.c_str(), b.env_token.c_str(), 1) < 0)
+    return fail_errno(Code::ConfigError, "setenv " + env_name, errno);
+  c->env_set_ = true;
+
+  sockaddr_in in{};
+  in.sin_family = AF_INET;
+  in.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  c->tcp_ = TRY(listen_on(reinterpret_cast<sockaddr*>(&in), sizeof in, AF_INET, "tcp"));
+  socklen_t len = sizeof in;
+  if (::getsockname(c->tcp_.get(), reinterpret_cast<sockaddr*>(&in), &len) < 0)
+    return fail_errno(Code::ConfigError, "getsockname", errno);
+  b.tcp_port = ntohs(in.sin_port);
+
+  TRY(make_dir(b.root + "/sock", 0700));
+  b.unix_socket = b.root + "/sock/agent.sock";
+  sockaddr_un un{};
+  un.sun_family = AF_UNIX;
+  if (b.unix_socket.size() >= sizeof un.sun_path) return fail(Code::ConfigError, "unix socket path too long");
+  std::memcpy(un.sun_path, b.unix_socket.c_str(), b.unix_socket.size() + 1);
+  c->unix_ = TRY(listen_on(reinterpret_cast<sockaddr*>(&un), sizeof un, AF_UNIX, "unix"));
+
+  b.abstract_socket = "airlock-escape-" + random_id();
+  sockaddr_un ab{};
+  ab.sun_family = AF_UNIX;
+  std::memcpy(ab.sun_path + 1, b.abstract_socket.data(), b.abstract_socket.size());
+  c->abstract_ = TRY(listen_on(reinterpret_cast<sockaddr*>(&ab),
+                               static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + b.abstract_socket.size()),
+                               AF_UNIX, "abstract unix"));
+
+  // The host process: the airlock binary itself, exec'd as `__probe host_sleeper`, so its
+  // cmdline holds a token a probe can only show by reading it. SIGUSR1 stays blocked in it.
+  b.sleeper_token = "airlock-canary-process-" + random_id();
+  std::vector<std::string> argv_s = {"airlock", std::string(kProbeVerb), std::string(kSleeperProbe), "--run", b.root,
+                                     b.sleeper_token};
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  char* envp[] = {nullptr};
+  pid_t parent = ::getpid();
+  sigset_t usr1;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  pid_t pid = ::fork();
+  if (pid < 0) return fail_errno(Code::ConfigError, "fork the host sleeper", errno);
+  if (pid == 0) {
+    // Dies with the suite, whatever happens to it.
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || ::getppid() != parent) ::_exit(120);
+    ::sigprocmask(SIG_BLOCK, &usr1, nullptr);
+    ::execve(b.probe_binary.c_str(), argv.data(), envp);
+    ::_exit(121);
+  }
+  auto pidfd = open_pidfd(pid);
+  if (!pidfd) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    return std::unexpected(pidfd.error());
+  }
+  c->sleeper_ = ChildProcess(pid, std::move(*pidfd));
+  b.sleeper_pid = pid;
+  for (int i = 0; i < 400 && process_cmdline(pid).find(b.sleeper_token) == std::string::npos; ++i) {
+    if (!process_running(pid)) return fail(Code::ConfigError, "the host sleeper process exited at start");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (process_cmdline(pid).find(b.sleeper_token) == std::string::npos)
+    return fail(Code::ConfigError, "the host sleeper process did not start");
+  return c;
+}
+
+Canaries::~Canaries() {
+  if (sleeper_.running()) {
+    (void)sleeper_.signal(SIGKILL);
+    (void)sleeper_.wait();
+  }
+  if (!bait_.root.empty()) (void)kill_leftovers();
+  tcp_.reset();
+  unix_.reset();
+  abstract_.reset();
+  if (env_set_) {
+    std::string env_name(kCanaryEnvName);
+    if (saved_env_) ::setenv(env_name.c_str(), saved_env_->c_str(), 1);
+    else ::unsetenv(env_name.c_str());
+  }
+  if (!bait_.root.empty()) (void)remove_tree(bait_.root);
+}
+
+Result<std::string> Canaries::make_workspace(std::string_view name) {
+  std::string ws = bait_.root + "/ws-" + std::string(name);
+  TRY(make_dir(ws, 0700));
+  TRY(make_dir(ws + "/.probe", 0755));
+  std::string probe = ws + "/.probe/airlock";
+  if (::link(bait_.probe_binary.c_str(), probe.c_str()) < 0) TRY(copy_file(bait_.probe_binary, probe, 0755));
+  TRY(make_dir(ws + "/out", 0755));
+  return ws;
+}
+
+std::vector<Connection> Canaries::take_connections() {
+  std::vector<Connection> out;
+  std::pair<const char*, int> listeners[] = {{"tcp", tcp_.get()}, {"unix", unix_.get()}, {"abstract", abstract_.get()}};
+  for (auto [name, fd] : listeners) {
+    if (fd < 0) continue;
+    for (;;) {
+      UniqueFd conn(::accept4(fd, nullptr, nullptr, SOCK_CLOEXEC));
+      if (!conn) break;
+      out.push_back({name, first_line_of(conn.get())});
+    }
+  }
+  return out;
+}
+
+bool Canaries::sleeper_has_pending(int sig) const {
+  return (pending_mask(bait_.sleeper_pid) >> (sig - 1)) & 1u;
+}
+
+bool Canaries::sleeper_alive() const { return process_running(bait_.sleeper_pid); }
+
+std::vector<pid_t> Canaries::kill_leftovers() {
+  std::vector<pid_t> running;
+  pid_t self = ::getpid();
+  auto note = [&](pid_t pid) {
+    if (process_running(pid) && !contains(running, pid)) running.push_back(pid);
+  };
+  for (int round = 0; round < 300; ++round) {
+    bool any = false;
+    // Whatever was re-parented to us (we are a child subreaper) or is a child we did not make.
+    for (pid_t pid : children_of_self()) {
+      if (pid == bait_.sleeper_pid || contains(foreign_children_, pid)) continue;
+      any = true;
+      note(pid);
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, WNOHANG);
+    }
+    // Whatever carries the run marker anywhere on the host (a probe re-parented elsewhere).
+    if (DIR* d = ::opendir("/proc")) {
+      while (dirent* e = ::readdir(d)) {
+        char* end = nullptr;
+        long pid = std::strtol(e->d_name, &end, 10);
+        if (*end != '\0' || pid <= 0 || pid == self || pid == bait_.sleeper_pid) continue;
+        if (process_cmdline(static_cast<pid_t>(pid)).find(bait_.root) == std::string::npos) continue;
+        any = true;
+        note(static_cast<pid_t>(pid));
+        ::kill(static_cast<pid_t>(pid), SIGKILL);
+      }
+      ::closedir(d);
+    }
+    if (!any) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return running;
+}
+
+}  // namespace airlock::escape

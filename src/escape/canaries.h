@@ -1,0 +1,93 @@
+// Canaries: the bait the escape suite plants on the host for one executor's run, and removes.
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/child_process.h"
+#include "base/error.h"
+#include "base/unique_fd.h"
+
+namespace airlock::escape {
+
+// mkdtemp template of a run's canary directory.
+inline constexpr std::string_view kCanaryDirTemplate = "/tmp/airlock-escape-XXXXXX";
+// The secret the suite puts in its own environment while a tier runs.
+inline constexpr std::string_view kCanaryEnvName = "AIRLOCK_ESCAPE_CANARY_SECRET";
+
+// What was planted, as plain values the scenarios pass to probes and check afterwards. Every
+// token is random per run, so a token seen later can only have come from its canary.
+struct Bait {
+  std::string root;          // the canary directory, mode 0700; also the run marker
+  std::string probe_binary;  // root/airlock: the copy every workspace links to
+  std::string secret_file;   // root/secret/host-secret.txt: outside every workspace
+  std::string secret_token;
+  std::string key_file;      // root/home/.ssh/id_canary, mode 0600: a "credential"
+  std::string key_token;
+  std::string env_token;     // the value of kCanaryEnvName
+  std::string outside_dir;   // root/outside: where a write outside the declared paths would land
+  int tcp_port = 0;          // a listener on 127.0.0.1 in the host's network namespace
+  std::string unix_socket;   // root/sock/agent.sock: a listener as an ssh-agent or a daemon has
+  std::string abstract_socket;  // a listener in the abstract unix namespace (name without the NUL)
+  pid_t sleeper_pid = 0;     // a host process: `airlock __probe host_sleeper --run ROOT TOKEN`
+  std::string sleeper_token;
+};
+
+// One connection a listener accepted, and the first line the peer sent.
+struct Connection {
+  std::string listener;  // "tcp", "unix", "abstract"
+  std::string first_line;
+};
+
+// Owns the canary directory (removed on destruction), the environment variable (restored), three
+// listeners (closed) and the sleeper (killed and reaped). Planted as the calling user, readable by
+// it alone, so on the host tier a breach really happens and nothing is exposed to other users.
+// Nothing of the host's own is touched.
+class Canaries {
+ public:
+  static Result<std::unique_ptr<Canaries>> plant(const std::string& airlock_binary);
+  ~Canaries();
+  Canaries(const Canaries&) = delete;
+  Canaries& operator=(const Canaries&) = delete;
+
+  const Bait& bait() const { return bait_; }
+
+  // A fresh workspace for one scenario: root/ws-<name>, holding .probe/airlock (mode 0755) and
+  // an empty out/ (the write-back path).
+  Result<std::string> make_workspace(std::string_view name);
+  // Connections the listeners accepted since the last call.
+  std::vector<Connection> take_connections();
+  // Whether `sig` is pending at the sleeper. It blocks SIGUSR1, so one sent to it stays pending
+  // and shows in /proc/<pid>/status: a signal from a probe is visible from the host.
+  bool sleeper_has_pending(int sig) const;
+  bool sleeper_alive() const;
+  // Kills what a probe left behind: every child of this process that is not the suite's own
+  // (this process is a child subreaper during the run) and every process whose argv carries the
+  // run marker. Reaps its children. Returns the pids that were still running (zombies aside).
+  std::vector<pid_t> kill_leftovers();
+  // Children this process already had before the suite started: never touched.
+  void set_foreign_children(std::vector<pid_t> pids) { foreign_children_ = std::move(pids); }
+
+ private:
+  Canaries() = default;
+  Bait bait_;
+  std::optional<std::string> saved_env_;
+  bool env_set_ = false;
+  UniqueFd tcp_, unix_, abstract_;
+  ChildProcess sleeper_;
+  std::vector<pid_t> foreign_children_;
+};
+
+// The pids of this process's children (all threads), from /proc/self/task/*/children.
+std::vector<pid_t> children_of_self();
+// The argv of a process joined with spaces, or empty (gone, a zombie, or unreadable).
+std::string process_cmdline(pid_t pid);
+// True when the process exists and is not a zombie.
+bool process_running(pid_t pid);
+
+}  // namespace airlock::escape

@@ -1,0 +1,163 @@
+// The escape suite: DESIGN.md's ten breaches, each run as a named probe inside an executor
+// against canaries the suite plants, judged from the probe's report and from the host side.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/error.h"
+#include "base/json_util.h"
+#include "plan/plan.h"
+#include "policy/task_policy.h"
+
+namespace airlock::broker {
+class Session;
+}
+
+namespace airlock::escape {
+
+// The ten breaches, in DESIGN.md's order. Their names are the probes' names.
+enum class Breach {
+  ReadHostFile,
+  WriteOutsideDeclaredPaths,
+  SymlinkWriteBack,
+  ReadCredentials,
+  ReachNetwork,
+  SeeOrSignalHostProcess,
+  OutliveSession,
+  ExceedMemory,
+  ExceedTime,
+  ExceedCpu,
+};
+std::span<const Breach> all_breaches();
+std::string_view to_string(Breach b);
+std::optional<Breach> breach_from_string(std::string_view name);
+
+// The hidden verb that runs a probe: `airlock __probe NAME --run MARKER [ARGS...]`. MARKER is the
+// run's canary directory: every probe process carries it in its argv, so the suite can find and
+// kill whatever a probe leaves behind.
+inline constexpr std::string_view kProbeVerb = "__probe";
+// Not a breach: the host process the suite starts for see_or_signal_host_process to find.
+inline constexpr std::string_view kSleeperProbe = "host_sleeper";
+
+// What the probes attempt. Each amount lies above the real tiers' limits (kTierLimits) and below
+// the host baseline's (kHostBaselineLimits), so a probe that finishes has exceeded a real limit.
+inline constexpr int kProbeMemoryMib = 512;
+inline constexpr int kProbeCpuSeconds = 6;
+// Past the wall limit (5 s) plus the SIGTERM-to-SIGKILL grace (2 s) of a real tier, with margin;
+// the probe ignores SIGTERM, so only the SIGKILL that follows the grace stops it.
+inline constexpr int kProbeSleepSeconds = 10;
+inline constexpr int kDaemonSleepSeconds = 300;
+
+struct SuiteLimits {
+  int64_t memory_mb;
+  int cpu_seconds;
+  int max_processes;
+  int command_timeout_seconds;
+};
+// Every real tier runs each probe under these limits.
+inline constexpr SuiteLimits kTierLimits{256, 2, 32, 5};
+// The host baseline runs with limits wide enough that every probe CAN finish: the baseline
+// measures the probe (does it detect its breach when nothing stops it?), not the limits. With the
+// real tiers' limits the host executor's own rlimits and wall clock would stop exceed_memory,
+// exceed_time and exceed_cpu, and the baseline would prove nothing about those three probes.
+inline constexpr SuiteLimits kHostBaselineLimits{4096, 60, 256, 30};
+
+// The one JSON line a probe prints: {"probe", "breached", "evidence", "errno", ...extra fields}.
+struct ProbeReport {
+  std::string probe;
+  bool breached = false;
+  std::string evidence;
+  int err = 0;
+  Json extra = Json::object();  // probe-specific fields (daemon_pid, ...)
+  Json to_json() const;
+};
+// The last line of `output` that is a report of probe `name`, if any.
+std::optional<ProbeReport> parse_probe_report(std::string_view output, std::string_view name);
+
+// One breach run in one executor.
+struct ScenarioResult {
+  Breach breach = Breach::ReadHostFile;
+  bool breached = false;
+  std::optional<Error> error;  // the scenario could not run (session refused): neither verdict
+  std::string evidence;        // one line, for people
+  Json details = Json::object();  // probe report, host checks, outcome, write-back, session, receipts
+  double seconds = 0;
+};
+
+enum class TierStatus { Ran, Unavailable, Skipped };
+std::string_view to_string(TierStatus s);
+
+// One executor's column.
+struct TierResult {
+  policy::ExecutorKind executor = policy::ExecutorKind::Landlock;
+  TierStatus status = TierStatus::Ran;
+  bool expect_breach = false;    // the host baseline: every probe must breach; real tiers: none
+  std::optional<Error> refusal;  // why unavailable or skipped
+  std::vector<ScenarioResult> results;
+  std::string canary_root;       // removed again when the tier is done
+  bool cancelled = false;
+  double seconds = 0;
+
+  size_t matching() const;  // results that came out as expected
+  // Every breach ran and came out as expected. Unavailable tiers never match; skipped ones are
+  // judged by SuiteReport::ok (they do not count).
+  bool matched() const;
+  // "host: 10/10 breached — every probe detects its breach", "landlock: 10/10 contained", ...
+  std::string verdict() const;
+};
+
+struct SuiteReport {
+  plan::Profile profile = plan::Profile::Production;
+  uid_t uid = 0;
+  std::string kernel;
+  std::vector<TierResult> tiers;
+  bool cancelled = false;
+  // Every tier that ran matched its expectation and no tier is unavailable (skipped ones aside).
+  bool ok() const;
+  Json to_json() const;
+  // The matrix (breach x executor), the evidence lines, then one verdict line per executor.
+  std::string to_text() const;
+};
+
+struct SuiteOptions {
+  std::string state_dir;  // sessions and their receipts live here, as for `airlock run`
+  plan::Profile profile = plan::Profile::Production;
+  // The one executor to test, or nullopt: every executor (host only in the development profile);
+  // those not part of this build are then listed as skipped.
+  std::optional<policy::ExecutorKind> executor;
+  // The airlock binary that is the probe; it is copied into every workspace the suite makes.
+  std::string airlock_binary = "/proc/self/exe";
+  // Called after each scenario (progress); may be empty.
+  std::function<void(const TierResult&, const ScenarioResult&)> on_result;
+};
+
+// Runs the suite. Meant for a process of its own (the airlock CLI): while run() runs, the process
+// is a child subreaper, so anything a probe leaves behind is re-parented to it and can be killed
+// and reaped; every child that appears during the run, other than the suite's own, is killed.
+class Suite {
+ public:
+  explicit Suite(SuiteOptions opts) : opts_(std::move(opts)) {}
+  // A refusal here is an environment failure (no temp dir, no binary to copy); an executor that
+  // cannot run is part of the report, never an error.
+  Result<SuiteReport> run();
+  // From any thread: stops the running probe and skips the rest. Canaries are still removed.
+  void cancel();
+
+ private:
+  Result<TierResult> run_tier(policy::ExecutorKind executor, bool requested, const plan::HostFacts& facts);
+  SuiteOptions opts_;
+  std::atomic<bool> cancelled_ = false;
+  std::mutex mu_;
+  broker::Session* current_ = nullptr;  // guarded by mu_
+};
+
+}  // namespace airlock::escape
