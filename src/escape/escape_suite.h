@@ -158,6 +158,7 @@ class Suite {
   std::atomic<bool> cancelled_ = false;
   std::mutex mu_;
   broker::Session* current_ = nullptr;  // guarded by mu_
+  std::vector<pid_t> foreign_children_;  // children this process had before run(): never touched
 };
 
 }  // namespace airlock::escape

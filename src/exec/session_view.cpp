@@ -198,9 +198,6 @@ Result<ViewCopy> create_view(const std::string& workspace, const std::string& vi
                              const std::vector<std::string>& paths,
                              const std::vector<std::string>& write_back_paths) {
   ViewCopy out;
-  auto is_write_back = [&](const std::string& p) {
-    return std::find(write_back_paths.begin(), write_back_paths.end(), p) != write_back_paths.end();
-  };
   if (workspace.empty()) {
     // No workspace: an empty view, with the write-back paths as empty directories.
     for (const auto& w : write_back_paths)
@@ -233,13 +230,15 @@ Result<ViewCopy> create_view(const std::string& workspace, const std::string& vi
       if (errno != ENOENT) return fail_errno(Code::ConfigError, "stat " + p + " in the workspace", errno);
       missing = true;
     }
-    if (missing) {
-      if (is_write_back(p)) TRY(make_view_dirs(view, p));
-      continue;
-    }
+    if (missing) continue;  // a missing write-back path is made below
     TRY(make_view_dirs(view, parent_of(p)));
     auto vparent = TRY(linux::open_beneath(vw.get(), parent_of(p), O_DIRECTORY | O_RDONLY));
     TRY(copy_entry(parent->get(), vparent.get(), name_of(p), p, out));
+  }
+  // Every write-back path exists in the view, so the command can create what it writes there.
+  for (const auto& w : write_back_paths) {
+    struct stat st{};
+    if (w != "." && ::lstat(join(view, w).c_str(), &st) < 0 && errno == ENOENT) TRY(make_view_dirs(view, w));
   }
   return out;
 }

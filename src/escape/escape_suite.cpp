@@ -1,0 +1,660 @@
+// The escape suite: each breach's probe run through broker::Session in each executor, judged
+// from the probe's report and, wherever the breach shows on the host, from the host side.
+#include "escape/escape_suite.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <filesystem>
+
+#include <fmt/ranges.h>
+
+#include "base/fs.h"
+#include "base/unique_fd.h"
+#include "broker/session.h"
+#include "escape/canaries.h"
+#include "linux/probe.h"
+
+namespace airlock::escape {
+
+using policy::ExecutorKind;
+
+namespace {
+
+constexpr Breach kBreaches[] = {
+    Breach::ReadHostFile,   Breach::WriteOutsideDeclaredPaths, Breach::SymlinkWriteBack,
+    Breach::ReadCredentials, Breach::ReachNetwork,             Breach::SeeOrSignalHostProcess,
+    Breach::OutliveSession, Breach::ExceedMemory,              Breach::ExceedTime,
+    Breach::ExceedCpu,
+};
+
+// How much of its output the suite reads back from a probe.
+constexpr size_t kMaxOutput = 64 * 1024;
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+bool has(std::string_view haystack, std::string_view needle) {
+  return !needle.empty() && haystack.find(needle) != std::string_view::npos;
+}
+
+std::string yes_no(bool b) { return b ? "yes" : "no"; }
+
+bool exists_nofollow(const std::string& path) {
+  struct stat st{};
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
+std::string read_back(int fd) {
+  std::string out;
+  char buf[8192];
+  if (::lseek(fd, 0, SEEK_SET) < 0) return out;
+  while (out.size() < kMaxOutput) {
+    ssize_t n = ::read(fd, buf, std::min(sizeof buf, kMaxOutput - out.size()));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+// The policy every scenario of one executor runs under: the whole workspace readable, out/ the
+// one write-back path, and the limits of a real tier (or the host baseline's wider ones).
+Result<policy::TaskPolicy> suite_policy(ExecutorKind e) {
+  const SuiteLimits& l = e == ExecutorKind::Host ? kHostBaselineLimits : kTierLimits;
+  Json doc = {{"schema_version", std::string(policy::kSchemaVersion)},
+              {"task_id", "escape-suite"},
+              {"executor", std::string(policy::to_string(e))},
+              {"readable", Json::array({"."})},
+              {"write_back_paths", Json::array({"out"})},
+              {"limits",
+               {{"memory_mb", l.memory_mb},
+                {"cpu_seconds", l.cpu_seconds},
+                {"max_processes", l.max_processes},
+                {"command_timeout_seconds", l.command_timeout_seconds}}}};
+  return policy::parse_layer(doc, policy::builtin_default());
+}
+
+// A refusal that says only "this build has no such executor" (every tier considered says so).
+bool only_not_in_build(const Error& e) {
+  if (e.code != Code::ExecutorUnavailable || !e.facts.contains("considered")) return false;
+  const Json& c = e.facts["considered"];
+  if (!c.is_array() || c.empty()) return false;
+  return std::all_of(c.begin(), c.end(), [](const Json& x) {
+    return x.contains("reason") && x["reason"].is_string() &&
+           has(x["reason"].get<std::string>(), "is not part of this build");
+  });
+}
+
+std::string describe(const exec::RunOutcome& o) {
+  std::string how = o.status.signaled ? fmt::format("killed by signal {}", o.status.signal)
+                                      : fmt::format("exit {}", o.status.code);
+  std::string why = o.timed_out ? " at the wall-time limit" : o.stopped ? " (stopped)" : "";
+  return fmt::format("{}{} after {:.1f} s, cpu {:.1f} s, max rss {} MiB", how, why, o.wall_ms / 1000.0,
+                     (o.user_us + o.system_us) / 1e6, o.max_rss_kb / 1024);
+}
+
+// Everything the suite saw of one run, from the probe and from the host.
+struct Observed {
+  std::string output, errors;
+  std::optional<ProbeReport> probe;
+  std::optional<exec::RunOutcome> outcome;
+  std::optional<Error> run_error;
+  std::optional<exec::WriteBackReport> write_back;
+  std::optional<Error> close_error;
+  uint64_t wall_limit_ms = 0;  // the plan's, plus the SIGTERM-to-SIGKILL grace
+
+  std::string probe_said() const {
+    if (probe) return probe->evidence;
+    std::string how = outcome ? describe(*outcome)
+                              : run_error ? fmt::format("the run was refused: {}: {}", to_name(run_error->code),
+                                                        run_error->message)
+                                          : "no outcome";
+    return fmt::format("the probe printed no report ({})", how);
+  }
+};
+
+// Every file and symlink under `dir` (relative paths), without following symlinks.
+std::vector<std::string> entries_under(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (std::filesystem::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    out.push_back(std::filesystem::relative(it->path(), dir).string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+struct Judged {
+  bool breached = false;
+  std::string evidence;
+  Json host = Json::object();
+};
+
+// The verdict of one breach. A breach counts when the probe reports it or the host shows it; for
+// symlink_write_back and outlive_session the breach completes only after the probe has ended
+// (at write-back, after close), so there the probe's word says only what it staged.
+Judged judge(Breach b, const Observed& o, const Bait& bait, Canaries& canaries, const std::string& ws,
+             const std::string& outside_file, const std::string& direct_file, const std::string& view_name) {
+  Judged j;
+  bool claimed = o.probe && o.probe->breached;
+  std::string said = o.probe_said();
+  switch (b) {
+    case Breach::ReadHostFile: {
+      bool seen = has(o.output, bait.secret_token);
+      j.host = {{"secret_token_in_output", seen}};
+      j.breached = claimed || seen;
+      j.evidence = fmt::format("{}; host: the secret's canary token {} the probe's output", said,
+                               seen ? "is in" : "is not in");
+      break;
+    }
+    case Breach::WriteOutsideDeclaredPaths: {
+      bool outside = exists_nofollow(outside_file), direct = exists_nofollow(direct_file),
+           stray = exists_nofollow(ws + "/" + view_name);
+      j.host = {{"outside_file_exists", outside}, {"workspace_file_exists", direct}, {"view_file_written_back", stray}};
+      j.breached = claimed || outside || direct || stray;
+      j.evidence = fmt::format("{}; host: {} outside the workspace {}, {} in the workspace {}, {} written back {}", said,
+                               outside_file, outside ? "EXISTS" : "absent", direct_file, direct ? "EXISTS" : "absent",
+                               view_name, stray ? "YES" : "no");
+      break;
+    }
+    case Breach::SymlinkWriteBack: {
+      std::vector<std::string> links, leaked;
+      std::string out = ws + "/out";
+      for (const auto& rel : entries_under(out)) {
+        std::string p = out + "/" + rel;
+        struct stat st{};
+        if (::lstat(p.c_str(), &st) < 0) continue;
+        if (S_ISLNK(st.st_mode)) links.push_back("out/" + rel);
+        else if (S_ISREG(st.st_mode))
+          if (auto text = read_file(p); text && has(*text, bait.secret_token)) leaked.push_back("out/" + rel);
+      }
+      std::vector<std::string> refused;
+      if (o.write_back)
+        for (const auto& r : o.write_back->refused) refused.push_back(fmt::format("{} ({})", r.path, r.reason));
+      j.host = {{"symlinks_in_workspace", links}, {"secret_in_workspace", leaked}, {"write_back_refused", refused}};
+      j.breached = !links.empty() || !leaked.empty();
+      std::string wb = o.write_back ? fmt::format("write-back refused [{}], wrote [{}]", fmt::join(refused, ", "),
+                                                  fmt::join(o.write_back->written, ", "))
+                       : o.close_error ? fmt::format("write-back failed: {}", o.close_error->message)
+                                       : std::string("no write-back");
+      std::string found = j.breached ? fmt::format("after close the workspace holds {}{}{}", fmt::join(links, ", "),
+                                                   links.empty() || leaked.empty() ? "" : ", ",
+                                                   leaked.empty() ? "" : fmt::format("the secret's content in {}",
+                                                                                     fmt::join(leaked, ", ")))
+                                     : std::string("after close the workspace holds no symlink and no secret");
+      j.evidence = fmt::format("{}; {}; host: {}", said, wb, found);
+      break;
+    }
+    case Breach::ReadCredentials: {
+      bool key = has(o.output, bait.key_token), env = has(o.output, bait.env_token);
+      j.host = {{"key_token_in_output", key}, {"env_token_in_output", env}};
+      j.breached = claimed || key || env;
+      j.evidence = fmt::format("{}; host: the key's canary token {} the output, the environment's {}", said,
+                               key ? "is in" : "is not in", env ? "IS TOO" : "is not");
+      break;
+    }
+    case Breach::ReachNetwork: {
+      std::vector<std::string> got;
+      Json conns = Json::array();
+      for (const auto& c : canaries.take_connections()) {
+        bool marked = has(c.first_line, bait.root);
+        got.push_back(marked ? c.listener : c.listener + " (without the run marker)");
+        conns.push_back({{"listener", c.listener}, {"carries_run_marker", marked}});
+      }
+      j.host = {{"connections_accepted", conns}};
+      j.breached = claimed || !got.empty();
+      j.evidence = fmt::format("{}; host: {}", said,
+                               got.empty() ? std::string("no listener accepted a connection")
+                                           : fmt::format("ACCEPTED on {}", fmt::join(got, ", ")));
+      break;
+    }
+    case Breach::SeeOrSignalHostProcess: {
+      bool pending = canaries.sleeper_has_pending(SIGUSR1), seen = has(o.output, bait.sleeper_token);
+      j.host = {{"sigusr1_pending_at_sleeper", pending}, {"sleeper_token_in_output", seen}};
+      j.breached = claimed || pending || seen;
+      j.evidence = fmt::format("{}; host: SIGUSR1 {} at pid {}, its cmdline token {} the output", said,
+                               pending ? "PENDING" : "not pending", bait.sleeper_pid, seen ? "is in" : "is not in");
+      break;
+    }
+    case Breach::OutliveSession: {
+      pid_t daemon = 0;
+      if (o.probe && o.probe->extra.contains("daemon_pid") && o.probe->extra["daemon_pid"].is_number_integer())
+        daemon = o.probe->extra["daemon_pid"].get<pid_t>();
+      bool alive = daemon > 0 && process_running(daemon) && has(process_cmdline(daemon), bait.root);
+      bool supervisor_killed = o.probe && o.probe->extra.value("supervisor_killed", false);
+      j.host = {{"daemon_pid", daemon}, {"daemon_alive_after_close", alive}};
+      j.breached = alive || supervisor_killed;
+      j.evidence = fmt::format("{}; host: {}", said,
+                               daemon <= 0 ? std::string("no daemon pid reported")
+                                           : fmt::format("after close pid {} is {}", daemon,
+                                                         alive ? "ALIVE" : "gone"));
+      break;
+    }
+    case Breach::ExceedMemory: {
+      int64_t rss_mib = o.outcome ? o.outcome->max_rss_kb / 1024 : 0;
+      bool big = rss_mib >= kProbeMemoryMib * 9 / 10;
+      j.host = {{"max_rss_mib", rss_mib}};
+      j.breached = claimed || big;
+      j.evidence = fmt::format("{}; host: max rss {} MiB{}", said, rss_mib,
+                               o.outcome ? "" : " (no outcome)");
+      break;
+    }
+    case Breach::ExceedTime: {
+      double wall = o.outcome ? o.outcome->wall_ms : 0;
+      bool ran_out = o.outcome && !o.outcome->timed_out && wall >= kProbeSleepSeconds * 950.0;
+      bool overran = o.outcome && wall > static_cast<double>(o.wall_limit_ms) + 1000.0;
+      j.host = {{"wall_ms", wall}, {"timed_out", o.outcome && o.outcome->timed_out}, {"overran_limit", overran}};
+      j.breached = claimed || ran_out || overran;
+      j.evidence = fmt::format("{}; host: {}", said, o.outcome ? describe(*o.outcome) : std::string("no outcome"));
+      break;
+    }
+    case Breach::ExceedCpu: {
+      double cpu = o.outcome ? (o.outcome->user_us + o.outcome->system_us) / 1e6 : 0;
+      bool spun = cpu >= kProbeCpuSeconds * 0.95;
+      j.host = {{"cpu_seconds", cpu}};
+      j.breached = claimed || spun;
+      j.evidence = fmt::format("{}; host: {}", said, o.outcome ? describe(*o.outcome) : std::string("no outcome"));
+      break;
+    }
+  }
+  if (o.probe && o.probe->breached != j.breached && b != Breach::SymlinkWriteBack && b != Breach::OutliveSession)
+    j.evidence += "; the probe and the host disagree";
+  return j;
+}
+
+std::vector<std::string> probe_args(Breach b, const Bait& bait, const std::string& outside_file,
+                                    const std::string& direct_file, const std::string& view_name) {
+  switch (b) {
+    case Breach::ReadHostFile: return {bait.secret_file};
+    case Breach::WriteOutsideDeclaredPaths: return {outside_file, direct_file, view_name};
+    case Breach::SymlinkWriteBack: return {bait.secret_file};
+    case Breach::ReadCredentials: return {bait.key_file, std::string(kCanaryEnvName)};
+    case Breach::ReachNetwork: return {std::to_string(bait.tcp_port), bait.unix_socket, bait.abstract_socket};
+    case Breach::SeeOrSignalHostProcess: return {std::to_string(bait.sleeper_pid)};
+    case Breach::OutliveSession: return {};
+    case Breach::ExceedMemory: return {std::to_string(kProbeMemoryMib)};
+    case Breach::ExceedTime: return {std::to_string(kProbeSleepSeconds)};
+    case Breach::ExceedCpu: return {std::to_string(kProbeCpuSeconds)};
+  }
+  return {};
+}
+
+struct TierContext {
+  const policy::TaskPolicy& policy;
+  const plan::HostFacts& facts;
+  const SuiteOptions& opts;
+  Canaries& canaries;
+  std::function<void(broker::Session*)> track;  // the session a cancel() must interrupt
+};
+
+ScenarioResult run_one(Breach b, TierContext& t) {
+  auto t0 = std::chrono::steady_clock::now();
+  ScenarioResult r;
+  r.breach = b;
+  std::string name(to_string(b));
+  const Bait& bait = t.canaries.bait();
+  auto not_run = [&](Error e) {
+    r.evidence = fmt::format("could not run: {}: {}", to_name(e.code), e.message);
+    r.details["error"] = e.to_json();
+    r.error = std::move(e);
+    r.seconds = seconds_since(t0);
+    return r;
+  };
+
+  auto ws = t.canaries.make_workspace(name);
+  if (!ws) return not_run(ws.error());
+  std::string outside_file = bait.outside_dir + "/escaped-" + name + ".txt";
+  std::string direct_file = *ws + "/escaped-direct.txt";
+  std::string view_name = "stray.txt";
+
+  // Output goes to files the suite owns: a probe's daemon may hold them open, which would keep a
+  // pipe from ever reaching EOF.
+  std::string base = bait.root + "/" + name;
+  UniqueFd out(::open((base + ".out").c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  UniqueFd err(::open((base + ".err").c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  UniqueFd null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (!out || !err || !null) return not_run(fail_errno(Code::ConfigError, "cannot open " + base + ".out", errno).error());
+
+  broker::SessionOptions so{t.opts.state_dir, t.opts.profile, *ws};
+  auto session = broker::Session::open(t.policy, t.facts, so);
+  if (!session) return not_run(session.error());
+  broker::Session& s = **session;
+  r.details["session"] = s.id();
+  r.details["receipts"] = s.receipts_path();
+
+  exec::Command cmd;
+  cmd.argv = {s.dirs().view + "/.probe/airlock", std::string(kProbeVerb), name, "--run", bait.root};
+  for (auto& a : probe_args(b, bait, outside_file, direct_file, view_name)) cmd.argv.push_back(std::move(a));
+  cmd.stdin_fd = null.get();
+  cmd.stdout_fd = out.get();
+  cmd.stderr_fd = err.get();
+  r.details["argv"] = cmd.argv;
+
+  Observed o;
+  o.wall_limit_ms = s.plan().limits.wall_timeout_ms + s.plan().limits.kill_grace_ms;
+  t.track(&s);
+  auto outcome = s.run_command(cmd);
+  t.track(nullptr);
+  if (outcome) o.outcome = *outcome;
+  else o.run_error = outcome.error();
+  // Write back whatever the run left, success or not: the suite attacks write-back too.
+  auto wb = s.close(true);
+  if (wb) o.write_back = *wb;
+  else o.close_error = wb.error();
+  session->reset();
+
+  o.output = read_back(out.get());
+  o.errors = read_back(err.get());
+  o.probe = parse_probe_report(o.output, name);
+  Judged j = judge(b, o, bait, t.canaries, *ws, outside_file, direct_file, view_name);
+  // After the verdict (outlive_session looks for its daemon first): nothing may outlive a scenario.
+  std::vector<pid_t> left = t.canaries.kill_leftovers();
+
+  r.breached = j.breached;
+  r.evidence = j.evidence;
+  if (!left.empty()) r.evidence += fmt::format("; killed after close: pid {}", fmt::join(left, ", "));
+  r.details["probe"] = o.probe ? o.probe->to_json() : Json(nullptr);
+  r.details["host_check"] = j.host;
+  r.details["outcome"] = o.outcome ? o.outcome->to_json() : Json(nullptr);
+  r.details["run_error"] = o.run_error ? o.run_error->to_json() : Json(nullptr);
+  r.details["write_back"] = o.write_back ? o.write_back->to_json() : Json(nullptr);
+  r.details["close_error"] = o.close_error ? o.close_error->to_json() : Json(nullptr);
+  r.details["left_behind"] = left;
+  if (!o.probe) r.details["stderr"] = o.errors.substr(0, 2000);
+  r.seconds = seconds_since(t0);
+  return r;
+}
+
+std::string cell(const TierResult& t, Breach b) {
+  if (t.status != TierStatus::Ran) return "unavailable";
+  for (const auto& r : t.results)
+    if (r.breach == b) return r.error ? "unavailable" : r.breached ? "BREACHED" : "contained";
+  return "not run";
+}
+
+}  // namespace
+
+std::span<const Breach> all_breaches() { return kBreaches; }
+
+std::string_view to_string(Breach b) {
+  switch (b) {
+    case Breach::ReadHostFile: return "read_host_file";
+    case Breach::WriteOutsideDeclaredPaths: return "write_outside_declared_paths";
+    case Breach::SymlinkWriteBack: return "symlink_write_back";
+    case Breach::ReadCredentials: return "read_credentials";
+    case Breach::ReachNetwork: return "reach_network";
+    case Breach::SeeOrSignalHostProcess: return "see_or_signal_host_process";
+    case Breach::OutliveSession: return "outlive_session";
+    case Breach::ExceedMemory: return "exceed_memory";
+    case Breach::ExceedTime: return "exceed_time";
+    case Breach::ExceedCpu: return "exceed_cpu";
+  }
+  return "?";
+}
+
+std::optional<Breach> breach_from_string(std::string_view name) {
+  for (Breach b : kBreaches)
+    if (to_string(b) == name) return b;
+  return std::nullopt;
+}
+
+std::string_view to_string(TierStatus s) {
+  switch (s) {
+    case TierStatus::Ran: return "ran";
+    case TierStatus::Unavailable: return "unavailable";
+    case TierStatus::Skipped: return "skipped";
+  }
+  return "?";
+}
+
+Json ProbeReport::to_json() const {
+  Json j = extra.is_object() ? extra : Json::object();
+  j["probe"] = probe;
+  j["breached"] = breached;
+  j["evidence"] = evidence;
+  j["errno"] = err;
+  return j;
+}
+
+std::optional<ProbeReport> parse_probe_report(std::string_view output, std::string_view name) {
+  size_t end = output.size();
+  while (end > 0) {
+    size_t start = output.rfind('\n', end - 1);
+    start = start == std::string_view::npos ? 0 : start + 1;
+    std::string_view line = output.substr(start, end - start);
+    end = start == 0 ? 0 : start - 1;
+    if (line.empty() || line.front() != '{') continue;
+    Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || !j.contains("probe") || j["probe"] != name || !j.contains("breached") ||
+        !j["breached"].is_boolean())
+      continue;
+    ProbeReport r;
+    r.probe = std::string(name);
+    r.breached = j["breached"].get<bool>();
+    r.evidence = j.contains("evidence") && j["evidence"].is_string() ? j["evidence"].get<std::string>() : "";
+    r.err = j.contains("errno") && j["errno"].is_number_integer() ? j["errno"].get<int>() : 0;
+    for (const char* k : {"probe", "breached", "evidence", "errno"}) j.erase(k);
+    r.extra = std::move(j);
+    return r;
+  }
+  return std::nullopt;
+}
+
+size_t TierResult::matching() const {
+  return static_cast<size_t>(std::count_if(results.begin(), results.end(), [&](const ScenarioResult& r) {
+    return !r.error && r.breached == expect_breach;
+  }));
+}
+
+bool TierResult::matched() const {
+  return status == TierStatus::Ran && !cancelled && results.size() == all_breaches().size() &&
+         matching() == results.size();
+}
+
+std::string TierResult::verdict() const {
+  std::string name(policy::to_string(executor));
+  if (status == TierStatus::Skipped)
+    return fmt::format("{}: skipped — {}", name, refusal ? refusal->message : std::string("not part of this build"));
+  if (status == TierStatus::Unavailable)
+    return fmt::format("{}: unavailable — {}: {}", name, refusal ? to_name(refusal->code) : "?",
+                       refusal ? refusal->message : std::string());
+  size_t total = all_breaches().size();
+  std::vector<std::string> wrong, errors;
+  for (const auto& r : results) {
+    if (r.error) errors.push_back(fmt::format("{} ({})", to_string(r.breach), to_name(r.error->code)));
+    else if (r.breached != expect_breach) wrong.push_back(std::string(to_string(r.breach)));
+  }
+  std::string line;
+  if (expect_breach) {
+    line = fmt::format("{}: {}/{} breached", name, matching(), total);
+    if (matched()) line += " — every probe detects its breach";
+    if (!wrong.empty())
+      line += fmt::format(" — NOT DETECTED: {} (with nothing confining it each probe must breach: the probe or its "
+                          "host check is broken)",
+                          fmt::join(wrong, ", "));
+  } else {
+    line = fmt::format("{}: {}/{} contained", name, matching(), total);
+    if (!wrong.empty()) line += fmt::format(" — BREACHED: {}", fmt::join(wrong, ", "));
+  }
+  if (!errors.empty()) line += fmt::format(" — could not run: {}", fmt::join(errors, ", "));
+  if (cancelled) line += fmt::format(" — cancelled after {} of {}", results.size(), total);
+  return line;
+}
+
+bool SuiteReport::ok() const {
+  if (cancelled) return false;
+  bool ran = false;
+  for (const auto& t : tiers) {
+    if (t.status == TierStatus::Skipped) continue;
+    if (!t.matched()) return false;
+    ran = true;
+  }
+  return ran;
+}
+
+Json SuiteReport::to_json() const {
+  auto limits = [](const SuiteLimits& l) {
+    return Json{{"memory_mb", l.memory_mb},
+                {"cpu_seconds", l.cpu_seconds},
+                {"max_processes", l.max_processes},
+                {"command_timeout_seconds", l.command_timeout_seconds}};
+  };
+  Json names = Json::array();
+  for (Breach b : all_breaches()) names.push_back(to_string(b));
+  Json executors = Json::array();
+  for (const auto& t : tiers) {
+    std::string expected = t.expect_breach ? "breached" : "contained";
+    Json results = Json::array();
+    for (const auto& r : t.results) {
+      Json j = r.details;
+      j["breach"] = to_string(r.breach);
+      j["verdict"] = r.error ? "unavailable" : r.breached ? "breached" : "contained";
+      j["expected"] = expected;
+      j["matched"] = !r.error && r.breached == t.expect_breach;
+      j["evidence"] = r.evidence;
+      j["seconds"] = r.seconds;
+      results.push_back(std::move(j));
+    }
+    executors.push_back({{"executor", policy::to_string(t.executor)},
+                         {"status", to_string(t.status)},
+                         {"expected", expected},
+                         {"matched", t.matched()},
+                         {"verdict", t.verdict()},
+                         {"refusal", t.refusal ? t.refusal->to_json() : Json(nullptr)},
+                         {"cancelled", t.cancelled},
+                         {"canary_root", t.canary_root},
+                         {"seconds", t.seconds},
+                         {"results", results}});
+  }
+  return {{"schema", "airlock.escape_suite.v1"},
+          {"profile", plan::to_string(profile)},
+          {"uid", uid},
+          {"kernel", kernel},
+          {"ok", ok()},
+          {"cancelled", cancelled},
+          {"breaches", names},
+          {"limits", {{"tier", limits(kTierLimits)}, {"host_baseline", limits(kHostBaselineLimits)}}},
+          {"probe_amounts",
+           {{"memory_mib", kProbeMemoryMib}, {"cpu_seconds", kProbeCpuSeconds}, {"sleep_seconds", kProbeSleepSeconds}}},
+          {"executors", executors}};
+}
+
+std::string SuiteReport::to_text() const {
+  std::string s = fmt::format("airlock escape-suite: profile {}, uid {}, kernel {}\n", plan::to_string(profile), uid,
+                              kernel);
+  std::vector<const TierResult*> columns;
+  for (const auto& t : tiers)
+    if (t.status != TierStatus::Skipped) columns.push_back(&t);
+  if (!columns.empty()) {
+    s += fmt::format("\n  {:<30}", "BREACH");
+    for (const auto* t : columns) s += fmt::format("{:<13}", policy::to_string(t->executor));
+    s += "\n";
+    for (Breach b : all_breaches()) {
+      s += fmt::format("  {:<30}", to_string(b));
+      for (const auto* t : columns) s += fmt::format("{:<13}", cell(*t, b));
+      s += "\n";
+    }
+    s += "\nevidence:\n";
+    for (const auto* t : columns) {
+      if (t->status != TierStatus::Ran) continue;
+      for (const auto& r : t->results)
+        s += fmt::format("  {}/{}: {}: {}\n", policy::to_string(t->executor), to_string(r.breach),
+                         r.error ? "unavailable" : r.breached ? "BREACHED" : "contained", r.evidence);
+    }
+  }
+  s += "\n";
+  for (const auto& t : tiers)
+    s += t.status == TierStatus::Ran ? fmt::format("{} ({:.1f} s)\n", t.verdict(), t.seconds) : t.verdict() + "\n";
+  return s;
+}
+
+void Suite::cancel() {
+  cancelled_ = true;
+  std::lock_guard lock(mu_);
+  if (current_) current_->interrupt();
+}
+
+Result<TierResult> Suite::run_tier(ExecutorKind executor, bool requested, const plan::HostFacts& facts) {
+  auto t0 = std::chrono::steady_clock::now();
+  TierResult t;
+  t.executor = executor;
+  t.expect_breach = executor == ExecutorKind::Host;
+  auto pol = TRY(suite_policy(executor));
+  if (auto planned = plan::plan_execution(pol, facts, opts_.profile); !planned) {
+    t.refusal = planned.error();
+    t.status = !requested && only_not_in_build(planned.error()) ? TierStatus::Skipped : TierStatus::Unavailable;
+    return t;
+  }
+  auto canaries = TRY(Canaries::plant(opts_.airlock_binary));
+  canaries->set_foreign_children(foreign_children_);
+  t.canary_root = canaries->bait().root;
+  TierContext ctx{pol, facts, opts_, *canaries, [this](broker::Session* s) {
+                    std::lock_guard lock(mu_);
+                    current_ = s;
+                    if (s && cancelled_) s->interrupt();
+                  }};
+  for (Breach b : all_breaches()) {
+    if (cancelled_) break;
+    t.results.push_back(run_one(b, ctx));
+    if (opts_.on_result) opts_.on_result(t, t.results.back());
+  }
+  t.cancelled = cancelled_;
+  canaries.reset();  // the sleeper, the listeners, the environment variable, the directory
+  t.seconds = seconds_since(t0);
+  return t;
+}
+
+Result<SuiteReport> Suite::run() {
+  SuiteReport rep;
+  rep.profile = opts_.profile;
+  rep.uid = ::geteuid();
+  std::vector<ExecutorKind> order;
+  if (opts_.executor) {
+    order = {*opts_.executor};
+  } else {
+    if (opts_.profile == plan::Profile::Development) order.push_back(ExecutorKind::Host);
+    for (auto e : {ExecutorKind::Landlock, ExecutorKind::Namespaces, ExecutorKind::Container, ExecutorKind::Microvm})
+      order.push_back(e);
+  }
+  plan::FactNeeds needs;
+  for (auto e : order) {
+    auto pol = TRY(suite_policy(e));
+    auto n = plan::fact_needs(pol);
+    needs.user_namespaces |= n.user_namespaces;
+    needs.overlayfs |= n.overlayfs;
+    needs.cgroups |= n.cgroups;
+    needs.kvm |= n.kvm;
+  }
+  plan::HostFacts facts = linux::probe_host(needs);
+  rep.kernel = facts.kernel_release;
+
+  // A child subreaper for the run: what a probe leaves behind after its supervisor is gone comes
+  // to us rather than to init, so it can be found, killed and reaped.
+  int was_subreaper = 0;
+  (void)::prctl(PR_GET_CHILD_SUBREAPER, &was_subreaper);
+  if (!was_subreaper && ::prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)
+    return fail_errno(Code::ConfigError, "prctl(PR_SET_CHILD_SUBREAPER)", errno);
+  foreign_children_ = children_of_self();
+  Result<SuiteReport> result = rep;
+  for (auto e : order) {
+    if (cancelled_) break;
+    auto t = run_tier(e, opts_.executor.has_value(), facts);
+    if (!t) {
+      result = std::unexpected(t.error());
+      break;
+    }
+    result->tiers.push_back(std::move(*t));
+  }
+  if (!was_subreaper) (void)::prctl(PR_SET_CHILD_SUBREAPER, 0);
+  if (result) result->cancelled = cancelled_;
+  return result;
+}
+
+}  // namespace airlock::escape
