@@ -265,6 +265,7 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
     std::string rel;
     bool dir;
     mode_t mode;
+    ino_t ino;
   };
   std::vector<Op> ops;
   std::vector<std::string> seen;
@@ -286,7 +287,7 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
       return {};
     }
     if (S_ISDIR(st.st_mode)) {
-      ops.push_back({rel, true, st.st_mode & 0777});
+      ops.push_back({rel, true, st.st_mode & 0777, st.st_ino});
       UniqueFd sub = TRY(open_subdir(dirfd, name, rel + " in the view"));
       for (const auto& child : list_names(sub.get())) TRY(visit(sub.get(), child, rel + "/" + child));
       return {};
@@ -295,7 +296,7 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
     ViewEntry now = entry_of(st);
     bool unchanged = m != manifest.end() && !m->second.is_dir && m->second.ino == now.ino &&
                      m->second.ctime_ns == now.ctime_ns && m->second.size == now.size;
-    if (!unchanged) ops.push_back({rel, false, st.st_mode & 0777});
+    if (!unchanged) ops.push_back({rel, false, st.st_mode & 0777, st.st_ino});
     return {};
   };
   for (const auto& p : outermost(write_back_paths)) {
@@ -335,6 +336,7 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
       }
       if (::mkdirat(parent->get(), name.c_str(), op.mode) < 0)
         return fail_errno(Code::ConfigError, "mkdir " + op.rel + " in the workspace", errno);
+      ::fchmodat(parent->get(), name.c_str(), op.mode, 0);  // exactly the view's bits, whatever the umask
       rep.created_dirs.push_back(op.rel);
       continue;
     }
@@ -342,7 +344,15 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
       rep.refused.push_back({op.rel, "conflict: the workspace has a non-regular file there"});
       continue;
     }
-    UniqueFd in = TRY(linux::open_beneath(vw.get(), op.rel, O_RDONLY | O_NOFOLLOW));
+    // Re-checked on the open descriptor: should anything have swapped the entry since pass 1
+    // (a fifo would block, a hard link or a device must not cross), it is refused, not read.
+    UniqueFd in = TRY(linux::open_beneath(vw.get(), op.rel, O_RDONLY | O_NOFOLLOW | O_NONBLOCK));
+    struct stat now{};
+    if (::fstat(in.get(), &now) < 0) return fail_errno(Code::ConfigError, "stat " + op.rel + " in the view", errno);
+    if (std::string why = refusal_reason(now); !why.empty() || now.st_ino != op.ino) {
+      rep.refused.push_back({op.rel, why.empty() ? "changed during write-back" : why});
+      continue;
+    }
     std::string tmp = ".airlock-wb-" + random_id().substr(0, 12);
     UniqueFd out(::openat(parent->get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (!out) return fail_errno(Code::ConfigError, "create a temporary file for " + op.rel, errno);

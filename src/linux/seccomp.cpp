@@ -35,8 +35,10 @@ std::unexpected<Error> rule_failed(const std::string& what, int rc) {
   return fail_errno(Code::ExecutorUnavailable, "seccomp rule for " + what, -rc);
 }
 
+// CLONE_NEWTIME is absent on purpose: clone(2) does not take it (its bit is part of the exit
+// signal byte there); time namespaces come only from clone3 (ENOSYS here) and unshare (denied).
 constexpr uint64_t kNamespaceFlags = CLONE_NEWNS | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET |
-                                     CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP | 0x00000080 /*CLONE_NEWTIME*/;
+                                     CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP;
 
 }  // namespace
 
@@ -97,6 +99,10 @@ Result<std::unique_ptr<PreparedSeccomp>> prepare_seccomp(const plan::SeccompPlan
   off_t size = ::lseek(mem.get(), 0, SEEK_END);
   if (size <= 0 || size % static_cast<off_t>(sizeof(sock_filter)) != 0)
     return fail(Code::ExecutorUnavailable, "seccomp_export_bpf produced no program");
+  // The kernel takes at most BPF_MAXINSNS instructions; say so here, not as an errno in the child.
+  if (static_cast<size_t>(size) / sizeof(sock_filter) > BPF_MAXINSNS)
+    return fail(Code::ConfigError, fmt::format("the seccomp program has {} instructions, above the kernel's {}",
+                                               static_cast<size_t>(size) / sizeof(sock_filter), BPF_MAXINSNS));
   auto out = std::make_unique<PreparedSeccomp>();
   out->program.resize(static_cast<size_t>(size) / sizeof(sock_filter));
   if (::pread(mem.get(), out->program.data(), static_cast<size_t>(size), 0) != size)
