@@ -67,7 +67,7 @@ Result<std::unique_ptr<Session>> Session::open(const policy::TaskPolicy& pol, co
     cleanup();
     return std::unexpected(record_refusal(copy.error(), opts.state_dir, id, base));
   }
-  auto executor = exec::make_executor(*planned, *dirs, id);
+  auto executor = exec::make_executor(*planned, *dirs, id, workspace.value_or(""));
   if (!executor) {
     cleanup();
     return std::unexpected(record_refusal(executor.error(), opts.state_dir, id, base));

@@ -235,6 +235,13 @@ ProbeReport see_or_signal_host_process(const std::string& pid_text) {
 // unconfined. Fixed-size text, so a forked child can pass it through a pipe.
 void leave_run_cgroups(char* what, size_t size) {
   std::string said = "in no per-run cgroup";
+  if (int fd = ::open("/proc/self/cgroup", O_RDONLY | O_CLOEXEC); fd < 0) {
+    said = "cannot tell its cgroup: /proc/self/cgroup: " + err_name(errno);
+    std::snprintf(what, size, "%s", said.c_str());
+    return;
+  } else {
+    ::close(fd);
+  }
   for (std::string_view controller : {std::string_view("pids"), std::string_view("")}) {
     auto dir = linux::own_cgroup_dir(controller);
     if (!dir) continue;
@@ -364,6 +371,9 @@ int probe_verb(const ProbeOptions& o) {
     std::fprintf(stderr, "airlock __probe: unknown probe \"%s\"\n", o.name.c_str());
     return 2;
   }
+  // Proof that the probe ran at all: a probe killed by a limit prints no report, and the suite
+  // must tell that apart from an executor that never started it.
+  write_all(2, escape::probe_started_line(o.name) + "\n");
   auto arg = [&](size_t i) -> const std::string& {
     static const std::string none;
     return i < o.args.size() ? o.args[i] : none;

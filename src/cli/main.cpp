@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
   add_doctor(app, g, run);
   add_plan(app, g, run);
   add_run(app, g, run);
+  add_escape_suite(app, g, run);
+  add_probe(app, g, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

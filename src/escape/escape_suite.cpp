@@ -45,8 +45,6 @@ bool has(std::string_view haystack, std::string_view needle) {
   return !needle.empty() && haystack.find(needle) != std::string_view::npos;
 }
 
-std::string yes_no(bool b) { return b ? "yes" : "no"; }
-
 bool exists_nofollow(const std::string& path) {
   struct stat st{};
   return ::lstat(path.c_str(), &st) == 0;
@@ -110,6 +108,9 @@ struct Observed {
   std::optional<exec::WriteBackReport> write_back;
   std::optional<Error> close_error;
   uint64_t wall_limit_ms = 0;  // the plan's, plus the SIGTERM-to-SIGKILL grace
+  pid_t daemon_pid = 0;        // outlive_session's daemon, as the probe reported it
+  bool daemon_alive = false;   // ... still running after close (checked by pid and run marker)
+  std::vector<pid_t> left_behind;  // processes of the probe running after close (then killed)
 
   std::string probe_said() const {
     if (probe) return probe->evidence;
@@ -137,9 +138,12 @@ struct Judged {
   Json host = Json::object();
 };
 
-// The verdict of one breach. A breach counts when the probe reports it or the host shows it; for
-// symlink_write_back and outlive_session the breach completes only after the probe has ended
-// (at write-back, after close), so there the probe's word says only what it staged.
+// The verdict of one breach. Wherever the breach shows on the host, the host is the judge and the
+// probe's report is evidence: inside an executor a path, a pid or an address may name something
+// else than on the host (a private /tmp, a pid namespace, a network namespace), so "it worked" from
+// inside proves nothing, and the host baseline proves that every host check detects its breach.
+// Reads are judged by canary tokens: a token in the output can only have come from its canary.
+// Only the three resource probes also count their own report: using the resource is the breach.
 Judged judge(Breach b, const Observed& o, const Bait& bait, Canaries& canaries, const std::string& ws,
              const std::string& outside_file, const std::string& direct_file, const std::string& view_name) {
   Judged j;
@@ -149,18 +153,18 @@ Judged judge(Breach b, const Observed& o, const Bait& bait, Canaries& canaries, 
     case Breach::ReadHostFile: {
       bool seen = has(o.output, bait.secret_token);
       j.host = {{"secret_token_in_output", seen}};
-      j.breached = claimed || seen;
+      j.breached = seen;
       j.evidence = fmt::format("{}; host: the secret's canary token {} the probe's output", said,
-                               seen ? "is in" : "is not in");
+                               seen ? "IS IN" : "is not in");
       break;
     }
     case Breach::WriteOutsideDeclaredPaths: {
       bool outside = exists_nofollow(outside_file), direct = exists_nofollow(direct_file),
            stray = exists_nofollow(ws + "/" + view_name);
       j.host = {{"outside_file_exists", outside}, {"workspace_file_exists", direct}, {"view_file_written_back", stray}};
-      j.breached = claimed || outside || direct || stray;
-      j.evidence = fmt::format("{}; host: {} outside the workspace {}, {} in the workspace {}, {} written back {}", said,
-                               outside_file, outside ? "EXISTS" : "absent", direct_file, direct ? "EXISTS" : "absent",
+      j.breached = outside || direct || stray;
+      j.evidence = fmt::format("{}; host: outside the workspace {}, in the real workspace {}, ./{} written back {}",
+                               said, outside ? "the file EXISTS" : "nothing", direct ? "the file EXISTS" : "nothing",
                                view_name, stray ? "YES" : "no");
       break;
     }
@@ -184,20 +188,20 @@ Judged judge(Breach b, const Observed& o, const Bait& bait, Canaries& canaries, 
                                                   fmt::join(o.write_back->written, ", "))
                        : o.close_error ? fmt::format("write-back failed: {}", o.close_error->message)
                                        : std::string("no write-back");
-      std::string found = j.breached ? fmt::format("after close the workspace holds {}{}{}", fmt::join(links, ", "),
-                                                   links.empty() || leaked.empty() ? "" : ", ",
-                                                   leaked.empty() ? "" : fmt::format("the secret's content in {}",
-                                                                                     fmt::join(leaked, ", ")))
-                                     : std::string("after close the workspace holds no symlink and no secret");
-      j.evidence = fmt::format("{}; {}; host: {}", said, wb, found);
+      std::vector<std::string> found;
+      if (!links.empty()) found.push_back(fmt::format("the symlink(s) {}", fmt::join(links, ", ")));
+      if (!leaked.empty()) found.push_back(fmt::format("the secret's content in {}", fmt::join(leaked, ", ")));
+      j.evidence = fmt::format("{}; {}; host: after close the workspace holds {}", said, wb,
+                               found.empty() ? std::string("no symlink and no secret")
+                                             : fmt::format("{}", fmt::join(found, " and ")));
       break;
     }
     case Breach::ReadCredentials: {
       bool key = has(o.output, bait.key_token), env = has(o.output, bait.env_token);
       j.host = {{"key_token_in_output", key}, {"env_token_in_output", env}};
-      j.breached = claimed || key || env;
+      j.breached = key || env;
       j.evidence = fmt::format("{}; host: the key's canary token {} the output, the environment's {}", said,
-                               key ? "is in" : "is not in", env ? "IS TOO" : "is not");
+                               key ? "IS IN" : "is not in", env ? "IS TOO" : "is not");
       break;
     }
     case Breach::ReachNetwork: {
@@ -209,32 +213,30 @@ Judged judge(Breach b, const Observed& o, const Bait& bait, Canaries& canaries, 
         conns.push_back({{"listener", c.listener}, {"carries_run_marker", marked}});
       }
       j.host = {{"connections_accepted", conns}};
-      j.breached = claimed || !got.empty();
+      j.breached = !got.empty();
       j.evidence = fmt::format("{}; host: {}", said,
                                got.empty() ? std::string("no listener accepted a connection")
-                                           : fmt::format("ACCEPTED on {}", fmt::join(got, ", ")));
+                                           : fmt::format("the listener ACCEPTED a connection on {}", fmt::join(got, ", ")));
       break;
     }
     case Breach::SeeOrSignalHostProcess: {
       bool pending = canaries.sleeper_has_pending(SIGUSR1), seen = has(o.output, bait.sleeper_token);
       j.host = {{"sigusr1_pending_at_sleeper", pending}, {"sleeper_token_in_output", seen}};
-      j.breached = claimed || pending || seen;
-      j.evidence = fmt::format("{}; host: SIGUSR1 {} at pid {}, its cmdline token {} the output", said,
-                               pending ? "PENDING" : "not pending", bait.sleeper_pid, seen ? "is in" : "is not in");
+      j.breached = pending || seen;
+      j.evidence = fmt::format("{}; host: SIGUSR1 {} at the sleeper (pid {}), its cmdline token {} the output", said,
+                               pending ? "PENDING" : "not pending", bait.sleeper_pid, seen ? "IS IN" : "is not in");
       break;
     }
     case Breach::OutliveSession: {
-      pid_t daemon = 0;
-      if (o.probe && o.probe->extra.contains("daemon_pid") && o.probe->extra["daemon_pid"].is_number_integer())
-        daemon = o.probe->extra["daemon_pid"].get<pid_t>();
-      bool alive = daemon > 0 && process_running(daemon) && has(process_cmdline(daemon), bait.root);
-      bool supervisor_killed = o.probe && o.probe->extra.value("supervisor_killed", false);
-      j.host = {{"daemon_pid", daemon}, {"daemon_alive_after_close", alive}};
-      j.breached = alive || supervisor_killed;
-      j.evidence = fmt::format("{}; host: {}", said,
-                               daemon <= 0 ? std::string("no daemon pid reported")
-                                           : fmt::format("after close pid {} is {}", daemon,
-                                                         alive ? "ALIVE" : "gone"));
+      j.host = {{"daemon_pid", o.daemon_pid},
+                {"daemon_alive_after_close", o.daemon_alive},
+                {"marked_processes_alive_after_close", o.left_behind}};
+      j.breached = o.daemon_alive || !o.left_behind.empty();
+      std::string seen = o.daemon_alive ? fmt::format("after close the daemon (pid {}) is ALIVE", o.daemon_pid)
+                         : !o.left_behind.empty()
+                             ? fmt::format("after close probe processes are ALIVE (pid {})", fmt::join(o.left_behind, ", "))
+                             : std::string("after close no process of the probe is alive");
+      j.evidence = fmt::format("{}; host: {}", said, seen);
       break;
     }
     case Breach::ExceedMemory: {
@@ -242,8 +244,7 @@ Judged judge(Breach b, const Observed& o, const Bait& bait, Canaries& canaries, 
       bool big = rss_mib >= kProbeMemoryMib * 9 / 10;
       j.host = {{"max_rss_mib", rss_mib}};
       j.breached = claimed || big;
-      j.evidence = fmt::format("{}; host: max rss {} MiB{}", said, rss_mib,
-                               o.outcome ? "" : " (no outcome)");
+      j.evidence = fmt::format("{}; host: max rss {} MiB{}", said, rss_mib, o.outcome ? "" : " (no outcome)");
       break;
     }
     case Breach::ExceedTime: {
@@ -264,8 +265,10 @@ Judged judge(Breach b, const Observed& o, const Bait& bait, Canaries& canaries, 
       break;
     }
   }
-  if (o.probe && o.probe->breached != j.breached && b != Breach::SymlinkWriteBack && b != Breach::OutliveSession)
-    j.evidence += "; the probe and the host disagree";
+  bool staged = b == Breach::SymlinkWriteBack || b == Breach::OutliveSession;  // `breached` means "staged"
+  if (claimed && !j.breached && !staged)
+    j.evidence += "; the probe's success did not reach the host (inside the executor the name means something else)";
+  if (o.probe && !o.probe->breached && j.breached) j.evidence += "; the host saw a breach the probe did not report";
   return j;
 }
 
@@ -301,6 +304,7 @@ ScenarioResult run_one(Breach b, TierContext& t) {
   std::string name(to_string(b));
   const Bait& bait = t.canaries.bait();
   auto not_run = [&](Error e) {
+    r.verdict = Verdict::Unavailable;
     r.evidence = fmt::format("could not run: {}: {}", to_name(e.code), e.message);
     r.details["error"] = e.to_json();
     r.error = std::move(e);
@@ -330,7 +334,8 @@ ScenarioResult run_one(Breach b, TierContext& t) {
   r.details["receipts"] = s.receipts_path();
 
   exec::Command cmd;
-  cmd.argv = {s.dirs().view + "/.probe/airlock", std::string(kProbeVerb), name, "--run", bait.root};
+  // Relative to the command's working directory (the view, wherever the executor mounts it).
+  cmd.argv = {"./.probe/airlock", std::string(kProbeVerb), name, "--run", bait.root};
   for (auto& a : probe_args(b, bait, outside_file, direct_file, view_name)) cmd.argv.push_back(std::move(a));
   cmd.stdin_fd = null.get();
   cmd.stdout_fd = out.get();
@@ -353,12 +358,28 @@ ScenarioResult run_one(Breach b, TierContext& t) {
   o.output = read_back(out.get());
   o.errors = read_back(err.get());
   o.probe = parse_probe_report(o.output, name);
+  if (o.probe && o.probe->extra.contains("daemon_pid") && o.probe->extra["daemon_pid"].is_number_integer())
+    o.daemon_pid = o.probe->extra["daemon_pid"].get<pid_t>();
+  // The pid is the probe's view of it: on the host it must also carry the run marker.
+  o.daemon_alive = o.daemon_pid > 0 && process_running(o.daemon_pid) && has(process_cmdline(o.daemon_pid), bait.root);
+  // Nothing may outlive a scenario: whatever of the probe still runs is noted, then killed.
+  o.left_behind = t.canaries.kill_leftovers();
+  const std::vector<pid_t>& left = o.left_behind;
   Judged j = judge(b, o, bait, t.canaries, *ws, outside_file, direct_file, view_name);
-  // After the verdict (outlive_session looks for its daemon first): nothing may outlive a scenario.
-  std::vector<pid_t> left = t.canaries.kill_leftovers();
 
-  r.breached = j.breached;
+  bool started = has(o.errors, probe_started_line(name));
   r.evidence = j.evidence;
+  if (j.breached) {
+    r.verdict = Verdict::Breached;
+  } else if (started) {
+    r.verdict = Verdict::Contained;
+  } else {
+    // Nothing was attempted, so nothing was contained: the executor could not even run the probe.
+    r.verdict = Verdict::Inconclusive;
+    r.error = Error{Code::ToolFailed, "the probe did not start: " + o.probe_said(), {}};
+    r.evidence = fmt::format("INCONCLUSIVE: the probe never started; {}", j.evidence);
+  }
+  r.details["probe_started"] = started;
   if (!left.empty()) r.evidence += fmt::format("; killed after close: pid {}", fmt::join(left, ", "));
   r.details["probe"] = o.probe ? o.probe->to_json() : Json(nullptr);
   r.details["host_check"] = j.host;
@@ -367,7 +388,7 @@ ScenarioResult run_one(Breach b, TierContext& t) {
   r.details["write_back"] = o.write_back ? o.write_back->to_json() : Json(nullptr);
   r.details["close_error"] = o.close_error ? o.close_error->to_json() : Json(nullptr);
   r.details["left_behind"] = left;
-  if (!o.probe) r.details["stderr"] = o.errors.substr(0, 2000);
+  if (!o.probe || !started) r.details["stderr"] = o.errors.substr(0, 2000);
   r.seconds = seconds_since(t0);
   return r;
 }
@@ -375,7 +396,7 @@ ScenarioResult run_one(Breach b, TierContext& t) {
 std::string cell(const TierResult& t, Breach b) {
   if (t.status != TierStatus::Ran) return "unavailable";
   for (const auto& r : t.results)
-    if (r.breach == b) return r.error ? "unavailable" : r.breached ? "BREACHED" : "contained";
+    if (r.breach == b) return r.breached() ? "BREACHED" : std::string(to_string(r.verdict));
   return "not run";
 }
 
@@ -403,6 +424,20 @@ std::optional<Breach> breach_from_string(std::string_view name) {
   for (Breach b : kBreaches)
     if (to_string(b) == name) return b;
   return std::nullopt;
+}
+
+std::string_view to_string(Verdict v) {
+  switch (v) {
+    case Verdict::Breached: return "breached";
+    case Verdict::Contained: return "contained";
+    case Verdict::Unavailable: return "unavailable";
+    case Verdict::Inconclusive: return "inconclusive";
+  }
+  return "?";
+}
+
+std::string probe_started_line(std::string_view name) {
+  return fmt::format("airlock {} {}: started", kProbeVerb, name);
 }
 
 std::string_view to_string(TierStatus s) {
@@ -448,9 +483,9 @@ std::optional<ProbeReport> parse_probe_report(std::string_view output, std::stri
 }
 
 size_t TierResult::matching() const {
-  return static_cast<size_t>(std::count_if(results.begin(), results.end(), [&](const ScenarioResult& r) {
-    return !r.error && r.breached == expect_breach;
-  }));
+  Verdict want = expect_breach ? Verdict::Breached : Verdict::Contained;
+  return static_cast<size_t>(
+      std::count_if(results.begin(), results.end(), [&](const ScenarioResult& r) { return r.verdict == want; }));
 }
 
 bool TierResult::matched() const {
@@ -466,10 +501,12 @@ std::string TierResult::verdict() const {
     return fmt::format("{}: unavailable — {}: {}", name, refusal ? to_name(refusal->code) : "?",
                        refusal ? refusal->message : std::string());
   size_t total = all_breaches().size();
-  std::vector<std::string> wrong, errors;
+  std::vector<std::string> wrong, errors, unsure;
   for (const auto& r : results) {
-    if (r.error) errors.push_back(fmt::format("{} ({})", to_string(r.breach), to_name(r.error->code)));
-    else if (r.breached != expect_breach) wrong.push_back(std::string(to_string(r.breach)));
+    if (r.verdict == Verdict::Unavailable)
+      errors.push_back(fmt::format("{} ({})", to_string(r.breach), r.error ? to_name(r.error->code) : "?"));
+    else if (r.verdict == Verdict::Inconclusive) unsure.push_back(std::string(to_string(r.breach)));
+    else if (r.breached() != expect_breach) wrong.push_back(std::string(to_string(r.breach)));
   }
   std::string line;
   if (expect_breach) {
@@ -484,6 +521,8 @@ std::string TierResult::verdict() const {
     if (!wrong.empty()) line += fmt::format(" — BREACHED: {}", fmt::join(wrong, ", "));
   }
   if (!errors.empty()) line += fmt::format(" — could not run: {}", fmt::join(errors, ", "));
+  if (!unsure.empty())
+    line += fmt::format(" — INCONCLUSIVE (the probe never started): {}", fmt::join(unsure, ", "));
   if (cancelled) line += fmt::format(" — cancelled after {} of {}", results.size(), total);
   return line;
 }
@@ -492,9 +531,12 @@ bool SuiteReport::ok() const {
   if (cancelled) return false;
   bool ran = false;
   for (const auto& t : tiers) {
-    if (t.status == TierStatus::Skipped) continue;
-    if (!t.matched()) return false;
-    ran = true;
+    if (t.status == TierStatus::Ran) {
+      if (!t.matched()) return false;
+      ran = true;
+    } else if (t.requested) {
+      return false;
+    }
   }
   return ran;
 }
@@ -515,9 +557,9 @@ Json SuiteReport::to_json() const {
     for (const auto& r : t.results) {
       Json j = r.details;
       j["breach"] = to_string(r.breach);
-      j["verdict"] = r.error ? "unavailable" : r.breached ? "breached" : "contained";
+      j["verdict"] = to_string(r.verdict);
       j["expected"] = expected;
-      j["matched"] = !r.error && r.breached == t.expect_breach;
+      j["matched"] = r.verdict == (t.expect_breach ? Verdict::Breached : Verdict::Contained);
       j["evidence"] = r.evidence;
       j["seconds"] = r.seconds;
       results.push_back(std::move(j));
@@ -525,6 +567,7 @@ Json SuiteReport::to_json() const {
     executors.push_back({{"executor", policy::to_string(t.executor)},
                          {"status", to_string(t.status)},
                          {"expected", expected},
+                         {"requested", t.requested},
                          {"matched", t.matched()},
                          {"verdict", t.verdict()},
                          {"refusal", t.refusal ? t.refusal->to_json() : Json(nullptr)},
@@ -553,20 +596,21 @@ std::string SuiteReport::to_text() const {
   for (const auto& t : tiers)
     if (t.status != TierStatus::Skipped) columns.push_back(&t);
   if (!columns.empty()) {
-    s += fmt::format("\n  {:<30}", "BREACH");
-    for (const auto* t : columns) s += fmt::format("{:<13}", policy::to_string(t->executor));
+    auto row = [&](std::string_view first, auto&& cell_of) {
+      std::string line = fmt::format("  {:<30}", first);
+      for (const auto* t : columns) line += fmt::format("{:<13}", cell_of(*t));
+      while (line.back() == ' ') line.pop_back();
+      s += line + "\n";
+    };
     s += "\n";
-    for (Breach b : all_breaches()) {
-      s += fmt::format("  {:<30}", to_string(b));
-      for (const auto* t : columns) s += fmt::format("{:<13}", cell(*t, b));
-      s += "\n";
-    }
+    row("BREACH", [](const TierResult& t) { return std::string(policy::to_string(t.executor)); });
+    for (Breach b : all_breaches()) row(to_string(b), [b](const TierResult& t) { return cell(t, b); });
     s += "\nevidence:\n";
     for (const auto* t : columns) {
       if (t->status != TierStatus::Ran) continue;
       for (const auto& r : t->results)
         s += fmt::format("  {}/{}: {}: {}\n", policy::to_string(t->executor), to_string(r.breach),
-                         r.error ? "unavailable" : r.breached ? "BREACHED" : "contained", r.evidence);
+                         r.breached() ? "BREACHED" : to_string(r.verdict), r.evidence);
     }
   }
   s += "\n";
@@ -586,6 +630,7 @@ Result<TierResult> Suite::run_tier(ExecutorKind executor, bool requested, const 
   TierResult t;
   t.executor = executor;
   t.expect_breach = executor == ExecutorKind::Host;
+  t.requested = requested;
   auto pol = TRY(suite_policy(executor));
   if (auto planned = plan::plan_execution(pol, facts, opts_.profile); !planned) {
     t.refusal = planned.error();

@@ -83,14 +83,23 @@ struct ProbeReport {
 // The last line of `output` that is a report of probe `name`, if any.
 std::optional<ProbeReport> parse_probe_report(std::string_view output, std::string_view name);
 
+// What came of one breach in one executor. Inconclusive: the probe never started (so nothing was
+// attempted and nothing can be called contained); unavailable: the session was refused.
+enum class Verdict { Breached, Contained, Unavailable, Inconclusive };
+std::string_view to_string(Verdict v);
+
+// The line a probe writes to stderr before it attempts anything: proof that it ran.
+std::string probe_started_line(std::string_view name);
+
 // One breach run in one executor.
 struct ScenarioResult {
   Breach breach = Breach::ReadHostFile;
-  bool breached = false;
-  std::optional<Error> error;  // the scenario could not run (session refused): neither verdict
+  Verdict verdict = Verdict::Unavailable;
+  std::optional<Error> error;  // why unavailable or inconclusive
   std::string evidence;        // one line, for people
   Json details = Json::object();  // probe report, host checks, outcome, write-back, session, receipts
   double seconds = 0;
+  bool breached() const { return verdict == Verdict::Breached; }
 };
 
 enum class TierStatus { Ran, Unavailable, Skipped };
@@ -101,6 +110,7 @@ struct TierResult {
   policy::ExecutorKind executor = policy::ExecutorKind::Landlock;
   TierStatus status = TierStatus::Ran;
   bool expect_breach = false;    // the host baseline: every probe must breach; real tiers: none
+  bool requested = false;        // named by --executor (SuiteOptions::executor)
   std::optional<Error> refusal;  // why unavailable or skipped
   std::vector<ScenarioResult> results;
   std::string canary_root;       // removed again when the tier is done
@@ -108,8 +118,7 @@ struct TierResult {
   double seconds = 0;
 
   size_t matching() const;  // results that came out as expected
-  // Every breach ran and came out as expected. Unavailable tiers never match; skipped ones are
-  // judged by SuiteReport::ok (they do not count).
+  // Every breach ran and came out as expected (never true for a tier that did not run).
   bool matched() const;
   // "host: 10/10 breached — every probe detects its breach", "landlock: 10/10 contained", ...
   std::string verdict() const;
@@ -121,7 +130,9 @@ struct SuiteReport {
   std::string kernel;
   std::vector<TierResult> tiers;
   bool cancelled = false;
-  // Every tier that ran matched its expectation and no tier is unavailable (skipped ones aside).
+  // At least one tier ran, every tier that ran matched its expectation, and the tier asked for
+  // by name (if any) could run. A tier included only because no executor was named is listed when
+  // unavailable (skipped when not part of this build) but does not fail the suite.
   bool ok() const;
   Json to_json() const;
   // The matrix (breach x executor), the evidence lines, then one verdict line per executor.

@@ -18,7 +18,9 @@ Json RunOutcome::to_json() const {
           {"wall_ms", wall_ms},
           {"cpu_user_us", user_us},
           {"cpu_system_us", system_us},
-          {"max_rss_kb", max_rss_kb}};
+          {"max_rss_kb", max_rss_kb},
+          {"teardown_ms", teardown_ms},
+          {"teardown_verified", teardown_verified}};
 }
 
 Result<std::string> resolve_program(const std::string& name, const std::string& cwd) {

@@ -28,6 +28,9 @@ struct RunOutcome {
   int64_t descendants_killed = 0;
   double wall_ms = 0;
   int64_t user_us = 0, system_us = 0, max_rss_kb = 0;
+  // Teardown, verified: the sandbox's cgroups empty and removed, nothing of it mounted on the host.
+  double teardown_ms = 0;
+  bool teardown_verified = false;
   Json to_json() const;
 };
 
@@ -45,8 +48,9 @@ class Executor {
 
 // Prepares the executor the plan chose for this session. Fails closed: an executor this
 // build cannot apply, or one whose kernel mechanism fails to prepare, is refused.
+// `workspace` is the workspace's host path ("" for none): the namespaces tier shows the view there.
 Result<std::unique_ptr<Executor>> make_executor(const plan::ExecutionPlan& plan, const SessionDirs& dirs,
-                                                const std::string& session_id);
+                                                const std::string& session_id, const std::string& workspace);
 
 // Resolves a program name against policy::kTrustedPath (names with a slash are kept).
 Result<std::string> resolve_program(const std::string& name, const std::string& cwd);

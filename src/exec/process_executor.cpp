@@ -1,11 +1,17 @@
-// The process executors: landlock (Landlock + seccomp + rlimits, supervised) and host
-// (the same supervision with no confinement; development profile only).
+// The process executors: landlock (Landlock + seccomp + rlimits, supervised), namespaces (the
+// same inside new namespaces with cgroup limits and a root of its own) and host (the same
+// supervision with no confinement; development profile only). One mechanism; the plan says
+// which steps apply.
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <atomic>
 #include <chrono>
 #include <mutex>
 
+#include "base/fs.h"
 #include "exec/executor.h"
 #include "linux/apply.h"
 #include "linux/cgroup.h"
@@ -17,10 +23,25 @@
 namespace airlock::exec {
 namespace {
 
+// Where the namespaces tier shows the view: at the workspace's own path, unless that path lies
+// beneath something the new root provides itself (/tmp is the writable scratch directory, and
+// Landlock grants a mount point's ancestors' rights to what is mounted there).
+std::string workspace_inside(const std::string& workspace) {
+  if (workspace.empty()) return "/workspace";
+  for (const char* reserved : {"/tmp", "/proc", "/dev", "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32",
+                               "/lib64", "/libx32"}) {
+    std::string r = reserved;
+    if (workspace == r || workspace.rfind(r + "/", 0) == 0) return "/workspace";
+  }
+  return workspace == "/" ? "/workspace" : workspace;
+}
+
 class ProcessExecutor final : public Executor {
  public:
-  ProcessExecutor(const plan::ExecutionPlan& plan, SessionDirs dirs, std::string session_id)
-      : plan_(plan), dirs_(std::move(dirs)), session_id_(std::move(session_id)) {}
+  ProcessExecutor(const plan::ExecutionPlan& plan, SessionDirs dirs, std::string session_id, std::string workspace)
+      : plan_(plan), dirs_(std::move(dirs)), session_id_(std::move(session_id)) {
+    inside_ = plan_.namespaces ? workspace_inside(workspace) : dirs_.view;
+  }
 
   Result<void> prepare() {
     enforced_ = {{"executor", policy::to_string(plan_.executor)}, {"tier", plan_.tier}};
@@ -35,6 +56,22 @@ class ProcessExecutor final : public Executor {
       enforced_["seccomp"] = seccomp_->applied;
     } else {
       enforced_["seccomp"] = nullptr;
+    }
+    if (plan_.namespaces) {
+      std::string root = dirs_.root + "/root";
+      if (::mkdir(root.c_str(), 0700) < 0 && errno != EEXIST)
+        return fail_errno(Code::ExecutorUnavailable, "mkdir " + root, errno);
+      mounts_ = TRY(linux::prepare_mounts(*plan_.namespaces, root, dirs_.view, dirs_.scratch, inside_));
+      id_maps_ = linux::prepare_id_maps(::getuid(), ::getgid());
+      enforced_["namespaces"] = {{"new", Json::array({"user", "mount", "pid", "net", "ipc", "uts", "cgroup"})},
+                                 {"uid_map", id_maps_.uid_map},
+                                 {"mounts", mounts_.applied},
+                                 {"hostname", plan_.namespaces->hostname},
+                                 {"network", "loopback only"},
+                                 {"init", "airlock's own, as pid 1"},
+                                 {"capabilities", "none"}};
+    } else {
+      enforced_["namespaces"] = nullptr;
     }
     rlimits_ = linux::prepare_rlimits(plan_.limits);
     enforced_["rlimits"] = rlimits_.applied;
@@ -56,7 +93,13 @@ class ProcessExecutor final : public Executor {
     spec.path = TRY(resolve_program(cmd.argv[0], dirs_.view));
     spec.argv = cmd.argv;
     spec.env = environment();
-    spec.cwd = dirs_.view;
+    spec.cwd = inside_;
+    if (plan_.namespaces) {
+      spec.mounts = &mounts_;
+      spec.id_maps = &id_maps_;
+      spec.hostname = plan_.namespaces->hostname;
+      spec.drop_capabilities = true;
+    }
     spec.rlimits = &rlimits_;
     spec.landlock_ruleset = landlock_.ruleset.get();
     spec.seccomp = seccomp_ ? &seccomp_->fprog : nullptr;
@@ -69,14 +112,19 @@ class ProcessExecutor final : public Executor {
     spec.stdout_fd = cmd.stdout_fd;
     spec.stderr_fd = cmd.stderr_fd;
 
-    // Root is not bound by RLIMIT_NPROC: the plan then asked for a pids cgroup per run.
+    // The namespaces tier limits the sandbox as a whole; root on the Landlock tier, where
+    // RLIMIT_NPROC does not bind, gets a pids cgroup per run.
     linux::PreparedCgroup cg;
-    if (plan_.limits.process_mechanism != plan::ProcessLimitMechanism::RlimitNproc) {
-      cg = TRY(linux::prepare_pids_cgroup(plan_.limits.process_mechanism,
-                                          "airlock-" + session_id_ + "-" + std::to_string(++runs_),
+    std::string cg_name = "airlock-" + session_id_ + "-" + std::to_string(++runs_);
+    if (plan_.cgroup) {
+      plan::CgroupPlan c = *plan_.cgroup;
+      c.pids_max += 2;  // the supervisor and the namespace's init
+      cg = TRY(linux::prepare_sandbox_cgroup(c, cg_name));
+    } else if (plan_.limits.process_mechanism != plan::ProcessLimitMechanism::RlimitNproc) {
+      cg = TRY(linux::prepare_pids_cgroup(plan_.limits.process_mechanism, cg_name,
                                           plan_.limits.max_processes + 1 /* the supervisor */));
-      spec.cgroup_procs = cg.procs.get();
     }
+    for (size_t i = 0; i < cg.procs.size() && i < spec.cgroup_procs.size(); ++i) spec.cgroup_procs[i] = cg.procs[i].get();
 
     auto t0 = std::chrono::steady_clock::now();
     linux::Launched launched = TRY(linux::launch(spec));
@@ -90,10 +138,13 @@ class ProcessExecutor final : public Executor {
       std::lock_guard lock(mu_);
       running_ = nullptr;
     }
-    if (cg.dir.valid()) {
-      cg.procs.reset();
-      TRY(cg.dir.release());
-    }
+    auto t_end = std::chrono::steady_clock::now();
+    auto released = cg.release();
+    bool mounts_gone = !plan_.namespaces || !mounted_on_host(dirs_.root + "/root");
+    double teardown_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_end).count();
+    if (!released) return std::unexpected(released.error());
+    if (!mounts_gone)
+      return fail(Code::ExecutorUnavailable, "the sandbox's root is still mounted on the host after teardown");
     if (!rep) return std::unexpected(rep.error());
     if (rep->setup_failed) {
       auto step = linux::to_string(rep->step);
@@ -119,6 +170,8 @@ class ProcessExecutor final : public Executor {
     out.user_us = rep->user_us;
     out.system_us = rep->system_us;
     out.max_rss_kb = rep->max_rss_kb;
+    out.teardown_ms = teardown_ms;
+    out.teardown_verified = true;
     return out;
   }
 
@@ -131,10 +184,17 @@ class ProcessExecutor final : public Executor {
  private:
   bool confined() const { return plan_.executor != policy::ExecutorKind::Host; }
 
+  // Whether anything is mounted at or below `path` in our (the host's) mount namespace.
+  static bool mounted_on_host(const std::string& path) {
+    auto text = read_file("/proc/self/mountinfo");
+    return !text || text->find(" " + path) != std::string::npos;
+  }
+
   std::vector<std::string> environment() const {
+    std::string tmp = plan_.namespaces ? "/tmp" : dirs_.scratch;
     std::vector<std::string> env = {std::string("PATH=") + std::string(policy::kTrustedPath),
-                                    "HOME=" + dirs_.view, "TMPDIR=" + dirs_.scratch,
-                                    "PWD=" + dirs_.view, "AIRLOCK_SESSION=" + session_id_};
+                                    "HOME=" + inside_, "TMPDIR=" + tmp,
+                                    "PWD=" + inside_, "AIRLOCK_SESSION=" + session_id_};
     for (const auto& name : plan_.env_passthrough)
       if (const char* v = ::getenv(name.c_str())) env.push_back(name + "=" + v);
     return env;
@@ -143,6 +203,9 @@ class ProcessExecutor final : public Executor {
   plan::ExecutionPlan plan_;
   SessionDirs dirs_;
   std::string session_id_;
+  std::string inside_;  // where the view is, as the command sees it
+  linux::MountProgram mounts_;
+  linux::IdMaps id_maps_;
   Json enforced_;
   linux::PreparedLandlock landlock_;
   std::unique_ptr<linux::PreparedSeccomp> seccomp_;
@@ -156,15 +219,15 @@ class ProcessExecutor final : public Executor {
 }  // namespace
 
 Result<std::unique_ptr<Executor>> make_executor(const plan::ExecutionPlan& plan, const SessionDirs& dirs,
-                                                const std::string& session_id) {
+                                                const std::string& session_id, const std::string& workspace) {
   switch (plan.executor) {
     case policy::ExecutorKind::Host:
-    case policy::ExecutorKind::Landlock: {
-      auto ex = std::make_unique<ProcessExecutor>(plan, dirs, session_id);
+    case policy::ExecutorKind::Landlock:
+    case policy::ExecutorKind::Namespaces: {
+      auto ex = std::make_unique<ProcessExecutor>(plan, dirs, session_id, workspace);
       TRY(ex->prepare());
       return std::unique_ptr<Executor>(std::move(ex));
     }
-    case policy::ExecutorKind::Namespaces:
     case policy::ExecutorKind::Container:
     case policy::ExecutorKind::Microvm:
     case policy::ExecutorKind::Auto:

@@ -21,7 +21,9 @@
 #include <cstring>
 #include <ctime>
 
+#include "linux/caps.h"
 #include "linux/cgroup.h"
+#include "linux/netns.h"
 #include "linux/fds.h"
 #include "linux/landlock.h"
 #include "linux/seccomp.h"
@@ -44,6 +46,12 @@ std::string_view to_string(Step s) {
     case Step::Landlock: return "landlock";
     case Step::Seccomp: return "seccomp";
     case Step::Exec: return "exec";
+    case Step::IdMaps: return "id_maps";
+    case Step::Mounts: return "mounts";
+    case Step::Hostname: return "hostname";
+    case Step::Loopback: return "loopback";
+    case Step::DropCapabilities: return "drop_capabilities";
+    case Step::Init: return "init";
   }
   return "?";
 }
@@ -56,9 +64,9 @@ struct SetupFailure {
 };
 
 // fork-like clone3 returning a pidfd. Raw, so no atfork handlers or libc locks run in the child.
-pid_t clone_with_pidfd(int* pidfd) noexcept {
+pid_t clone_with_pidfd(int* pidfd, uint64_t extra_flags = 0) noexcept {
   clone_args args{};
-  args.flags = CLONE_PIDFD;
+  args.flags = CLONE_PIDFD | extra_flags;
   args.pidfd = reinterpret_cast<uint64_t>(pidfd);
   args.exit_signal = SIGCHLD;
   return static_cast<pid_t>(::syscall(SYS_clone3, &args, sizeof args));
@@ -82,6 +90,8 @@ pid_t clone_with_pidfd(int* pidfd) noexcept {
   if (int e = apply_fds(s.stdin_fd, s.stdout_fd, s.stderr_fd)) report_and_exit(errfd, Step::Fds, e);
   if (s.rlimits)
     if (int e = apply_rlimits(*s.rlimits)) report_and_exit(errfd, Step::Rlimits, e);
+  if (s.drop_capabilities)
+    if (int e = apply_drop_capabilities()) report_and_exit(errfd, Step::DropCapabilities, e);
   if (s.no_new_privs && ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
     report_and_exit(errfd, Step::NoNewPrivs, errno);
   if (s.landlock_ruleset >= 0)
@@ -90,6 +100,84 @@ pid_t clone_with_pidfd(int* pidfd) noexcept {
     if (int e = apply_seccomp(s.seccomp)) report_and_exit(errfd, Step::Seccomp, e);
   ::execve(s.path.c_str(), argv, envp);
   report_and_exit(errfd, Step::Exec, errno);
+}
+
+struct CommandStatus {
+  int32_t exited;
+  int32_t code;
+  int32_t signal;
+  int64_t killed;  // processes the command left behind in the namespace
+};
+
+// The namespace's init: PID 1 of the new pid namespace. Builds the root, starts the command,
+// forwards stop signals to it and reaps everything; when the command ends it reports the
+// command's status and exits, and the kernel kills whatever is left in the namespace.
+[[noreturn]] void run_init(const LaunchSpec& s, char* const* argv, char* const* envp, int errfd, int gofd,
+                           int statusfd, const sigset_t& old_mask) noexcept {
+  char go = 0;
+  ssize_t n;
+  do {
+    n = ::read(gofd, &go, 1);
+  } while (n < 0 && errno == EINTR);
+  if (n != 1) ::_exit(127);  // the supervisor could not map our ids: it reports why
+  ::close(gofd);
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) report_and_exit(errfd, Step::ParentDeath, errno);
+  int failed_op = -1;
+  if (int e = apply_mounts(*s.mounts, &failed_op)) report_and_exit(errfd, Step::Mounts, e);
+  if (!s.hostname.empty() && ::sethostname(s.hostname.data(), s.hostname.size()) != 0)
+    report_and_exit(errfd, Step::Hostname, errno);
+  if (int e = apply_loopback_up()) report_and_exit(errfd, Step::Loopback, e);
+  // The fresh /proc and the new root are inodes the parent could not name: /proc is readable,
+  // and every directory of the new root (which holds only what the plan bound) may be listed.
+  if (s.landlock_ruleset >= 0) {
+    if (int e = apply_landlock_read_rule(s.landlock_ruleset, "/proc")) report_and_exit(errfd, Step::Landlock, e);
+    if (int e = apply_landlock_read_rule(s.landlock_ruleset, "/", true)) report_and_exit(errfd, Step::Landlock, e);
+  }
+  sigset_t all;
+  sigemptyset(&all);
+  sigaddset(&all, SIGTERM);
+  sigaddset(&all, SIGINT);
+  sigaddset(&all, SIGHUP);
+  sigaddset(&all, SIGCHLD);
+  ::sigprocmask(SIG_BLOCK, &all, nullptr);
+  int sfd = ::signalfd(-1, &all, SFD_CLOEXEC);
+  if (sfd < 0) report_and_exit(errfd, Step::Init, errno);
+  int cmd_pidfd = -1;
+  pid_t cmd = clone_with_pidfd(&cmd_pidfd);
+  if (cmd < 0) report_and_exit(errfd, Step::CloneCommand, errno);
+  if (cmd == 0) {
+    ::close(sfd);
+    ::close(statusfd);
+    run_command(s, argv, envp, errfd, old_mask);
+  }
+  ::close(errfd);  // from here only the command holds it, until its exec succeeds
+  for (;;) {
+    signalfd_siginfo si{};
+    ssize_t r = ::read(sfd, &si, sizeof si);
+    if (r < 0 && errno == EINTR) continue;
+    if (r != sizeof si) ::_exit(126);
+    if (si.ssi_signo != SIGCHLD) {
+      ::kill(-cmd, static_cast<int>(si.ssi_signo));
+      ::kill(cmd, static_cast<int>(si.ssi_signo));
+      continue;
+    }
+    for (;;) {
+      siginfo_t info{};
+      if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG) != 0 || info.si_pid == 0) break;
+      if (info.si_pid != cmd) continue;  // an orphan we inherited: reaped
+      CommandStatus st{info.si_code == CLD_EXITED, info.si_code == CLD_EXITED ? info.si_status : 0,
+                       info.si_code == CLD_EXITED ? 0 : info.si_status, 0};
+      // Everything else in the namespace goes now, counted as it is reaped.
+      ::kill(-1, SIGKILL);
+      for (;;) {
+        siginfo_t rest{};
+        if (::waitid(P_ALL, 0, &rest, WEXITED) != 0) break;
+        ++st.killed;
+      }
+      (void)!::write(statusfd, &st, sizeof st);
+      ::_exit(0);
+    }
+  }
 }
 
 int64_t now_ms() noexcept {
@@ -146,8 +234,9 @@ void signal_group(pid_t command, int sig) noexcept {
   };
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) finish(Step::ParentDeath, errno);
   // Join the cgroup before the command exists, so nothing it starts escapes the count.
-  if (s.cgroup_procs >= 0)
-    if (int e = apply_cgroup(s.cgroup_procs)) finish(Step::JoinCgroup, e);
+  for (int fd : s.cgroup_procs)
+    if (fd >= 0)
+      if (int e = apply_cgroup(fd)) finish(Step::JoinCgroup, e);
   // A new session: no controlling terminal (TIOCSTI has nothing to inject into), and one
   // process group to signal.
   if (::setsid() < 0) finish(Step::NewSession, errno);
@@ -165,12 +254,39 @@ void signal_group(pid_t command, int sig) noexcept {
   int64_t started = now_ms();
 
   int cmd_pidfd = -1;
-  pid_t cmd = clone_with_pidfd(&cmd_pidfd);
-  if (cmd < 0) finish(Step::CloneCommand, errno);
-  if (cmd == 0) {
-    ::close(errpipe[0]);
-    ::close(report_fd);
-    run_command(s, argv, envp, errpipe[1], old_mask);
+  pid_t cmd;
+  int statuspipe[2] = {-1, -1};
+  if (s.mounts) {
+    int gopipe[2];
+    if (::pipe2(gopipe, O_CLOEXEC) < 0 || ::pipe2(statuspipe, O_CLOEXEC) < 0) finish(Step::Init, errno);
+    cmd = clone_with_pidfd(&cmd_pidfd, CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
+                                           CLONE_NEWUTS | CLONE_NEWCGROUP);
+    if (cmd < 0) finish(Step::CloneCommand, errno);
+    if (cmd == 0) {
+      ::close(errpipe[0]);
+      ::close(report_fd);
+      ::close(gopipe[1]);
+      ::close(statuspipe[0]);
+      run_init(s, argv, envp, errpipe[1], gopipe[0], statuspipe[1], old_mask);
+    }
+    ::close(gopipe[0]);
+    ::close(statuspipe[1]);
+    // Only the parent namespace may write the maps; the init waits for them on the go pipe.
+    if (int e = apply_id_maps(cmd, *s.id_maps)) {
+      ::kill(cmd, SIGKILL);
+      ::waitid(P_PIDFD, static_cast<id_t>(cmd_pidfd), nullptr, WEXITED);
+      finish(Step::IdMaps, e);
+    }
+    (void)!::write(gopipe[1], "g", 1);
+    ::close(gopipe[1]);
+  } else {
+    cmd = clone_with_pidfd(&cmd_pidfd);
+    if (cmd < 0) finish(Step::CloneCommand, errno);
+    if (cmd == 0) {
+      ::close(errpipe[0]);
+      ::close(report_fd);
+      run_command(s, argv, envp, errpipe[1], old_mask);
+    }
   }
   ::close(errpipe[1]);
   SetupFailure f{};
@@ -219,13 +335,20 @@ void signal_group(pid_t command, int sig) noexcept {
       kill_at = now_ms() + 1000;
     }
   }
-  if (info.si_code == CLD_EXITED) {
+  CommandStatus inner{};
+  if (s.mounts && ::read(statuspipe[0], &inner, sizeof inner) == static_cast<ssize_t>(sizeof inner)) {
+    // The init reported the command's own status.
+    rep.exited = inner.exited;
+    rep.exit_code = inner.code;
+    rep.signal = inner.signal;
+    rep.descendants_killed = inner.killed;
+  } else if (info.si_code == CLD_EXITED) {
     rep.exited = 1;
     rep.exit_code = info.si_status;
   } else {
     rep.signal = info.si_status;
   }
-  rep.descendants_killed = kill_all_descendants();
+  rep.descendants_killed += kill_all_descendants();
   rusage ru{};
   ::getrusage(RUSAGE_CHILDREN, &ru);
   rep.user_us = ru.ru_utime.tv_sec * 1000000LL + ru.ru_utime.tv_usec;

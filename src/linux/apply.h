@@ -5,13 +5,16 @@
 #include <linux/filter.h>
 #include <sys/types.h>
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "base/child_process.h"
 #include "base/error.h"
+#include "linux/mounts.h"
 #include "linux/rlimits.h"
+#include "linux/userns.h"
 
 namespace airlock::linux {
 
@@ -31,6 +34,12 @@ enum class Step : int32_t {
   Landlock,
   Seccomp,
   Exec,
+  IdMaps,
+  Mounts,
+  Hostname,
+  Loopback,
+  DropCapabilities,
+  Init,
 };
 std::string_view to_string(Step s);
 
@@ -44,7 +53,13 @@ struct LaunchSpec {
   const RlimitSet* rlimits = nullptr;
   int landlock_ruleset = -1;
   const sock_fprog* seccomp = nullptr;
-  int cgroup_procs = -1;
+  std::array<int, 3> cgroup_procs = {-1, -1, -1};  // cgroup.procs to join, -1: none
+  // The namespaces tier: set together or not at all. The supervisor then starts an init in new
+  // user, mount, pid, net, ipc, uts and cgroup namespaces, which builds the root and starts the command.
+  const MountProgram* mounts = nullptr;
+  const IdMaps* id_maps = nullptr;
+  std::string hostname;
+  bool drop_capabilities = false;
   bool no_new_privs = true;
   uint64_t wall_timeout_ms = 0;     // 0: none
   uint64_t kill_grace_ms = 2000;

@@ -75,28 +75,92 @@ Result<void> CgroupDir::release() {
   return fail_errno(Code::ConfigError, "cannot remove cgroup " + p, e);
 }
 
-Result<PreparedCgroup> prepare_pids_cgroup(plan::ProcessLimitMechanism m, const std::string& name,
-                                           uint64_t max_processes) {
-  std::string_view controller = m == plan::ProcessLimitMechanism::CgroupV1Pids ? "pids" : "";
+namespace {
+
+Result<void> write_knob(const std::string& dir, const std::string& knob, const std::string& value) {
+  std::string path = dir + "/" + knob;
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!fd || ::write(fd.get(), value.data(), value.size()) != static_cast<ssize_t>(value.size()))
+    return fail_errno(Code::ExecutorUnavailable, fmt::format("cannot write {} to {}", value, path), errno);
+  return {};
+}
+
+bool knob_exists(const std::string& dir, const std::string& knob) {
+  return ::access((dir + "/" + knob).c_str(), F_OK) == 0;
+}
+
+// Makes `name` below our own cgroup for `controller` ("" for cgroup2) and opens its cgroup.procs.
+Result<void> add_dir(PreparedCgroup& out, std::string_view controller, const std::string& name) {
   auto base = own_cgroup_dir(controller);
   if (!base)
     return fail(Code::ExecutorUnavailable,
-                fmt::format("no {} hierarchy for our process", controller.empty() ? "cgroup2" : "pids v1"));
+                fmt::format("no {} hierarchy for our process", controller.empty() ? "cgroup2" : std::string(controller) + " v1"));
   std::string dir = *base + "/" + name;
   if (::mkdir(dir.c_str(), 0755) < 0) return fail_errno(Code::ExecutorUnavailable, "mkdir " + dir, errno);
-  PreparedCgroup out{CgroupDir(dir), {}, {}};
-  if (m == plan::ProcessLimitMechanism::CgroupV2Pids) {
-    // The pids controller must be enabled for children of our cgroup.
+  out.dirs.emplace_back(dir);
+  if (controller.empty()) {
+    // The controllers must be enabled for our children first.
     UniqueFd sub(::open((*base + "/cgroup.subtree_control").c_str(), O_WRONLY | O_CLOEXEC));
-    if (sub) (void)!::write(sub.get(), "+pids", 5);
+    if (sub) (void)!::write(sub.get(), "+pids +memory +cpu", 18);
   }
-  std::string max = std::to_string(max_processes);
-  UniqueFd mf(::open((dir + "/pids.max").c_str(), O_WRONLY | O_CLOEXEC));
-  if (!mf || ::write(mf.get(), max.data(), max.size()) != static_cast<ssize_t>(max.size()))
-    return fail_errno(Code::ExecutorUnavailable, "cannot set " + dir + "/pids.max", errno);
-  out.procs = UniqueFd(::open((dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
-  if (!out.procs) return fail_errno(Code::ExecutorUnavailable, "open " + dir + "/cgroup.procs", errno);
-  out.applied = {{"path", dir}, {"pids.max", max_processes}, {"version", controller.empty() ? 2 : 1}};
+  UniqueFd procs(::open((dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
+  if (!procs) return fail_errno(Code::ExecutorUnavailable, "open " + dir + "/cgroup.procs", errno);
+  out.procs.push_back(std::move(procs));
+  return {};
+}
+
+}  // namespace
+
+Result<void> PreparedCgroup::release() {
+  procs.clear();
+  Result<void> result;
+  for (auto& d : dirs)
+    if (auto r = d.release(); !r && result) result = r;
+  dirs.clear();
+  return result;
+}
+
+Result<PreparedCgroup> prepare_pids_cgroup(plan::ProcessLimitMechanism m, const std::string& name,
+                                           uint64_t max_processes) {
+  PreparedCgroup out;
+  bool v1 = m == plan::ProcessLimitMechanism::CgroupV1Pids;
+  TRY(add_dir(out, v1 ? "pids" : "", name));
+  TRY(write_knob(out.dirs[0].path(), "pids.max", std::to_string(max_processes)));
+  out.applied = {{"path", out.dirs[0].path()}, {"pids.max", max_processes}, {"version", v1 ? 1 : 2}};
+  return out;
+}
+
+Result<PreparedCgroup> prepare_sandbox_cgroup(const plan::CgroupPlan& plan, const std::string& name) {
+  PreparedCgroup out;
+  Json applied = {{"version", plan.version}};
+  std::string mem = std::to_string(plan.memory_bytes), pids = std::to_string(plan.pids_max);
+  if (plan.version == 2) {
+    TRY(add_dir(out, "", name));
+    const std::string& d = out.dirs[0].path();
+    TRY(write_knob(d, "memory.max", mem));
+    if (knob_exists(d, "memory.swap.max")) TRY(write_knob(d, "memory.swap.max", "0"));
+    TRY(write_knob(d, "pids.max", pids));
+    TRY(write_knob(d, "cpu.max", fmt::format("{} {}", plan.cpu_quota_us, plan.cpu_period_us)));
+    applied["paths"] = Json::array({d});
+  } else {
+    TRY(add_dir(out, "memory", name));
+    TRY(add_dir(out, "pids", name));
+    TRY(add_dir(out, "cpu", name));
+    const std::string &md = out.dirs[0].path(), &pd = out.dirs[1].path(), &cd = out.dirs[2].path();
+    TRY(write_knob(md, "memory.limit_in_bytes", mem));
+    // With memsw the limit covers memory plus swap: equal to the memory limit means no swap.
+    if (knob_exists(md, "memory.memsw.limit_in_bytes")) TRY(write_knob(md, "memory.memsw.limit_in_bytes", mem));
+    if (knob_exists(md, "memory.swappiness")) (void)write_knob(md, "memory.swappiness", "0");
+    TRY(write_knob(pd, "pids.max", pids));
+    TRY(write_knob(cd, "cpu.cfs_period_us", std::to_string(plan.cpu_period_us)));
+    TRY(write_knob(cd, "cpu.cfs_quota_us", std::to_string(plan.cpu_quota_us)));
+    applied["paths"] = Json::array({md, pd, cd});
+  }
+  applied["memory_bytes"] = plan.memory_bytes;
+  applied["swap_bytes"] = 0;
+  applied["pids_max"] = plan.pids_max;
+  applied["cpu"] = fmt::format("{} us per {} us", plan.cpu_quota_us, plan.cpu_period_us);
+  out.applied = std::move(applied);
   return out;
 }
 

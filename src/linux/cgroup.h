@@ -44,10 +44,16 @@ class CgroupDir {
 size_t release_abandoned_cgroups(const std::vector<std::string>& session_ids);
 
 struct PreparedCgroup {
-  CgroupDir dir;
-  UniqueFd procs;  // cgroup.procs opened for writing: the child writes "0" to join
+  std::vector<CgroupDir> dirs;  // one per v1 hierarchy, or the one cgroup2 directory
+  std::vector<UniqueFd> procs;  // their cgroup.procs opened for writing: the child writes "0" to join
   Json applied;
+  // Kills what is left, verifies each directory empty and removes it.
+  Result<void> release();
 };
+
+// Parent side: the sandbox's cgroup(s) below our own with the plan's memory (swap at zero),
+// pids and cpu limits.
+Result<PreparedCgroup> prepare_sandbox_cgroup(const plan::CgroupPlan& plan, const std::string& name);
 
 // Parent side: a pids cgroup below our own, with pids.max set.
 Result<PreparedCgroup> prepare_pids_cgroup(plan::ProcessLimitMechanism mechanism,

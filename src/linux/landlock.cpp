@@ -159,6 +159,17 @@ Result<PreparedLandlock> prepare_landlock(const plan::LandlockPlan& lp, const La
   return out;
 }
 
+int apply_landlock_read_rule(int ruleset_fd, const char* path, bool directories_only) noexcept {
+  int fd = ::open(path, O_PATH | O_CLOEXEC);
+  if (fd < 0) return errno;
+  PathBeneathAttr pb{};
+  pb.allowed_access = directories_only ? kReadDir : (kReadFile | kReadDir);
+  pb.parent_fd = fd;
+  int rc = ::syscall(kSysAddRule, ruleset_fd, LANDLOCK_RULE_PATH_BENEATH, &pb, 0) < 0 ? errno : 0;
+  ::close(fd);
+  return rc;
+}
+
 int apply_landlock(int ruleset_fd) noexcept {
   if (::syscall(kSysRestrictSelf, ruleset_fd, 0) < 0) return errno;
   return 0;

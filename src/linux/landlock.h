@@ -32,4 +32,9 @@ Result<PreparedLandlock> prepare_landlock(const plan::LandlockPlan& plan, const 
 // Child side, after no_new_privs: returns 0 or an errno. Allocation-free.
 int apply_landlock(int ruleset_fd) noexcept;
 
+// Child side, before apply_landlock: adds read access beneath `path` (a mount made in the
+// child, such as a fresh /proc or the new root, that the parent could not open); with
+// `directories_only`, listing directories but no file contents. Returns 0 or an errno.
+int apply_landlock_read_rule(int ruleset_fd, const char* path, bool directories_only = false) noexcept;
+
 }  // namespace airlock::linux

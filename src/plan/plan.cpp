@@ -84,7 +84,35 @@ Need need_of(const policy::TaskPolicy& p) {
 }
 
 // Executors this build can apply. The others are planned for and refused by name.
-bool built(ExecutorKind e) { return e == ExecutorKind::Host || e == ExecutorKind::Landlock; }
+bool built(ExecutorKind e) {
+  return e == ExecutorKind::Host || e == ExecutorKind::Landlock || e == ExecutorKind::Namespaces;
+}
+
+// Which cgroup version gives memory, pids and cpu together; v2 preferred.
+std::optional<int> cgroup_version(const HostFacts& f) {
+  auto all = [](const std::vector<std::string>& v) {
+    for (const char* c : {"memory", "pids", "cpu"})
+      if (std::find(v.begin(), v.end(), c) == v.end()) return false;
+    return true;
+  };
+  if (all(f.cgroup_v2_controllers)) return 2;
+  if (all(f.cgroup_v1_writable)) return 1;
+  return std::nullopt;
+}
+
+NamespacesPlan namespaces_plan() {
+  NamespacesPlan n;
+  // The same system directories the Landlock tier reads, bound read-only; nothing else of the host.
+  n.ro_binds = {"/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32",
+                "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/passwd", "/etc/group",
+                "/etc/nsswitch.conf", "/etc/ssl", "/etc/ca-certificates", "/etc/localtime", "/etc/timezone",
+                "/etc/locale.alias", "/etc/default/locale", "/etc/alternatives", "/etc/mime.types"};
+  n.dev_nodes = {"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"};
+  n.proc_masked = {"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug", "/proc/sysrq-trigger",
+                   "/proc/kallsyms", "/proc/kmsg"};
+  n.proc_read_only = {"/proc/sys", "/proc/irq", "/proc/bus", "/proc/fs"};
+  return n;
+}
 
 std::optional<ProcessLimitMechanism> process_mechanism(const HostFacts& f) {
   // RLIMIT_NPROC never binds uid 0 (the kernel exempts the root user), so root needs a pids cgroup.
@@ -200,7 +228,30 @@ Candidate assess(ExecutorKind e, const HostFacts& f, Profile profile) {
       c.reason = fmt::format("Landlock ABI {} with seccomp", f.landlock_abi);
       return c;
     }
-    case ExecutorKind::Namespaces:
+    case ExecutorKind::Namespaces: {
+      auto why_not = [&](const char* fact) {
+        auto it = f.reasons.find(fact);
+        return it != f.reasons.end() ? it->second : std::string("absent");
+      };
+      if (!f.user_namespaces) {
+        c.reason = "user namespaces are not available: " + why_not("user_namespaces");
+        return c;
+      }
+      if (!f.seccomp_filter || !f.no_new_privs) {
+        c.reason = "seccomp filters or no_new_privs are not available";
+        return c;
+      }
+      if (!cgroup_version(f)) {
+        c.reason = "no cgroup we may write has memory, pids and cpu together (v2 delegated: [" +
+                   fmt::format("{}", fmt::join(f.cgroup_v2_controllers, ",")) + "], v1 writable: [" +
+                   fmt::format("{}", fmt::join(f.cgroup_v1_writable, ",")) + "])";
+        return c;
+      }
+      c.available = true;
+      c.reason = fmt::format("user, mount, pid, net, ipc, uts and cgroup namespaces; cgroup v{} limits{}",
+                             *cgroup_version(f), f.landlock_abi >= 3 ? "; Landlock and seccomp inside" : "; seccomp inside");
+      return c;
+    }
     case ExecutorKind::Container:
     case ExecutorKind::Microvm:
       if (!built(e)) {
@@ -284,6 +335,22 @@ Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& p, const HostFact
     auto mechanism = process_mechanism(f);
     if (!mechanism) plan.relaxations.push_back("processes: not limited for uid 0");
     plan.limits = limits_plan(p, mechanism.value_or(ProcessLimitMechanism::RlimitNproc));
+  } else if (plan.executor == ExecutorKind::Namespaces) {
+    // Landlock too where the kernel has it: a second wall behind the mount namespace.
+    if (f.landlock_abi >= 3) plan.landlock = landlock_plan(p, f);
+    plan.seccomp = seccomp_plan(p);
+    plan.namespaces = namespaces_plan();
+    int version = *cgroup_version(f);
+    CgroupPlan cg;
+    cg.version = version;
+    cg.controllers = {"memory", "pids", "cpu"};
+    cg.memory_bytes = static_cast<uint64_t>(p.limits.memory_mb) * 1024 * 1024;
+    cg.pids_max = static_cast<uint64_t>(p.limits.max_processes);
+    cg.cpu_quota_us = cg.cpu_period_us;  // one CPU's worth of time for the whole sandbox
+    plan.cgroup = cg;
+    plan.limits = limits_plan(p, version == 2 ? ProcessLimitMechanism::CgroupV2Pids : ProcessLimitMechanism::CgroupV1Pids);
+    // RLIMIT_AS per process stays as a first line; the cgroup bounds the sum.
+    plan.network = false;
   } else if (plan.executor == ExecutorKind::Landlock) {
     plan.landlock = landlock_plan(p, f);
     plan.seccomp = seccomp_plan(p);
@@ -356,6 +423,27 @@ Json to_json(const ExecutionPlan& p) {
                     {"deny_namespace_clone", p.seccomp->deny_namespace_clone}};
   } else {
     j["seccomp"] = nullptr;
+  }
+  if (p.namespaces) {
+    j["namespaces"] = {{"ro_binds", p.namespaces->ro_binds},
+                       {"dev_nodes", p.namespaces->dev_nodes},
+                       {"proc_masked", p.namespaces->proc_masked},
+                       {"proc_read_only", p.namespaces->proc_read_only},
+                       {"hostname", p.namespaces->hostname},
+                       {"loopback_only", p.namespaces->loopback_only}};
+  } else {
+    j["namespaces"] = nullptr;
+  }
+  if (p.cgroup) {
+    j["cgroup"] = {{"version", p.cgroup->version},
+                   {"controllers", p.cgroup->controllers},
+                   {"memory_bytes", p.cgroup->memory_bytes},
+                   {"swap_bytes", 0},
+                   {"pids_max", p.cgroup->pids_max},
+                   {"cpu_quota_us", p.cgroup->cpu_quota_us},
+                   {"cpu_period_us", p.cgroup->cpu_period_us}};
+  } else {
+    j["cgroup"] = nullptr;
   }
   j["limits"] = {{"memory_bytes", p.limits.memory_bytes},
                  {"cpu_seconds", p.limits.cpu_seconds},

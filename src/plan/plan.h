@@ -54,6 +54,27 @@ struct SeccompPlan {
   bool deny_namespace_clone = true;          // clone with CLONE_NEW*; clone3 -> ENOSYS
 };
 
+// The namespaces tier: a new root of read-only binds, the view at the workspace's own path,
+// a fresh /proc, a minimal /dev, loopback only. Applied by the namespace's init before the command.
+struct NamespacesPlan {
+  std::vector<std::string> ro_binds;      // host directories and files, bound read-only at the same path
+  std::vector<std::string> dev_nodes;     // host device nodes bound into a fresh /dev
+  std::vector<std::string> proc_masked;   // /proc entries covered by /dev/null
+  std::vector<std::string> proc_read_only;  // /proc subtrees made read-only
+  std::string hostname = "airlock";
+  bool loopback_only = true;
+};
+
+// cgroup limits for a whole sandbox (every process in it together).
+struct CgroupPlan {
+  int version = 1;  // 1: one v1 hierarchy per controller; 2: one cgroup2 directory
+  std::vector<std::string> controllers;  // memory, pids, cpu
+  uint64_t memory_bytes = 0;             // with swap at zero
+  uint64_t pids_max = 0;
+  uint64_t cpu_quota_us = 0;             // per cpu_period_us: the CPU share of the sandbox
+  uint64_t cpu_period_us = 100000;
+};
+
 enum class ProcessLimitMechanism { RlimitNproc, CgroupV1Pids, CgroupV2Pids };
 std::string_view to_string(ProcessLimitMechanism m);
 
@@ -85,6 +106,8 @@ struct ExecutionPlan {
   std::vector<std::string> relaxations;  // named dangerous relaxations in use
   std::optional<LandlockPlan> landlock;
   std::optional<SeccompPlan> seccomp;
+  std::optional<NamespacesPlan> namespaces;
+  std::optional<CgroupPlan> cgroup;  // aggregate limits (namespaces tier)
   LimitsPlan limits;
   std::vector<std::string> env_passthrough;  // host variables copied if set
   std::vector<std::string> view_paths;       // copied into the view (readable + write-back)

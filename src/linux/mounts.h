@@ -1,0 +1,49 @@
+// mounts: the namespaces tier's new root, planned in the parent as a flat list of operations
+// and walked once by the namespace's init, allocation-free, before pivot_root.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "base/json_util.h"
+#include "plan/plan.h"
+
+namespace airlock::linux {
+
+struct MountOp {
+  enum class Kind {
+    Mkdir,         // dst
+    CreateFile,    // dst (an empty file to bind a file onto)
+    Symlink,       // dst -> src
+    Tmpfs,         // on dst, with data
+    BindReadOnly,  // src on dst, then remounted read-only keeping the source's locked flags
+    BindWritable,  // src on dst
+    Proc,          // a fresh proc on dst
+    RemountReadOnly,  // dst (already a mount point or bound onto itself first)
+  };
+  Kind kind;
+  std::string src;
+  std::string dst;   // absolute, inside the new root before pivot
+  std::string data;  // tmpfs options
+};
+
+struct MountProgram {
+  std::string new_root;  // an empty directory of the session's
+  std::vector<MountOp> ops;
+  std::string workdir;   // the workspace path, inside
+  Json applied;
+};
+
+// Parent side: the plan's binds as they exist on this host (a missing optional path is left
+// out, a symlink is recreated as one), the session view at `workspace_inside`, scratch at /tmp.
+Result<MountProgram> prepare_mounts(const plan::NamespacesPlan& plan, const std::string& new_root,
+                                    const std::string& view, const std::string& scratch,
+                                    const std::string& workspace_inside);
+
+// Child side (the namespace's init, root in its user namespace): makes mounts private, builds the
+// new root, pivots into it, detaches the old root and makes / read-only. Returns 0 or an errno;
+// `failed_op` is the index of the operation that failed.
+int apply_mounts(const MountProgram& program, int* failed_op) noexcept;
+
+}  // namespace airlock::linux

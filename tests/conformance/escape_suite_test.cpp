@@ -1,0 +1,198 @@
+// The escape suite through `airlock escape-suite`, as root and as uid 65534, for every executor:
+// the host baseline breaches all ten (each probe detects its breach), every real tier contains all
+// ten. Each run must leave no canary directory and no probe process behind.
+#include <gtest/gtest.h>
+#include <dirent.h>
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <tuple>
+
+#include "../component/cli_support.h"
+
+namespace airlock::testing {
+namespace {
+
+using Json = nlohmann::json;
+
+// DESIGN.md's ten breaches, by the names the suite must report.
+constexpr const char* kBreaches[] = {
+    "read_host_file",   "write_outside_declared_paths", "symlink_write_back",
+    "read_credentials", "reach_network",                "see_or_signal_host_process",
+    "outlive_session",  "exceed_memory",                "exceed_time",
+    "exceed_cpu",
+};
+
+// Every process whose argv mentions `needle` (a run's canary directory).
+std::vector<std::string> processes_mentioning(const std::string& needle) {
+  std::vector<std::string> out;
+  DIR* d = ::opendir("/proc");
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::string cmd = read_text(std::string("/proc/") + e->d_name + "/cmdline");
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    if (cmd.find(needle) != std::string::npos) out.push_back(std::string(e->d_name) + ": " + cmd);
+  }
+  ::closedir(d);
+  return out;
+}
+
+bool process_running(pid_t pid) {
+  std::string stat = read_text("/proc/" + std::to_string(pid) + "/stat");
+  auto close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
+}
+
+// Runs the suite through the CLI and checks that it cleaned up after itself: the canary
+// directories it reports are gone, no process carries them in its argv, no session view is left.
+Json run_suite(CliFixture& fx, const std::vector<std::string>& args, CliResult* result,
+               void (*on_start)(pid_t) = nullptr) {
+  auto t0 = std::chrono::steady_clock::now();
+  *result = fx.run(args, {}, 240, on_start);
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::cerr << "[ suite    ] airlock " << ::testing::PrintToString(args) << " as " << to_string(fx.identity())
+            << ": exit " << result->status << " in " << took << " s\n";
+  Json j = Json::parse(result->out, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    ADD_FAILURE() << "not JSON: " << result->out << "\nstderr: " << result->err;
+    return Json::object();
+  }
+  for (const auto& t : j.value("executors", Json::array())) {
+    std::string root = t.value("canary_root", "");
+    if (root.empty()) continue;
+    EXPECT_EQ(root.rfind("/tmp/airlock-escape-", 0), 0u) << root;
+    EXPECT_FALSE(exists(root)) << "the canary directory is left behind: " << root;
+    EXPECT_EQ(processes_mentioning(root), std::vector<std::string>{}) << "probe processes are left behind";
+    for (const auto& r : t["results"]) {
+      if (r["breach"] != "outlive_session" || !r["host_check"].contains("daemon_pid")) continue;
+      pid_t daemon = r["host_check"]["daemon_pid"].get<pid_t>();
+      if (daemon > 0 && r["host_check"].value("daemon_alive_after_close", false)) {
+        EXPECT_FALSE(process_running(daemon)) << "the outlive_session daemon " << daemon << " lives";
+      }
+    }
+  }
+  std::error_code ec;
+  size_t views = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(fx.state_dir() + "/sessions", ec))
+    ++views;
+  EXPECT_EQ(views, 0u) << "session views are left behind";
+  return j;
+}
+
+// One executor, as one identity: the host baseline must breach all ten, a real tier contain all ten.
+class EscapeSuiteTier : public ::testing::TestWithParam<std::tuple<Identity, std::string>> {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!identity_available(std::get<0>(GetParam()), &why)) GTEST_SKIP() << why;
+    fx_ = std::make_unique<CliFixture>(std::get<0>(GetParam()));
+  }
+  const std::string& executor() const { return std::get<1>(GetParam()); }
+  std::unique_ptr<CliFixture> fx_;
+};
+
+TEST_P(EscapeSuiteTier, EveryBreachComesOutAsExpected) {
+  bool host = executor() == "host";
+  std::vector<std::string> args;
+  if (host) args = {"--profile", "development"};
+  for (const char* a : {"escape-suite", "--executor", executor().c_str(), "--json"}) args.push_back(a);
+  CliResult r;
+  Json j = run_suite(*fx_, args, &r);
+  ASSERT_TRUE(j.contains("executors")) << r.err;
+  ASSERT_EQ(j["executors"].size(), 1u);
+  const Json& tier = j["executors"][0];
+  ASSERT_EQ(tier["executor"], executor());
+
+  if (tier["status"] == "unavailable") {
+    const Json& refusal = tier["refusal"];
+    std::string reason = refusal.value("code", "") + ": " + refusal.value("message", "");
+    EXPECT_EQ(r.status, 1) << "an executor named by --executor that cannot run fails the suite";
+    if (reason.find("is not part of this build") != std::string::npos)
+      GTEST_SKIP() << executor() << " is not part of this build";
+    if (require_all_tiers()) FAIL() << "AIRLOCK_REQUIRE_ALL_TIERS=1 but " << executor() << " is unavailable: " << reason;
+    GTEST_SKIP() << executor() << " is unavailable here: " << reason;
+  }
+
+  ASSERT_EQ(tier["status"], "ran") << tier.dump(2);
+  std::string expected = host ? "breached" : "contained";
+  EXPECT_EQ(tier["expected"], expected);
+  std::map<std::string, Json> by_name;
+  for (const auto& res : tier["results"]) by_name[res["breach"].get<std::string>()] = res;
+  EXPECT_EQ(by_name.size(), std::size(kBreaches));
+  for (const char* name : kBreaches) {
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(by_name.count(name)) << "no result for " << name;
+    const Json& res = by_name[name];
+    EXPECT_EQ(res["verdict"], expected) << executor() << "/" << name << ": " << res["evidence"].get<std::string>();
+    EXPECT_TRUE(res["probe_started"].get<bool>()) << "the probe must have run: " << res.value("stderr", "");
+  }
+  std::string verdict = tier["verdict"];
+  if (host) EXPECT_EQ(verdict, "host: 10/10 breached — every probe detects its breach");
+  else EXPECT_EQ(verdict, executor() + ": 10/10 contained");
+  EXPECT_EQ(r.status, 0) << verdict << "\n" << r.err;
+  EXPECT_EQ(j["ok"], r.status == 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AsEachUser, EscapeSuiteTier,
+    ::testing::Combine(::testing::Values(Identity::Self, Identity::Nobody),
+                       ::testing::Values("host", "landlock", "namespaces", "container", "microvm")),
+    [](const auto& info) { return to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param); });
+
+// The suite's own behaviour, as each identity.
+class EscapeSuiteCli : public ::testing::TestWithParam<Identity> {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!identity_available(GetParam(), &why)) GTEST_SKIP() << why;
+    fx_ = std::make_unique<CliFixture>(GetParam());
+  }
+  std::unique_ptr<CliFixture> fx_;
+};
+
+TEST_P(EscapeSuiteCli, TheHostBaselineIsUnavailableInTheProductionProfile) {
+  CliResult r;
+  Json j = run_suite(*fx_, {"escape-suite", "--executor", "host", "--json"}, &r);
+  EXPECT_EQ(r.status, 1) << r.err;
+  ASSERT_EQ(j["executors"].size(), 1u);
+  EXPECT_EQ(j["executors"][0]["status"], "unavailable");
+  EXPECT_EQ(j["executors"][0]["refusal"]["code"], "AIRLOCK_ISOLATION_POLICY_INVALID");
+  EXPECT_EQ(j["executors"][0]["canary_root"], "") << "nothing is planted for a tier that cannot run";
+  EXPECT_EQ(j["ok"], false);
+}
+
+TEST_P(EscapeSuiteCli, AnUnknownExecutorIsAUsageError) {
+  auto r = fx_->run({"escape-suite", "--executor", "auto"});
+  EXPECT_EQ(r.status, 2) << r.err;
+}
+
+pid_t g_suite = 0;
+TEST_P(EscapeSuiteCli, ASignalStopsTheSuiteAndLeavesNothingBehind) {
+  g_suite = 0;
+  // SIGTERM a few seconds in, in the middle of the host baseline (outlive_session leaves a daemon,
+  // exceed_memory holds 512 MiB): the running probe is stopped and every canary removed.
+  std::thread killer([] {
+    for (int i = 0; i < 200 && g_suite == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    if (g_suite > 0) ::kill(g_suite, SIGTERM);
+  });
+  CliResult r;
+  Json j = run_suite(*fx_, {"--profile", "development", "escape-suite", "--executor", "host", "--json"}, &r,
+                     [](pid_t p) { g_suite = p; });
+  killer.join();
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_EQ(j["cancelled"], true);
+  EXPECT_EQ(j["ok"], false);
+  ASSERT_EQ(j["executors"].size(), 1u);
+  EXPECT_LT(j["executors"][0]["results"].size(), std::size(kBreaches));
+}
+
+INSTANTIATE_TEST_SUITE_P(AsEachUser, EscapeSuiteCli, ::testing::Values(Identity::Self, Identity::Nobody),
+                         [](const auto& info) { return to_string(info.param); });
+
+}  // namespace
+}  // namespace airlock::testing
