@@ -102,7 +102,26 @@ Session::~Session() {
 Result<exec::RunOutcome> Session::run_command(const exec::Command& cmd) {
   if (ended_) return fail(Code::SessionClosed, "the session is closed");
   Json argv = cmd.argv;
-  auto out = executor_->run(cmd);
+  exec::Command bounded = cmd;
+  bool budget_binds = false;
+  if (uint64_t budget = plan_.limits.session_budget_ms) {
+    auto spent = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - opened_at_).count());
+    if (spent >= budget) {
+      Error e{Code::BudgetExhausted, fmt::format("the session's budget of {} s is spent", budget / 1000),
+              {{"budget_ms", budget}, {"spent_ms", spent}}};
+      TRY(receipts_.append("tool.run", {{"argv", argv}, {"decision", "refused"}, {"error", e.to_json()}}));
+      return std::unexpected(e);
+    }
+    uint64_t left = budget - spent;
+    uint64_t own = cmd.timeout_ms.value_or(plan_.limits.wall_timeout_ms);
+    if (own == 0 || left < own) {
+      bounded.timeout_ms = left;
+      budget_binds = true;
+    }
+  }
+  auto out = executor_->run(bounded);
+  if (out && out->timed_out && budget_binds) out->budget_exhausted = true;
   if (!out) {
     TRY(receipts_.append("tool.run", {{"argv", argv}, {"decision", "refused"}, {"error", out.error().to_json()}}));
     return out;

@@ -1,6 +1,7 @@
 // Session: one governed unit of work: plan, view, executor, receipts, write-back on close.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,7 +42,9 @@ class Session {
   const Json& enforced() const { return executor_->enforced(); }
 
   // Runs the operator's command (not a declared tool) under the plan's executor and limits;
-  // records tool.run with argv, exit, duration and resource use.
+  // records tool.run with argv, exit, duration and resource use. The command's wall time is
+  // also bounded by what is left of the session budget; a spent budget is
+  // AIRLOCK_BUDGET_EXHAUSTED before anything runs.
   Result<exec::RunOutcome> run_command(const exec::Command& cmd);
 
   // Ends the session: writes back when `write_back` (the caller decides what success is),
@@ -64,6 +67,7 @@ class Session {
   std::optional<std::string> workspace_;
   std::unique_ptr<exec::Executor> executor_;
   exec::ViewManifest manifest_;
+  std::chrono::steady_clock::time_point opened_at_ = std::chrono::steady_clock::now();
   bool ended_ = false;
 };
 

@@ -29,11 +29,15 @@ struct RunOptions {
 
 std::string enforced_summary(const Json& e) {
   std::vector<std::string> parts;
+  if (e.contains("namespaces") && !e["namespaces"].is_null()) parts.push_back("namespaces");
+  if (e.contains("cgroup") && !e["cgroup"].is_null())
+    parts.push_back(fmt::format("cgroup v{} memory+pids+cpu", e["cgroup"]["version"].get<int>()));
   if (e.contains("landlock") && !e["landlock"].is_null())
     parts.push_back(fmt::format("Landlock ABI {}", e["landlock"]["abi"].get<int>()));
   if (e.contains("seccomp") && !e["seccomp"].is_null()) parts.push_back("seccomp");
   parts.push_back("rlimits");
-  if (e.contains("process_limit")) parts.push_back(fmt::format("processes by {}", e["process_limit"].get<std::string>()));
+  if (e.contains("process_limit") && (!e.contains("cgroup") || e["cgroup"].is_null()))
+    parts.push_back(fmt::format("processes by {}", e["process_limit"].get<std::string>()));
   parts.push_back(fmt::format("network {}", e.value("network", "?")));
   return fmt::format("{}", fmt::join(parts, ", "));
 }
@@ -90,12 +94,18 @@ int run_verb(Globals& g, RunOptions& o) {
     return refuse(outcome.error(), g.json);
   }
   bool success = outcome->status.shell_status() == 0 && !outcome->timed_out && !outcome->stopped;
+  // A spent budget ends the session the way the kill switch does: nothing is written back.
   auto wb = s.close(success);
   if (!wb) return refuse(wb.error(), g.json);
 
   int rc = outcome->status.shell_status();
   std::vector<Error> refusals;
-  if (outcome->timed_out)
+  if (outcome->budget_exhausted)
+    refusals.push_back({Code::BudgetExhausted,
+                        fmt::format("the session's budget of {} ms ran out; the command was killed",
+                                    s.plan().limits.session_budget_ms),
+                        {}});
+  else if (outcome->timed_out)
     refusals.push_back({Code::ToolTimeout,
                         fmt::format("the command ran past its wall-time limit of {} ms and was killed",
                                     s.plan().limits.wall_timeout_ms),

@@ -13,6 +13,7 @@ Json RunOutcome::to_json() const {
           {"signal", status.signaled ? Json(status.signal) : Json(nullptr)},
           {"status", status.shell_status()},
           {"timed_out", timed_out},
+          {"budget_exhausted", budget_exhausted},
           {"stopped", stopped},
           {"descendants_killed", descendants_killed},
           {"wall_ms", wall_ms},

@@ -24,6 +24,7 @@ struct RunOutcome {
   std::string program;  // what was executed
   ExitStatus status;
   bool timed_out = false;
+  bool budget_exhausted = false;  // the session's budget, not the command's own limit, ran out
   bool stopped = false;  // stopped on request (kill switch)
   int64_t descendants_killed = 0;
   double wall_ms = 0;

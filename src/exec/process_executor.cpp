@@ -73,6 +73,16 @@ class ProcessExecutor final : public Executor {
     } else {
       enforced_["namespaces"] = nullptr;
     }
+    if (plan_.cgroup) {
+      enforced_["cgroup"] = {{"version", plan_.cgroup->version},
+                             {"memory_bytes", plan_.cgroup->memory_bytes},
+                             {"swap_bytes", 0},
+                             {"pids_max", plan_.cgroup->pids_max},
+                             {"cpu", fmt::format("{} us per {} us", plan_.cgroup->cpu_quota_us, plan_.cgroup->cpu_period_us)},
+                             {"teardown", "the init's exit kills the namespace; cgroups verified empty, then removed"}};
+    } else {
+      enforced_["cgroup"] = nullptr;
+    }
     rlimits_ = linux::prepare_rlimits(plan_.limits);
     enforced_["rlimits"] = rlimits_.applied;
     enforced_["no_new_privs"] = confined();

@@ -81,8 +81,14 @@ pid_t clone_with_pidfd(int* pidfd, uint64_t extra_flags = 0) noexcept {
 // The confined command: runs in the supervisor's child, ends in execve.
 [[noreturn]] void run_command(const LaunchSpec& s, char* const* argv, char* const* envp, int errfd,
                               const sigset_t& old_mask) noexcept {
-  ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
-  ::signal(SIGPIPE, SIG_DFL);
+  // A command starts with no signal blocked or ignored, whatever airlock itself blocks (the CLI
+  // blocks SIGTERM for its own signal thread; an ignored signal would survive exec).
+  (void)old_mask;
+  for (int sig = 1; sig < NSIG; ++sig)
+    if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) report_and_exit(errfd, Step::ParentDeath, errno);
   // Its own process group, so a stop or the deadline can signal the command's whole group.
   if (::setpgid(0, 0) < 0) report_and_exit(errfd, Step::NewSession, errno);

@@ -189,6 +189,7 @@ LimitsPlan limits_plan(const policy::TaskPolicy& p, ProcessLimitMechanism m) {
   l.max_processes = static_cast<uint64_t>(p.limits.max_processes);
   l.process_mechanism = m;
   l.wall_timeout_ms = static_cast<uint64_t>(p.limits.command_timeout_seconds) * 1000;
+  l.session_budget_ms = static_cast<uint64_t>(p.limits.session_budget_seconds) * 1000;
   return l;
 }
 
@@ -451,6 +452,7 @@ Json to_json(const ExecutionPlan& p) {
                  {"process_mechanism", to_string(p.limits.process_mechanism)},
                  {"wall_timeout_ms", p.limits.wall_timeout_ms},
                  {"kill_grace_ms", p.limits.kill_grace_ms},
+                 {"session_budget_ms", p.limits.session_budget_ms},
                  {"max_file_bytes", p.limits.max_file_bytes},
                  {"max_open_files", p.limits.max_open_files}};
   j["env_passthrough"] = p.env_passthrough;

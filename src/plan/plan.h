@@ -85,6 +85,7 @@ struct LimitsPlan {
   ProcessLimitMechanism process_mechanism = ProcessLimitMechanism::RlimitNproc;
   uint64_t wall_timeout_ms = 0;     // SIGTERM at the limit,
   uint64_t kill_grace_ms = 2000;    // SIGKILL this long after
+  uint64_t session_budget_ms = 0;   // the whole session's wall time; running out kills what runs
   uint64_t max_file_bytes = 0;      // RLIMIT_FSIZE; 0: no limit
   uint64_t max_open_files = 1024;   // RLIMIT_NOFILE
 };

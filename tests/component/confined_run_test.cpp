@@ -229,6 +229,17 @@ TEST_P(ConfinedRun, WallClockLimitIsARefusal) {
   EXPECT_FALSE(exists(fx_->workspace() + "/out/p")) << "a timed-out run writes nothing back";
 }
 
+TEST_P(ConfinedRun, SpentSessionBudgetKillsTheCommand) {
+  std::string pol = write_policy(
+      R"({"schema_version": "airlock.task_policy.v1", "executor": "EXECUTOR", "write_back_paths": ["out"],
+          "limits": {"session_budget_seconds": 1, "command_timeout_seconds": 30}})",
+      "budget.json");
+  auto r = run_sh("echo partial > out/p; sleep 30", pol);
+  EXPECT_EQ(r.status, 125);
+  EXPECT_NE(r.err.find("airlock: refused: AIRLOCK_BUDGET_EXHAUSTED"), std::string::npos) << r.err;
+  EXPECT_FALSE(exists(fx_->workspace() + "/out/p")) << "a spent budget writes nothing back";
+}
+
 TEST_P(ConfinedRun, DoubleForkedDaemonIsGoneAfterTheRun) {
   // The daemon carries a marker in its command line, so the host can find it in any pid namespace.
   std::string marker = "300." + std::to_string(::getpid()) + std::to_string(static_cast<int>(GetParam().identity));
