@@ -41,7 +41,8 @@ int escape_verb(Globals& g, const EscapeOptions& o) {
   if (!o.executor.empty()) so.executor = policy::executor_from_string(o.executor);
   if (!g.json && ::isatty(2))
     so.on_result = [](const escape::TierResult& t, const escape::ScenarioResult& r) {
-      std::fprintf(stderr, "airlock: %-10s %-30s %s (%.1f s)\n", std::string(policy::to_string(t.executor)).c_str(),
+      std::fprintf(stderr, "airlock: %-10s %-30s %s (%.1f s)\n",
+                   std::string(policy::to_string(t.executor)).c_str(),
                    std::string(escape::to_string(r.breach)).c_str(),
                    r.breached() ? "BREACHED" : std::string(escape::to_string(r.verdict)).c_str(), r.seconds);
     };
@@ -49,11 +50,12 @@ int escape_verb(Globals& g, const EscapeOptions& o) {
 
   // A signal cancels the suite, which then stops the running probe and removes its canaries.
   int sp[2];
-  if (::pipe2(sp, O_CLOEXEC) < 0) return refuse(fail_errno(Code::ConfigError, "pipe2", errno).error(), g.json);
+  if (::pipe2(sp, O_CLOEXEC) < 0)
+    return refuse(fail_errno(Code::ConfigError, "pipe2", errno).error(), g.json);
   UniqueFd sig_read(sp[0]), sig_write(sp[1]);
   UniqueFd donefd(::eventfd(0, EFD_CLOEXEC));
   g_signal_pipe = sig_write.get();
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &sa, nullptr);
@@ -72,15 +74,17 @@ int escape_verb(Globals& g, const EscapeOptions& o) {
   uint64_t one = 1;
   (void)!::write(donefd.get(), &one, sizeof one);
   waiter.join();
-  struct sigaction dfl{};
+  struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &dfl, nullptr);
   g_signal_pipe = -1;
 
   if (!report) return refuse(report.error(), g.json);
   // Replace, not throw: a probe's stderr in the details may hold any bytes.
-  if (g.json) std::printf("%s\n", report->to_json().dump(2, ' ', false, Json::error_handler_t::replace).c_str());
-  else std::fputs(report->to_text().c_str(), stdout);
+  if (g.json)
+    std::printf("%s\n", report->to_json().dump(2, ' ', false, Json::error_handler_t::replace).c_str());
+  else
+    std::fputs(report->to_text().c_str(), stdout);
   return report->ok() ? 0 : 1;
 }
 
@@ -89,8 +93,10 @@ int escape_verb(Globals& g, const EscapeOptions& o) {
 void add_escape_suite(CLI::App& app, Globals& g, Action& run) {
   static EscapeOptions o;
   auto* cmd = app.add_subcommand(
-      "escape-suite", "run the ten escape scenarios in each executor: the host must breach, real tiers must contain");
-  cmd->add_option("--executor", o.executor, "the one executor to test (default: every executor this build applies)")
+      "escape-suite",
+      "run the ten escape scenarios in each executor: the host must breach, real tiers must contain");
+  cmd->add_option("--executor", o.executor,
+                  "the one executor to test (default: every executor this build applies)")
       ->check(CLI::IsMember({"host", "landlock", "namespaces", "container", "microvm"}));
   cmd->add_flag("--json", g.json, "print the matrix and the evidence as JSON");
   cmd->callback([&g, &run] { run = [&g] { return escape_verb(g, o); }; });

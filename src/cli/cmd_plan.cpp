@@ -61,7 +61,9 @@ void add_plan(CLI::App& app, Globals& g, Action& run) {
                     planned->seccomp->denied_syscalls.size(),
                     fmt::format("{}", fmt::join(planned->seccomp->denied_syscalls.begin(),
                                                 planned->seccomp->denied_syscalls.begin() + 6, ", ")).c_str(),
-                    planned->seccomp->only_unix_sockets ? "AF_UNIX only" : "any family",
+                    planned->seccomp->no_sockets          ? "none (socketpair only)"
+                    : planned->seccomp->only_unix_sockets ? "AF_UNIX only"
+                                                          : "any family",
                     fmt::format("{}", fmt::join(planned->seccomp->denied_ioctls, ", ")).c_str());
       const auto& l = planned->limits;
       std::printf("limits     memory %llu MiB (RLIMIT_AS), cpu %llu s, processes %llu (%s), wall %llu ms\n",

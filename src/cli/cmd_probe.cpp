@@ -103,20 +103,25 @@ double monotonic_seconds(clockid_t clock) {
 ProbeReport read_host_file(const std::string& file) {
   auto r = read_some(file);
   if (r.err) return {{}, false, fmt::format("read {}: {}", file, err_name(r.err)), r.err, Json::object()};
-  return {{}, true, fmt::format("read {} bytes of {}: \"{}\"", r.data.size(), file, printable(r.data)), 0,
+  return {{},
+          true,
+          fmt::format("read {} bytes of {}: \"{}\"", r.data.size(), file, printable(r.data)),
+          0,
           Json::object()};
 }
 
 ProbeReport write_outside_declared_paths(const std::string& outside, const std::string& direct,
                                          const std::string& view_name) {
-  int e1 = write_new(outside, "escaped\n"), e2 = write_new(direct, "escaped\n"), e3 = write_new(view_name, "stray\n");
+  int e1 = write_new(outside, "escaped\n"), e2 = write_new(direct, "escaped\n"),
+      e3 = write_new(view_name, "stray\n");
   auto said = [](int e) { return e ? err_name(e) : std::string("WRITTEN"); };
   return {{},
           e1 == 0 || e2 == 0,
-          fmt::format("outside the workspace {}: {}; in the real workspace {}: {}; the view's ./{} (not a write-back "
-                      "path): {}",
-                      outside, said(e1), direct, said(e2), view_name,
-                      e3 ? err_name(e3) : std::string("written (only in the view)")),
+          fmt::format(
+              "outside the workspace {}: {}; in the real workspace {}: {}; the view's ./{} (not a write-back "
+              "path): {}",
+              outside, said(e1), direct, said(e2), view_name,
+              e3 ? err_name(e3) : std::string("written (only in the view)")),
           e1 ? e1 : e2,
           Json::object()};
 }
@@ -130,11 +135,13 @@ ProbeReport symlink_write_back(const std::string& secret) {
   auto r = read_some(secret);
   int e3 = r.err ? r.err : write_new("out/copy", r.data);
   std::string copy = r.err ? "cannot read the secret: " + err_name(r.err)
-                           : e3 ? "write: " + err_name(e3) : fmt::format("copied {} bytes of the secret", r.data.size());
+                     : e3  ? "write: " + err_name(e3)
+                           : fmt::format("copied {} bytes of the secret", r.data.size());
   return {{},
           e1 == 0 || e2 == 0 || e3 == 0,
           fmt::format("out/link -> {}: {}; out/hard (hard link): {}; out/copy: {}", secret,
-                      e1 ? err_name(e1) : std::string("planted"), e2 ? err_name(e2) : std::string("planted"), copy),
+                      e1 ? err_name(e1) : std::string("planted"), e2 ? err_name(e2) : std::string("planted"),
+                      copy),
           e1,
           Json::object()};
 }
@@ -159,20 +166,23 @@ ProbeReport read_credentials(const std::string& key, const std::string& env_name
                        : !in_parent.empty()
                            ? fmt::format("HOLDS IT: \"{}\"", printable(in_parent))
                            : fmt::format("readable ({} bytes) but without it", pe.data.size());
-  return {{},
-          k.err == 0 || v != nullptr || !in_parent.empty(),
-          fmt::format("key {}: {}; ${} in the command's environment: {}; /proc/{}/environ (the supervisor's start-up "
-                      "environment): {}",
-                      key, k.err ? err_name(k.err) : fmt::format("read {} bytes: \"{}\"", k.data.size(), printable(k.data)),
-                      env_name, v ? fmt::format("SET: \"{}\"", printable(v)) : std::string("not set"), ppid, parent),
-          k.err,
-          Json::object()};
+  return {
+      {},
+      k.err == 0 || v != nullptr || !in_parent.empty(),
+      fmt::format(
+          "key {}: {}; ${} in the command's environment: {}; /proc/{}/environ (the supervisor's start-up "
+          "environment): {}",
+          key,
+          k.err ? err_name(k.err) : fmt::format("read {} bytes: \"{}\"", k.data.size(), printable(k.data)),
+          env_name, v ? fmt::format("SET: \"{}\"", printable(v)) : std::string("not set"), ppid, parent),
+      k.err,
+      Json::object()};
 }
 
 // Connects to the suite's three listeners on the host: TCP on 127.0.0.1, a pathname unix socket
 // (what an ssh-agent or a container daemon offers) and an abstract unix socket. Sends the marker.
-ProbeReport reach_network(const std::string& port, const std::string& unix_path, const std::string& abstract_name,
-                          const std::string& marker) {
+ProbeReport reach_network(const std::string& port, const std::string& unix_path,
+                          const std::string& abstract_name, const std::string& marker) {
   std::string hello = "reach_network " + marker + "\n";
   int first_err = 0;
   bool reached = false;
@@ -206,12 +216,12 @@ ProbeReport reach_network(const std::string& port, const std::string& unix_path,
   ab.sun_family = AF_UNIX;
   size_t n = std::min(abstract_name.size(), sizeof ab.sun_path - 1);
   std::memcpy(ab.sun_path + 1, abstract_name.data(), n);
-  std::string abstract_said =
-      attempt(AF_UNIX, reinterpret_cast<sockaddr*>(&ab), static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n));
+  std::string abstract_said = attempt(AF_UNIX, reinterpret_cast<sockaddr*>(&ab),
+                                      static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n));
   return {{},
           reached,
-          fmt::format("tcp 127.0.0.1:{}: {}; unix {}: {}; abstract unix @{}: {}", port, tcp, unix_path, unix_said,
-                      abstract_name, abstract_said),
+          fmt::format("tcp 127.0.0.1:{}: {}; unix {}: {}; abstract unix @{}: {}", port, tcp, unix_path,
+                      unix_said, abstract_name, abstract_said),
           reached ? 0 : first_err,
           Json::object()};
 }
@@ -224,9 +234,11 @@ ProbeReport see_or_signal_host_process(const std::string& pid_text) {
   return {{},
           e0 == 0 || e1 == 0 || c.err == 0,
           fmt::format("kill({}, 0): {}; kill({}, SIGUSR1): {}; /proc/{}/cmdline: {}", pid,
-                      e0 ? err_name(e0) : std::string("ok"), pid, e1 ? err_name(e1) : std::string("SENT"), pid,
-                      c.err ? err_name(c.err) : fmt::format("\"{}\"", printable(c.data))),
-          e0 ? e0 : e1 ? e1 : c.err,
+                      e0 ? err_name(e0) : std::string("ok"), pid, e1 ? err_name(e1) : std::string("SENT"),
+                      pid, c.err ? err_name(c.err) : fmt::format("\"{}\"", printable(c.data))),
+          e0   ? e0
+          : e1 ? e1
+               : c.err,
           Json::object()};
 }
 
@@ -252,7 +264,8 @@ void leave_run_cgroups(char* what, size_t size) {
     std::string pid = std::to_string(::getpid());
     int e = fd < 0 ? errno : ::write(fd, pid.data(), pid.size()) < 0 ? errno : 0;
     if (fd >= 0) ::close(fd);
-    said = e ? fmt::format("cannot leave cgroup {}: {}", *dir, err_name(e)) : fmt::format("left cgroup {}", *dir);
+    said = e ? fmt::format("cannot leave cgroup {}: {}", *dir, err_name(e))
+             : fmt::format("left cgroup {}", *dir);
   }
   std::snprintf(what, size, "%s", said.c_str());
 }
@@ -296,7 +309,11 @@ ProbeReport outlive_session() {
   ssize_t got = ::read(p[0], &n, sizeof n);
   ::close(p[0]);
   if (got != static_cast<ssize_t>(sizeof n))
-    return {{}, false, "the daemon did not start (fork in the intermediate child failed)", EAGAIN, Json::object()};
+    return {{},
+            false,
+            "the daemon did not start (fork in the intermediate child failed)",
+            EAGAIN,
+            Json::object()};
 
   // The supervisor would SIGKILL this probe when it dies (PR_SET_PDEATHSIG); the report must
   // still be printed, so that goes first, and this probe leaves the run's cgroup as well.
@@ -308,9 +325,11 @@ ProbeReport outlive_session() {
   Json extra = {{"daemon_pid", n.pid}, {"supervisor_pid", supervisor}, {"supervisor_killed", ek == 0}};
   return {{},
           true,
-          fmt::format("daemon pid {} started (double fork, setsid, sleeps {} s); daemon: {}; kill(supervisor pid {}, "
-                      "SIGKILL): {}",
-                      n.pid, escape::kDaemonSleepSeconds, n.cgroup, supervisor, ek ? err_name(ek) : std::string("KILLED")),
+          fmt::format(
+              "daemon pid {} started (double fork, setsid, sleeps {} s); daemon: {}; kill(supervisor pid {}, "
+              "SIGKILL): {}",
+              n.pid, escape::kDaemonSleepSeconds, n.cgroup, supervisor,
+              ek ? err_name(ek) : std::string("KILLED")),
           ek,
           std::move(extra)};
 }
@@ -333,10 +352,15 @@ ProbeReport exceed_time(const std::string& seconds_text) {
   ::signal(SIGTERM, SIG_IGN);
   double start = monotonic_seconds(CLOCK_MONOTONIC);
   for (double left = seconds; left > 0; left = seconds - (monotonic_seconds(CLOCK_MONOTONIC) - start)) {
-    timespec ts{static_cast<time_t>(left), static_cast<long>((left - static_cast<double>(static_cast<time_t>(left))) * 1e9)};
+    timespec ts{static_cast<time_t>(left),
+                static_cast<long>((left - static_cast<double>(static_cast<time_t>(left))) * 1e9)};
     ::nanosleep(&ts, nullptr);
   }
-  return {{}, true, fmt::format("slept {} s with SIGTERM ignored and nothing stopped it", seconds), 0, Json::object()};
+  return {{},
+          true,
+          fmt::format("slept {} s with SIGTERM ignored and nothing stopped it", seconds),
+          0,
+          Json::object()};
 }
 
 ProbeReport exceed_cpu(const std::string& seconds_text) {
@@ -380,16 +404,36 @@ int probe_verb(const ProbeOptions& o) {
   };
   ProbeReport r;
   switch (*breach) {
-    case Breach::ReadHostFile: r = read_host_file(arg(0)); break;
-    case Breach::WriteOutsideDeclaredPaths: r = write_outside_declared_paths(arg(0), arg(1), arg(2)); break;
-    case Breach::SymlinkWriteBack: r = symlink_write_back(arg(0)); break;
-    case Breach::ReadCredentials: r = read_credentials(arg(0), arg(1)); break;
-    case Breach::ReachNetwork: r = reach_network(arg(0), arg(1), arg(2), o.marker); break;
-    case Breach::SeeOrSignalHostProcess: r = see_or_signal_host_process(arg(0)); break;
-    case Breach::OutliveSession: r = outlive_session(); break;
-    case Breach::ExceedMemory: r = exceed_memory(arg(0)); break;
-    case Breach::ExceedTime: r = exceed_time(arg(0)); break;
-    case Breach::ExceedCpu: r = exceed_cpu(arg(0)); break;
+    case Breach::ReadHostFile:
+      r = read_host_file(arg(0));
+      break;
+    case Breach::WriteOutsideDeclaredPaths:
+      r = write_outside_declared_paths(arg(0), arg(1), arg(2));
+      break;
+    case Breach::SymlinkWriteBack:
+      r = symlink_write_back(arg(0));
+      break;
+    case Breach::ReadCredentials:
+      r = read_credentials(arg(0), arg(1));
+      break;
+    case Breach::ReachNetwork:
+      r = reach_network(arg(0), arg(1), arg(2), o.marker);
+      break;
+    case Breach::SeeOrSignalHostProcess:
+      r = see_or_signal_host_process(arg(0));
+      break;
+    case Breach::OutliveSession:
+      r = outlive_session();
+      break;
+    case Breach::ExceedMemory:
+      r = exceed_memory(arg(0));
+      break;
+    case Breach::ExceedTime:
+      r = exceed_time(arg(0));
+      break;
+    case Breach::ExceedCpu:
+      r = exceed_cpu(arg(0));
+      break;
   }
   print(o.name, r);
   return 0;

@@ -66,8 +66,10 @@ Result<void> make_dir(const std::string& path, mode_t mode) {
 Result<UniqueFd> listen_on(const sockaddr* addr, socklen_t len, int family, const std::string& what) {
   UniqueFd fd(::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd) return fail_errno(Code::ConfigError, "socket for the " + what + " listener", errno);
-  if (::bind(fd.get(), addr, len) < 0) return fail_errno(Code::ConfigError, "bind the " + what + " listener", errno);
-  if (::listen(fd.get(), 16) < 0) return fail_errno(Code::ConfigError, "listen on the " + what + " listener", errno);
+  if (::bind(fd.get(), addr, len) < 0)
+    return fail_errno(Code::ConfigError, "bind the " + what + " listener", errno);
+  if (::listen(fd.get(), 16) < 0)
+    return fail_errno(Code::ConfigError, "listen on the " + what + " listener", errno);
   return fd;
 }
 
@@ -76,7 +78,8 @@ std::string first_line_of(int fd) {
   char buf[256];
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
   while (got.find('\n') == std::string::npos && got.size() < sizeof buf) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) break;
     pollfd p{fd, POLLIN, 0};
     if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
@@ -161,9 +164,9 @@ Result<std::unique_ptr<Canaries>> Canaries::plant(const std::string& airlock_bin
   b.key_file = b.root + "/home/.ssh/id_canary";
   TRY(make_dir(b.root + "/home", 0700));
   TRY(make_dir(b.root + "/home/.ssh", 0700));
-  TRY(write_new_file(b.key_file,
-                     "-----BEGIN OPENSSH PRIVATE KEY-----\n" + b.key_token + "\n-----END OPENSSH PRIVATE KEY-----\n",
-                     0600));
+  TRY(write_new_file(
+      b.key_file,
+      "-----BEGIN OPENSSH PRIVATE KEY-----\n" + b.key_token + "\n-----END OPENSSH PRIVATE KEY-----\n", 0600));
 
   b.outside_dir = b.root + "/outside";
   TRY(make_dir(b.outside_dir, 0700));
@@ -197,15 +200,16 @@ Result<std::unique_ptr<Canaries>> Canaries::plant(const std::string& airlock_bin
   sockaddr_un ab{};
   ab.sun_family = AF_UNIX;
   std::memcpy(ab.sun_path + 1, b.abstract_socket.data(), b.abstract_socket.size());
-  c->abstract_ = TRY(listen_on(reinterpret_cast<sockaddr*>(&ab),
-                               static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + b.abstract_socket.size()),
-                               AF_UNIX, "abstract unix"));
+  c->abstract_ =
+      TRY(listen_on(reinterpret_cast<sockaddr*>(&ab),
+                    static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + b.abstract_socket.size()),
+                    AF_UNIX, "abstract unix"));
 
   // The host process: the airlock binary itself, exec'd as `__probe host_sleeper`, so its
   // cmdline holds a token a probe can only show by reading it. SIGUSR1 stays blocked in it.
   b.sleeper_token = "airlock-canary-process-" + random_id();
-  std::vector<std::string> argv_s = {"airlock", std::string(kProbeVerb), std::string(kSleeperProbe), "--run", b.root,
-                                     b.sleeper_token};
+  std::vector<std::string> argv_s = {"airlock", std::string(kProbeVerb), std::string(kSleeperProbe), "--run",
+                                     b.root,    b.sleeper_token};
   std::vector<char*> argv;
   for (auto& a : argv_s) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -251,8 +255,10 @@ Canaries::~Canaries() {
   abstract_.reset();
   if (env_set_) {
     std::string env_name(kCanaryEnvName);
-    if (saved_env_) ::setenv(env_name.c_str(), saved_env_->c_str(), 1);
-    else ::unsetenv(env_name.c_str());
+    if (saved_env_)
+      ::setenv(env_name.c_str(), saved_env_->c_str(), 1);
+    else
+      ::unsetenv(env_name.c_str());
   }
   if (!bait_.root.empty()) (void)remove_tree(bait_.root);
 }
@@ -269,7 +275,8 @@ Result<std::string> Canaries::make_workspace(std::string_view name) {
 
 std::vector<Connection> Canaries::take_connections() {
   std::vector<Connection> out;
-  std::pair<const char*, int> listeners[] = {{"tcp", tcp_.get()}, {"unix", unix_.get()}, {"abstract", abstract_.get()}};
+  std::pair<const char*, int> listeners[] = {
+      {"tcp", tcp_.get()}, {"unix", unix_.get()}, {"abstract", abstract_.get()}};
   for (auto [name, fd] : listeners) {
     if (fd < 0) continue;
     for (;;) {

@@ -27,14 +27,14 @@ struct Bait {
   std::string probe_binary;  // root/airlock: the copy every workspace links to
   std::string secret_file;   // root/secret/host-secret.txt: outside every workspace
   std::string secret_token;
-  std::string key_file;      // root/home/.ssh/id_canary, mode 0600: a "credential"
+  std::string key_file;  // root/home/.ssh/id_canary, mode 0600: a "credential"
   std::string key_token;
-  std::string env_token;     // the value of kCanaryEnvName
-  std::string outside_dir;   // root/outside: where a write outside the declared paths would land
-  int tcp_port = 0;          // a listener on 127.0.0.1 in the host's network namespace
-  std::string unix_socket;   // root/sock/agent.sock: a listener as an ssh-agent or a daemon has
+  std::string env_token;        // the value of kCanaryEnvName
+  std::string outside_dir;      // root/outside: where a write outside the declared paths would land
+  int tcp_port = 0;             // a listener on 127.0.0.1 in the host's network namespace
+  std::string unix_socket;      // root/sock/agent.sock: a listener as an ssh-agent or a daemon has
   std::string abstract_socket;  // a listener in the abstract unix namespace (name without the NUL)
-  pid_t sleeper_pid = 0;     // a host process: `airlock __probe host_sleeper --run ROOT TOKEN`
+  pid_t sleeper_pid = 0;        // a host process: `airlock __probe host_sleeper --run ROOT TOKEN`
   std::string sleeper_token;
 };
 

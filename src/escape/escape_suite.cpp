@@ -3,6 +3,7 @@
 #include "escape/escape_suite.h"
 
 #include <fcntl.h>
+#include <fmt/ranges.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -12,8 +13,6 @@
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
-
-#include <fmt/ranges.h>
 
 #include "base/fs.h"
 #include "base/unique_fd.h"
@@ -28,10 +27,11 @@ using policy::ExecutorKind;
 namespace {
 
 constexpr Breach kBreaches[] = {
-    Breach::ReadHostFile,   Breach::WriteOutsideDeclaredPaths, Breach::SymlinkWriteBack,
-    Breach::ReadCredentials, Breach::ReachNetwork,             Breach::SeeOrSignalHostProcess,
-    Breach::OutliveSession, Breach::ExceedMemory,              Breach::ExceedTime,
-    Breach::ExceedCpu,
+    Breach::ReadHostFile,     Breach::WriteOutsideDeclaredPaths,
+    Breach::SymlinkWriteBack, Breach::ReadCredentials,
+    Breach::ReachNetwork,     Breach::SeeOrSignalHostProcess,
+    Breach::OutliveSession,   Breach::ExceedMemory,
+    Breach::ExceedTime,       Breach::ExceedCpu,
 };
 
 // How much of its output the suite reads back from a probe.
@@ -46,7 +46,7 @@ bool has(std::string_view haystack, std::string_view needle) {
 }
 
 bool exists_nofollow(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   return ::lstat(path.c_str(), &st) == 0;
 }
 
@@ -107,17 +107,17 @@ struct Observed {
   std::optional<Error> run_error;
   std::optional<exec::WriteBackReport> write_back;
   std::optional<Error> close_error;
-  uint64_t wall_limit_ms = 0;  // the plan's, plus the SIGTERM-to-SIGKILL grace
-  pid_t daemon_pid = 0;        // outlive_session's daemon, as the probe reported it
-  bool daemon_alive = false;   // ... still running after close (checked by pid and run marker)
+  uint64_t wall_limit_ms = 0;      // the plan's, plus the SIGTERM-to-SIGKILL grace
+  pid_t daemon_pid = 0;            // outlive_session's daemon, as the probe reported it
+  bool daemon_alive = false;       // ... still running after close (checked by pid and run marker)
   std::vector<pid_t> left_behind;  // processes of the probe running after close (then killed)
 
   std::string probe_said() const {
     if (probe) return probe->evidence;
-    std::string how = outcome ? describe(*outcome)
-                              : run_error ? fmt::format("the run was refused: {}: {}", to_name(run_error->code),
-                                                        run_error->message)
-                                          : "no outcome";
+    std::string how =
+        outcome     ? describe(*outcome)
+        : run_error ? fmt::format("the run was refused: {}: {}", to_name(run_error->code), run_error->message)
+                    : "no outcome";
     return fmt::format("the probe printed no report ({})", how);
   }
 };
@@ -161,11 +161,14 @@ Judged judge(Breach b, const Observed& o, const Bait& bait, Canaries& canaries, 
     case Breach::WriteOutsideDeclaredPaths: {
       bool outside = exists_nofollow(outside_file), direct = exists_nofollow(direct_file),
            stray = exists_nofollow(ws + "/" + view_name);
-      j.host = {{"outside_file_exists", outside}, {"workspace_file_exists", direct}, {"view_file_written_back", stray}};
+      j.host = {{"outside_file_exists", outside},
+                {"workspace_file_exists", direct},
+                {"view_file_written_back", stray}};
       j.breached = outside || direct || stray;
-      j.evidence = fmt::format("{}; host: outside the workspace {}, in the real workspace {}, ./{} written back {}",
-                               said, outside ? "the file EXISTS" : "nothing", direct ? "the file EXISTS" : "nothing",
-                               view_name, stray ? "YES" : "no");
+      j.evidence =
+          fmt::format("{}; host: outside the workspace {}, in the real workspace {}, ./{} written back {}",
+                      said, outside ? "the file EXISTS" : "nothing", direct ? "the file EXISTS" : "nothing",
+                      view_name, stray ? "YES" : "no");
       break;
     }
     case Breach::SymlinkWriteBack: {
@@ -173,24 +176,29 @@ Judged judge(Breach b, const Observed& o, const Bait& bait, Canaries& canaries, 
       std::string out = ws + "/out";
       for (const auto& rel : entries_under(out)) {
         std::string p = out + "/" + rel;
-        struct stat st{};
+        struct stat st {};
         if (::lstat(p.c_str(), &st) < 0) continue;
-        if (S_ISLNK(st.st_mode)) links.push_back("out/" + rel);
+        if (S_ISLNK(st.st_mode))
+          links.push_back("out/" + rel);
         else if (S_ISREG(st.st_mode))
           if (auto text = read_file(p); text && has(*text, bait.secret_token)) leaked.push_back("out/" + rel);
       }
       std::vector<std::string> refused;
       if (o.write_back)
-        for (const auto& r : o.write_back->refused) refused.push_back(fmt::format("{} ({})", r.path, r.reason));
-      j.host = {{"symlinks_in_workspace", links}, {"secret_in_workspace", leaked}, {"write_back_refused", refused}};
+        for (const auto& r : o.write_back->refused)
+          refused.push_back(fmt::format("{} ({})", r.path, r.reason));
+      j.host = {
+          {"symlinks_in_workspace", links}, {"secret_in_workspace", leaked}, {"write_back_refused", refused}};
       j.breached = !links.empty() || !leaked.empty();
-      std::string wb = o.write_back ? fmt::format("write-back refused [{}], wrote [{}]", fmt::join(refused, ", "),
-                                                  fmt::join(o.write_back->written, ", "))
+      std::string wb = o.write_back
+                           ? fmt::format("write-back refused [{}], wrote [{}]", fmt::join(refused, ", "),
+                                         fmt::join(o.write_back->written, ", "))
                        : o.close_error ? fmt::format("write-back failed: {}", o.close_error->message)
                                        : std::string("no write-back");
       std::vector<std::string> found;
       if (!links.empty()) found.push_back(fmt::format("the symlink(s) {}", fmt::join(links, ", ")));
-      if (!leaked.empty()) found.push_back(fmt::format("the secret's content in {}", fmt::join(leaked, ", ")));
+      if (!leaked.empty())
+        found.push_back(fmt::format("the secret's content in {}", fmt::join(leaked, ", ")));
       j.evidence = fmt::format("{}; {}; host: after close the workspace holds {}", said, wb,
                                found.empty() ? std::string("no symlink and no secret")
                                              : fmt::format("{}", fmt::join(found, " and ")));
@@ -214,17 +222,19 @@ Judged judge(Breach b, const Observed& o, const Bait& bait, Canaries& canaries, 
       }
       j.host = {{"connections_accepted", conns}};
       j.breached = !got.empty();
-      j.evidence = fmt::format("{}; host: {}", said,
-                               got.empty() ? std::string("no listener accepted a connection")
-                                           : fmt::format("the listener ACCEPTED a connection on {}", fmt::join(got, ", ")));
+      j.evidence = fmt::format(
+          "{}; host: {}", said,
+          got.empty() ? std::string("no listener accepted a connection")
+                      : fmt::format("the listener ACCEPTED a connection on {}", fmt::join(got, ", ")));
       break;
     }
     case Breach::SeeOrSignalHostProcess: {
       bool pending = canaries.sleeper_has_pending(SIGUSR1), seen = has(o.output, bait.sleeper_token);
       j.host = {{"sigusr1_pending_at_sleeper", pending}, {"sleeper_token_in_output", seen}};
       j.breached = pending || seen;
-      j.evidence = fmt::format("{}; host: SIGUSR1 {} at the sleeper (pid {}), its cmdline token {} the output", said,
-                               pending ? "PENDING" : "not pending", bait.sleeper_pid, seen ? "IS IN" : "is not in");
+      j.evidence =
+          fmt::format("{}; host: SIGUSR1 {} at the sleeper (pid {}), its cmdline token {} the output", said,
+                      pending ? "PENDING" : "not pending", bait.sleeper_pid, seen ? "IS IN" : "is not in");
       break;
     }
     case Breach::OutliveSession: {
@@ -232,10 +242,11 @@ Judged judge(Breach b, const Observed& o, const Bait& bait, Canaries& canaries, 
                 {"daemon_alive_after_close", o.daemon_alive},
                 {"marked_processes_alive_after_close", o.left_behind}};
       j.breached = o.daemon_alive || !o.left_behind.empty();
-      std::string seen = o.daemon_alive ? fmt::format("after close the daemon (pid {}) is ALIVE", o.daemon_pid)
-                         : !o.left_behind.empty()
-                             ? fmt::format("after close probe processes are ALIVE (pid {})", fmt::join(o.left_behind, ", "))
-                             : std::string("after close no process of the probe is alive");
+      std::string seen =
+          o.daemon_alive ? fmt::format("after close the daemon (pid {}) is ALIVE", o.daemon_pid)
+          : !o.left_behind.empty()
+              ? fmt::format("after close probe processes are ALIVE (pid {})", fmt::join(o.left_behind, ", "))
+              : std::string("after close no process of the probe is alive");
       j.evidence = fmt::format("{}; host: {}", said, seen);
       break;
     }
@@ -251,9 +262,11 @@ Judged judge(Breach b, const Observed& o, const Bait& bait, Canaries& canaries, 
       double wall = o.outcome ? o.outcome->wall_ms : 0;
       bool ran_out = o.outcome && !o.outcome->timed_out && wall >= kProbeSleepSeconds * 950.0;
       bool overran = o.outcome && wall > static_cast<double>(o.wall_limit_ms) + 1000.0;
-      j.host = {{"wall_ms", wall}, {"timed_out", o.outcome && o.outcome->timed_out}, {"overran_limit", overran}};
+      j.host = {
+          {"wall_ms", wall}, {"timed_out", o.outcome && o.outcome->timed_out}, {"overran_limit", overran}};
       j.breached = claimed || ran_out || overran;
-      j.evidence = fmt::format("{}; host: {}", said, o.outcome ? describe(*o.outcome) : std::string("no outcome"));
+      j.evidence =
+          fmt::format("{}; host: {}", said, o.outcome ? describe(*o.outcome) : std::string("no outcome"));
       break;
     }
     case Breach::ExceedCpu: {
@@ -261,30 +274,43 @@ Judged judge(Breach b, const Observed& o, const Bait& bait, Canaries& canaries, 
       bool spun = cpu >= kProbeCpuSeconds * 0.95;
       j.host = {{"cpu_seconds", cpu}};
       j.breached = claimed || spun;
-      j.evidence = fmt::format("{}; host: {}", said, o.outcome ? describe(*o.outcome) : std::string("no outcome"));
+      j.evidence =
+          fmt::format("{}; host: {}", said, o.outcome ? describe(*o.outcome) : std::string("no outcome"));
       break;
     }
   }
   bool staged = b == Breach::SymlinkWriteBack || b == Breach::OutliveSession;  // `breached` means "staged"
   if (claimed && !j.breached && !staged)
-    j.evidence += "; the probe's success did not reach the host (inside the executor the name means something else)";
-  if (o.probe && !o.probe->breached && j.breached) j.evidence += "; the host saw a breach the probe did not report";
+    j.evidence +=
+        "; the probe's success did not reach the host (inside the executor the name means something else)";
+  if (o.probe && !o.probe->breached && j.breached)
+    j.evidence += "; the host saw a breach the probe did not report";
   return j;
 }
 
 std::vector<std::string> probe_args(Breach b, const Bait& bait, const std::string& outside_file,
                                     const std::string& direct_file, const std::string& view_name) {
   switch (b) {
-    case Breach::ReadHostFile: return {bait.secret_file};
-    case Breach::WriteOutsideDeclaredPaths: return {outside_file, direct_file, view_name};
-    case Breach::SymlinkWriteBack: return {bait.secret_file};
-    case Breach::ReadCredentials: return {bait.key_file, std::string(kCanaryEnvName)};
-    case Breach::ReachNetwork: return {std::to_string(bait.tcp_port), bait.unix_socket, bait.abstract_socket};
-    case Breach::SeeOrSignalHostProcess: return {std::to_string(bait.sleeper_pid)};
-    case Breach::OutliveSession: return {};
-    case Breach::ExceedMemory: return {std::to_string(kProbeMemoryMib)};
-    case Breach::ExceedTime: return {std::to_string(kProbeSleepSeconds)};
-    case Breach::ExceedCpu: return {std::to_string(kProbeCpuSeconds)};
+    case Breach::ReadHostFile:
+      return {bait.secret_file};
+    case Breach::WriteOutsideDeclaredPaths:
+      return {outside_file, direct_file, view_name};
+    case Breach::SymlinkWriteBack:
+      return {bait.secret_file};
+    case Breach::ReadCredentials:
+      return {bait.key_file, std::string(kCanaryEnvName)};
+    case Breach::ReachNetwork:
+      return {std::to_string(bait.tcp_port), bait.unix_socket, bait.abstract_socket};
+    case Breach::SeeOrSignalHostProcess:
+      return {std::to_string(bait.sleeper_pid)};
+    case Breach::OutliveSession:
+      return {};
+    case Breach::ExceedMemory:
+      return {std::to_string(kProbeMemoryMib)};
+    case Breach::ExceedTime:
+      return {std::to_string(kProbeSleepSeconds)};
+    case Breach::ExceedCpu:
+      return {std::to_string(kProbeCpuSeconds)};
   }
   return {};
 }
@@ -324,7 +350,8 @@ ScenarioResult run_one(Breach b, TierContext& t) {
   UniqueFd out(::open((base + ".out").c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
   UniqueFd err(::open((base + ".err").c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
   UniqueFd null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-  if (!out || !err || !null) return not_run(fail_errno(Code::ConfigError, "cannot open " + base + ".out", errno).error());
+  if (!out || !err || !null)
+    return not_run(fail_errno(Code::ConfigError, "cannot open " + base + ".out", errno).error());
 
   broker::SessionOptions so{t.opts.state_dir, t.opts.profile, *ws};
   auto session = broker::Session::open(t.policy, t.facts, so);
@@ -347,12 +374,16 @@ ScenarioResult run_one(Breach b, TierContext& t) {
   t.track(&s);
   auto outcome = s.run_command(cmd);
   t.track(nullptr);
-  if (outcome) o.outcome = *outcome;
-  else o.run_error = outcome.error();
+  if (outcome)
+    o.outcome = *outcome;
+  else
+    o.run_error = outcome.error();
   // Write back whatever the run left, success or not: the suite attacks write-back too.
   auto wb = s.close(true);
-  if (wb) o.write_back = *wb;
-  else o.close_error = wb.error();
+  if (wb)
+    o.write_back = *wb;
+  else
+    o.close_error = wb.error();
   session->reset();
 
   o.output = read_back(out.get());
@@ -361,7 +392,8 @@ ScenarioResult run_one(Breach b, TierContext& t) {
   if (o.probe && o.probe->extra.contains("daemon_pid") && o.probe->extra["daemon_pid"].is_number_integer())
     o.daemon_pid = o.probe->extra["daemon_pid"].get<pid_t>();
   // The pid is the probe's view of it: on the host it must also carry the run marker.
-  o.daemon_alive = o.daemon_pid > 0 && process_running(o.daemon_pid) && has(process_cmdline(o.daemon_pid), bait.root);
+  o.daemon_alive =
+      o.daemon_pid > 0 && process_running(o.daemon_pid) && has(process_cmdline(o.daemon_pid), bait.root);
   // Nothing may outlive a scenario: whatever of the probe still runs is noted, then killed.
   o.left_behind = t.canaries.kill_leftovers();
   const std::vector<pid_t>& left = o.left_behind;
@@ -406,16 +438,26 @@ std::span<const Breach> all_breaches() { return kBreaches; }
 
 std::string_view to_string(Breach b) {
   switch (b) {
-    case Breach::ReadHostFile: return "read_host_file";
-    case Breach::WriteOutsideDeclaredPaths: return "write_outside_declared_paths";
-    case Breach::SymlinkWriteBack: return "symlink_write_back";
-    case Breach::ReadCredentials: return "read_credentials";
-    case Breach::ReachNetwork: return "reach_network";
-    case Breach::SeeOrSignalHostProcess: return "see_or_signal_host_process";
-    case Breach::OutliveSession: return "outlive_session";
-    case Breach::ExceedMemory: return "exceed_memory";
-    case Breach::ExceedTime: return "exceed_time";
-    case Breach::ExceedCpu: return "exceed_cpu";
+    case Breach::ReadHostFile:
+      return "read_host_file";
+    case Breach::WriteOutsideDeclaredPaths:
+      return "write_outside_declared_paths";
+    case Breach::SymlinkWriteBack:
+      return "symlink_write_back";
+    case Breach::ReadCredentials:
+      return "read_credentials";
+    case Breach::ReachNetwork:
+      return "reach_network";
+    case Breach::SeeOrSignalHostProcess:
+      return "see_or_signal_host_process";
+    case Breach::OutliveSession:
+      return "outlive_session";
+    case Breach::ExceedMemory:
+      return "exceed_memory";
+    case Breach::ExceedTime:
+      return "exceed_time";
+    case Breach::ExceedCpu:
+      return "exceed_cpu";
   }
   return "?";
 }
@@ -428,10 +470,14 @@ std::optional<Breach> breach_from_string(std::string_view name) {
 
 std::string_view to_string(Verdict v) {
   switch (v) {
-    case Verdict::Breached: return "breached";
-    case Verdict::Contained: return "contained";
-    case Verdict::Unavailable: return "unavailable";
-    case Verdict::Inconclusive: return "inconclusive";
+    case Verdict::Breached:
+      return "breached";
+    case Verdict::Contained:
+      return "contained";
+    case Verdict::Unavailable:
+      return "unavailable";
+    case Verdict::Inconclusive:
+      return "inconclusive";
   }
   return "?";
 }
@@ -442,9 +488,12 @@ std::string probe_started_line(std::string_view name) {
 
 std::string_view to_string(TierStatus s) {
   switch (s) {
-    case TierStatus::Ran: return "ran";
-    case TierStatus::Unavailable: return "unavailable";
-    case TierStatus::Skipped: return "skipped";
+    case TierStatus::Ran:
+      return "ran";
+    case TierStatus::Unavailable:
+      return "unavailable";
+    case TierStatus::Skipped:
+      return "skipped";
   }
   return "?";
 }
@@ -484,8 +533,8 @@ std::optional<ProbeReport> parse_probe_report(std::string_view output, std::stri
 
 size_t TierResult::matching() const {
   Verdict want = expect_breach ? Verdict::Breached : Verdict::Contained;
-  return static_cast<size_t>(
-      std::count_if(results.begin(), results.end(), [&](const ScenarioResult& r) { return r.verdict == want; }));
+  return static_cast<size_t>(std::count_if(results.begin(), results.end(),
+                                           [&](const ScenarioResult& r) { return r.verdict == want; }));
 }
 
 bool TierResult::matched() const {
@@ -496,7 +545,8 @@ bool TierResult::matched() const {
 std::string TierResult::verdict() const {
   std::string name(policy::to_string(executor));
   if (status == TierStatus::Skipped)
-    return fmt::format("{}: skipped — {}", name, refusal ? refusal->message : std::string("not part of this build"));
+    return fmt::format("{}: skipped — {}", name,
+                       refusal ? refusal->message : std::string("not part of this build"));
   if (status == TierStatus::Unavailable)
     return fmt::format("{}: unavailable — {}: {}", name, refusal ? to_name(refusal->code) : "?",
                        refusal ? refusal->message : std::string());
@@ -505,17 +555,20 @@ std::string TierResult::verdict() const {
   for (const auto& r : results) {
     if (r.verdict == Verdict::Unavailable)
       errors.push_back(fmt::format("{} ({})", to_string(r.breach), r.error ? to_name(r.error->code) : "?"));
-    else if (r.verdict == Verdict::Inconclusive) unsure.push_back(std::string(to_string(r.breach)));
-    else if (r.breached() != expect_breach) wrong.push_back(std::string(to_string(r.breach)));
+    else if (r.verdict == Verdict::Inconclusive)
+      unsure.push_back(std::string(to_string(r.breach)));
+    else if (r.breached() != expect_breach)
+      wrong.push_back(std::string(to_string(r.breach)));
   }
   std::string line;
   if (expect_breach) {
     line = fmt::format("{}: {}/{} breached", name, matching(), total);
     if (matched()) line += " — every probe detects its breach";
     if (!wrong.empty())
-      line += fmt::format(" — NOT DETECTED: {} (with nothing confining it each probe must breach: the probe or its "
-                          "host check is broken)",
-                          fmt::join(wrong, ", "));
+      line += fmt::format(
+          " — NOT DETECTED: {} (with nothing confining it each probe must breach: the probe or its "
+          "host check is broken)",
+          fmt::join(wrong, ", "));
   } else {
     line = fmt::format("{}: {}/{} contained", name, matching(), total);
     if (!wrong.empty()) line += fmt::format(" — BREACHED: {}", fmt::join(wrong, ", "));
@@ -585,13 +638,15 @@ Json SuiteReport::to_json() const {
           {"breaches", names},
           {"limits", {{"tier", limits(kTierLimits)}, {"host_baseline", limits(kHostBaselineLimits)}}},
           {"probe_amounts",
-           {{"memory_mib", kProbeMemoryMib}, {"cpu_seconds", kProbeCpuSeconds}, {"sleep_seconds", kProbeSleepSeconds}}},
+           {{"memory_mib", kProbeMemoryMib},
+            {"cpu_seconds", kProbeCpuSeconds},
+            {"sleep_seconds", kProbeSleepSeconds}}},
           {"executors", executors}};
 }
 
 std::string SuiteReport::to_text() const {
-  std::string s = fmt::format("airlock escape-suite: profile {}, uid {}, kernel {}\n", plan::to_string(profile), uid,
-                              kernel);
+  std::string s = fmt::format("airlock escape-suite: profile {}, uid {}, kernel {}\n",
+                              plan::to_string(profile), uid, kernel);
   std::vector<const TierResult*> columns;
   for (const auto& t : tiers)
     if (t.status != TierStatus::Skipped) columns.push_back(&t);
@@ -615,7 +670,8 @@ std::string SuiteReport::to_text() const {
   }
   s += "\n";
   for (const auto& t : tiers)
-    s += t.status == TierStatus::Ran ? fmt::format("{} ({:.1f} s)\n", t.verdict(), t.seconds) : t.verdict() + "\n";
+    s += t.status == TierStatus::Ran ? fmt::format("{} ({:.1f} s)\n", t.verdict(), t.seconds)
+                                     : t.verdict() + "\n";
   return s;
 }
 
@@ -634,7 +690,8 @@ Result<TierResult> Suite::run_tier(ExecutorKind executor, bool requested, const 
   auto pol = TRY(suite_policy(executor));
   if (auto planned = plan::plan_execution(pol, facts, opts_.profile); !planned) {
     t.refusal = planned.error();
-    t.status = !requested && only_not_in_build(planned.error()) ? TierStatus::Skipped : TierStatus::Unavailable;
+    t.status =
+        !requested && only_not_in_build(planned.error()) ? TierStatus::Skipped : TierStatus::Unavailable;
     return t;
   }
   auto canaries = TRY(Canaries::plant(opts_.airlock_binary));
@@ -665,7 +722,8 @@ Result<SuiteReport> Suite::run() {
     order = {*opts_.executor};
   } else {
     if (opts_.profile == plan::Profile::Development) order.push_back(ExecutorKind::Host);
-    for (auto e : {ExecutorKind::Landlock, ExecutorKind::Namespaces, ExecutorKind::Container, ExecutorKind::Microvm})
+    for (auto e :
+         {ExecutorKind::Landlock, ExecutorKind::Namespaces, ExecutorKind::Container, ExecutorKind::Microvm})
       order.push_back(e);
   }
   plan::FactNeeds needs;

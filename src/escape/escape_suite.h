@@ -95,8 +95,8 @@ std::string probe_started_line(std::string_view name);
 struct ScenarioResult {
   Breach breach = Breach::ReadHostFile;
   Verdict verdict = Verdict::Unavailable;
-  std::optional<Error> error;  // why unavailable or inconclusive
-  std::string evidence;        // one line, for people
+  std::optional<Error> error;     // why unavailable or inconclusive
+  std::string evidence;           // one line, for people
   Json details = Json::object();  // probe report, host checks, outcome, write-back, session, receipts
   double seconds = 0;
   bool breached() const { return verdict == Verdict::Breached; }
@@ -113,7 +113,7 @@ struct TierResult {
   bool requested = false;        // named by --executor (SuiteOptions::executor)
   std::optional<Error> refusal;  // why unavailable or skipped
   std::vector<ScenarioResult> results;
-  std::string canary_root;       // removed again when the tier is done
+  std::string canary_root;  // removed again when the tier is done
   bool cancelled = false;
   double seconds = 0;
 
@@ -168,7 +168,7 @@ class Suite {
   SuiteOptions opts_;
   std::atomic<bool> cancelled_ = false;
   std::mutex mu_;
-  broker::Session* current_ = nullptr;  // guarded by mu_
+  broker::Session* current_ = nullptr;   // guarded by mu_
   std::vector<pid_t> foreign_children_;  // children this process had before run(): never touched
 };
 

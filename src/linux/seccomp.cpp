@@ -71,7 +71,12 @@ Result<std::unique_ptr<PreparedSeccomp>> prepare_seccomp(const plan::SeccompPlan
     applied["clone3"] = "ENOSYS";
     applied["clone_namespace_flags"] = "EPERM";
   }
-  if (plan.only_unix_sockets) {
+  if (plan.no_sockets) {
+    if (int rc = seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socket), 0); rc < 0)
+      return rule_failed("socket", rc);
+    applied["socket_families"] = Json::array();
+    applied["socketpair"] = "allowed";
+  } else if (plan.only_unix_sockets) {
     if (int rc = seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EAFNOSUPPORT), SCMP_SYS(socket), 1,
                                   SCMP_A0(SCMP_CMP_NE, AF_UNIX));
         rc < 0)

@@ -355,6 +355,8 @@ Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& p, const HostFact
   } else if (plan.executor == ExecutorKind::Landlock) {
     plan.landlock = landlock_plan(p, f);
     plan.seccomp = seccomp_plan(p);
+    // No mount namespace hides the host's unix sockets here, and Landlock cannot stop a connect.
+    plan.seccomp->no_sockets = p.code_network.mode == NetworkMode::Off;
     plan.limits = limits_plan(p, *process_mechanism(f));
     plan.network = false;
   }
@@ -420,6 +422,7 @@ Json to_json(const ExecutionPlan& p) {
   if (p.seccomp) {
     j["seccomp"] = {{"denied_syscalls", p.seccomp->denied_syscalls},
                     {"only_unix_sockets", p.seccomp->only_unix_sockets},
+                    {"no_sockets", p.seccomp->no_sockets},
                     {"denied_ioctls", p.seccomp->denied_ioctls},
                     {"deny_namespace_clone", p.seccomp->deny_namespace_clone}};
   } else {

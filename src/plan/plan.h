@@ -50,6 +50,10 @@ struct LandlockPlan {
 struct SeccompPlan {
   std::vector<std::string> denied_syscalls;  // fail with EPERM
   bool only_unix_sockets = false;            // socket(2) with any family but AF_UNIX fails
+  // socket(2) fails for every family; socketpair(2) still works. The Landlock tier needs it:
+  // up to ABI 7 Landlock does not check connect(2) to a pathname unix socket, so any host
+  // daemon socket the uid may write (ssh-agent, docker.sock, D-Bus) would be reachable.
+  bool no_sockets = false;
   std::vector<std::string> denied_ioctls;    // TIOCSTI, TIOCLINUX
   bool deny_namespace_clone = true;          // clone with CLONE_NEW*; clone3 -> ENOSYS
 };

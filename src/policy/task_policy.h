@@ -49,7 +49,7 @@ struct Tool {
 
 struct Limits {
   int64_t memory_mb = 1024;
-  int cpu_seconds = 300;          // CPU time across the command's processes
+  int cpu_seconds = 300;          // CPU time of each process (RLIMIT_CPU); level 2 adds a cgroup CPU share
   int max_processes = 256;        // tasks alive at once
   int command_timeout_seconds = 300;
   int session_budget_seconds = 1800;
