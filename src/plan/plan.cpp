@@ -298,6 +298,12 @@ Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& p, const HostFact
   Json considered = Json::array();
   for (ExecutorKind e : order) {
     Candidate c = assess(e, f, profile);
+    // Network for code goes only through a door; without one, such a policy is refused, never
+    // run with the network open nor silently without the network it asked for.
+    if (c.available && p.code_network.mode == NetworkMode::Allowlist && e != ExecutorKind::Host) {
+      c.available = false;
+      c.reason = "the network door that code_network allowlist needs is not part of this build";
+    }
     plan.considered.push_back(c);
     considered.push_back({{"executor", policy::to_string(e)}, {"available", c.available}, {"reason", c.reason}});
     if (!c.available) continue;
