@@ -63,8 +63,50 @@ bool exists(const std::string& path) {
   return ::lstat(path.c_str(), &st) == 0;
 }
 
+namespace {
+
+// Our own cgroup directory in the v1 hierarchy of `controller` (empty when there is none).
+std::string own_v1_dir(const std::string& controller) {
+  std::string mount = "/sys/fs/cgroup/" + controller;
+  std::ifstream in("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(in, line)) {
+    auto a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    std::string ctrls = "," + line.substr(a + 1, b - a - 1) + ",";
+    if (ctrls.find("," + controller + ",") != std::string::npos) {
+      std::string path = line.substr(b + 1);
+      return exists(mount) ? mount + (path == "/" ? "" : path) : "";
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+CliFixture::~CliFixture() {
+  for (const auto& d : delegated_) {
+    // Whatever airlock made inside is removed by airlock; remove our directory itself.
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(d, ec))
+      if (e.is_directory()) ::rmdir(e.path().c_str());
+    ::rmdir(d.c_str());
+  }
+}
+
 CliFixture::CliFixture(Identity id) : id_(id), root_() {
   uid_t owner = uid();
+  if (id_ == Identity::Nobody && ::geteuid() == 0 && std::getenv("AIRLOCK_TEST_NO_DELEGATION") == nullptr) {
+    for (const char* c : {"memory", "pids", "cpu"}) {
+      std::string base = own_v1_dir(c);
+      if (base.empty()) continue;
+      std::string d = base + "/" + fs::path(root_.path()).filename().string();
+      if (::mkdir(d.c_str(), 0755) != 0) continue;
+      (void)!::chown(d.c_str(), kNobody, kNobody);
+      for (const char* f : {"cgroup.procs", "tasks"}) (void)!::chown((d + "/" + f).c_str(), kNobody, kNobody);
+      delegated_.push_back(d);
+    }
+  }
   // A copy of the binary in a directory every identity can traverse.
   binary_ = root_ / "airlock";
   fs::copy_file(AIRLOCK_BINARY, binary_);
@@ -116,11 +158,18 @@ CliResult CliFixture::run(const std::vector<std::string>& args, const std::map<s
   ev.push_back(nullptr);
   bool drop = id_ == Identity::Nobody;
   std::string cwd = workspace_;
+  std::vector<std::string> join;
+  for (const auto& d : delegated_) join.push_back(d + "/cgroup.procs");
   pid_t pid = ::fork();
   if (pid == 0) {
     ::dup2(out[1], 1);
     ::dup2(err[1], 2);
     if (::chdir(cwd.c_str()) < 0) ::_exit(121);
+    for (const auto& procs : join) {
+      int fd = ::open(procs.c_str(), O_WRONLY | O_CLOEXEC);
+      if (fd < 0 || ::write(fd, "0", 1) != 1) ::_exit(124);
+      ::close(fd);
+    }
     if (drop) {
       if (::setgroups(0, nullptr) < 0 || ::setresgid(kNobody, kNobody, kNobody) < 0 ||
           ::setresuid(kNobody, kNobody, kNobody) < 0)

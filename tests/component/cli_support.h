@@ -52,11 +52,15 @@ class CliFixture {
                 int timeout_seconds = 60, void (*on_start)(pid_t) = nullptr);
   // The receipts files in the state directory.
   std::vector<std::string> receipts() const;
+  ~CliFixture();
 
  private:
   Identity id_;
   TempDir root_;
   std::string binary_, workspace_, state_;
+  // For Nobody when the test is root: cgroups delegated to that user (as systemd's Delegate=
+  // does: a directory it owns in each v1 hierarchy), which airlock runs in. Empty otherwise.
+  std::vector<std::string> delegated_;
 };
 
 // True when the test may run as `id` here; otherwise sets `why`.
