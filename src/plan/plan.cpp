@@ -83,6 +83,21 @@ Need need_of(const policy::TaskPolicy& p) {
           "a trusted toolchain for one tenant with no network needs filesystem confinement"};
 }
 
+// What every confining tier lets a toolchain read (and execute, for the directories): the same
+// list for Landlock rules and for the namespaces tier's read-only binds.
+struct SystemDir {
+  const char* path;
+  bool optional;  // not on every machine
+};
+constexpr SystemDir kSystemDirs[] = {{"/usr", false},  {"/bin", false},   {"/sbin", false},   {"/lib", false},
+                                     {"/lib64", true}, {"/lib32", true}, {"/libx32", true}};
+// The few /etc files programs read: loader, users and groups, certificates, locale, time zone.
+constexpr const char* kEtcFiles[] = {"/etc/ld.so.cache",   "/etc/ld.so.conf",    "/etc/ld.so.conf.d",
+                                     "/etc/passwd",        "/etc/group",         "/etc/nsswitch.conf",
+                                     "/etc/ssl",           "/etc/ca-certificates", "/etc/localtime",
+                                     "/etc/timezone",      "/etc/locale.alias",  "/etc/default/locale",
+                                     "/etc/alternatives",  "/etc/mime.types"};
+
 // Executors this build can apply. The others are planned for and refused by name.
 bool built(ExecutorKind e) {
   return e == ExecutorKind::Host || e == ExecutorKind::Landlock || e == ExecutorKind::Namespaces;
@@ -103,10 +118,8 @@ std::optional<int> cgroup_version(const HostFacts& f) {
 NamespacesPlan namespaces_plan() {
   NamespacesPlan n;
   // The same system directories the Landlock tier reads, bound read-only; nothing else of the host.
-  n.ro_binds = {"/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32",
-                "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/passwd", "/etc/group",
-                "/etc/nsswitch.conf", "/etc/ssl", "/etc/ca-certificates", "/etc/localtime", "/etc/timezone",
-                "/etc/locale.alias", "/etc/default/locale", "/etc/alternatives", "/etc/mime.types"};
+  for (const auto& d : kSystemDirs) n.ro_binds.push_back(d.path);
+  for (const char* e : kEtcFiles) n.ro_binds.push_back(e);
   n.dev_nodes = {"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"};
   n.proc_masked = {"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug", "/proc/sysrq-trigger",
                    "/proc/kallsyms", "/proc/kmsg"};
@@ -132,19 +145,8 @@ LandlockPlan landlock_plan(const policy::TaskPolicy& p, const HostFacts& f) {
     l.fs_rules.push_back({Anchor::Host, std::move(path), a, optional});
   };
   // System directories a toolchain needs to run: read and execute, nothing more.
-  host("/usr", Access::Exec);
-  host("/bin", Access::Exec);
-  host("/sbin", Access::Exec);
-  host("/lib", Access::Exec);
-  host("/lib64", Access::Exec, true);
-  host("/lib32", Access::Exec, true);
-  host("/libx32", Access::Exec, true);
-  // The few /etc files programs read: loader, users and groups, certificates, locale, time zone.
-  for (const char* e : {"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/passwd",
-                        "/etc/group", "/etc/nsswitch.conf", "/etc/ssl", "/etc/ca-certificates",
-                        "/etc/localtime", "/etc/timezone", "/etc/locale.alias", "/etc/default/locale",
-                        "/etc/alternatives", "/etc/mime.types"})
-    host(e, Access::Read, true);
+  for (const auto& d : kSystemDirs) host(d.path, Access::Exec, d.optional);
+  for (const char* e : kEtcFiles) host(e, Access::Read, true);
   host("/dev/null", Access::DevWrite);
   host("/dev/zero", Access::DevWrite);
   host("/dev/full", Access::DevWrite);
