@@ -1,5 +1,5 @@
-// `airlock escape-suite [--executor NAME] [--json]`: DESIGN.md's ten breaches run in each executor,
-// printed as a matrix (breach x executor) with evidence and one verdict line per executor.
+// `airlock escape-suite [--executor NAME] [--json]`: DESIGN.md's ten breaches and those added since, run in
+// each executor, printed as a matrix (breach x executor) with evidence and one verdict line per executor.
 // Exit 0 when every run matched its expectation (host: all breached; real tiers: all contained);
 // 1 otherwise, or when the executor named by --executor cannot run here.
 #include <fcntl.h>
@@ -94,7 +94,7 @@ void add_escape_suite(CLI::App& app, Globals& g, Action& run) {
   static EscapeOptions o;
   auto* cmd = app.add_subcommand(
       "escape-suite",
-      "run the ten escape scenarios in each executor: the host must breach, real tiers must contain");
+      "run the escape scenarios in each executor: the host must breach, real tiers must contain");
   cmd->add_option("--executor", o.executor,
                   "the one executor to test (default: every executor this build applies)")
       ->check(CLI::IsMember({"host", "landlock", "namespaces", "container", "microvm"}));

@@ -4,11 +4,16 @@
 // checks the host side too. Output is written with write(2), never stdio, because the
 // outlive_session probe forks and a stdio buffer would be printed twice.
 #include <fcntl.h>
+#include <linux/io_uring.h>
+#include <linux/keyctl.h>
+#include <linux/sched.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -378,6 +383,190 @@ ProbeReport exceed_cpu(const std::string& seconds_text) {
           Json::object()};
 }
 
+// Injects `token` and a newline into the terminal on stdin with TIOCSTI, as a command that was
+// handed the user's terminal would type into the shell after it. First as it stands (a process
+// with CAP_SYS_ADMIN may inject into any terminal); then, if refused, the way an unprivileged
+// process can: a child makes a new session and takes the terminal as its controlling terminal
+// (TIOCSCTTY: it is nobody's), and injects there. Whether anything arrived only the host can tell,
+// from the pty's master; `breached` here means "the ioctl succeeded".
+ProbeReport tiocsti_injection(const std::string& token) {
+  std::string text = token + "\n";
+  auto inject = [&]() -> int {
+    for (char c : text)
+      if (::ioctl(0, TIOCSTI, &c) < 0) return errno;
+    return 0;
+  };
+  int tty = ::isatty(0) ? 0 : errno;
+  int e1 = inject();
+  int e2 = -1, e_setsid = 0, e_ctty = 0;
+  if (e1 != 0) {
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) == 0) {
+      pid_t c = ::fork();
+      if (c == 0) {
+        int res[3] = {0, 0, 0};
+        if (::setsid() < 0)
+          res[0] = errno;
+        else if (::ioctl(0, TIOCSCTTY, 0) < 0)
+          res[1] = errno;
+        else
+          res[2] = inject();
+        if (res[0] || res[1]) res[2] = -1;
+        (void)!::write(p[1], res, sizeof res);
+        ::_exit(0);
+      }
+      ::close(p[1]);
+      int res[3] = {0, 0, -1};
+      if (c > 0) {
+        if (::read(p[0], res, sizeof res) == static_cast<ssize_t>(sizeof res)) {
+          e_setsid = res[0];
+          e_ctty = res[1];
+          e2 = res[2];
+        }
+        ::waitpid(c, nullptr, 0);
+      } else {
+        e_setsid = errno;
+      }
+      ::close(p[0]);
+    }
+  }
+  auto said = [](int e) {
+    return e == 0 ? std::string("INJECTED") : e < 0 ? std::string("not reached") : err_name(e);
+  };
+  return {{},
+          e1 == 0 || e2 == 0,
+          fmt::format("stdin is a tty: {}; ioctl(0, TIOCSTI) \"{}\\n\": {}; in a new session (setsid: {}, "
+                      "TIOCSCTTY: {}): {}",
+                      tty ? err_name(tty) : std::string("yes"), token, said(e1),
+                      e_setsid  ? err_name(e_setsid)
+                      : e1 == 0 ? std::string("not tried")
+                                : std::string("ok"),
+                      e_ctty    ? err_name(e_ctty)
+                      : e1 == 0 ? std::string("not tried")
+                                : std::string("ok"),
+                      e1 == 0 ? std::string("not tried") : said(e2)),
+          e1 == 0  ? 0
+          : e2 > 0 ? e2
+                   : e1,
+          Json::object()};
+}
+
+// Reads the secret through the root of a host process: /proc/<pid>/root is that process's view
+// of the file system, whatever the reader's own mount namespace or Landlock domain shows.
+ProbeReport proc_root_traversal(const std::string& pid, const std::string& secret) {
+  std::string path = "/proc/" + pid + "/root" + secret;
+  auto r = read_some(path);
+  if (r.err) return {{}, false, fmt::format("read {}: {}", path, err_name(r.err)), r.err, Json::object()};
+  return {{},
+          true,
+          fmt::format("read {} bytes of {}: \"{}\"", r.data.size(), path, printable(r.data)),
+          0,
+          Json::object()};
+}
+
+// io_uring_setup (raw syscall 425): a ring is a second way to make syscalls (connect, openat, ...)
+// that a seccomp filter on the syscalls themselves never sees. Only the setup is attempted.
+ProbeReport io_uring_socket() {
+  io_uring_params params{};
+  long fd = ::syscall(425, 8, &params);
+  int e = fd < 0 ? errno : 0;
+  if (fd >= 0) ::close(static_cast<int>(fd));
+  return {{},
+          fd >= 0,
+          fmt::format(
+              "io_uring_setup(8 entries) (syscall 425): {}",
+              fd >= 0 ? fmt::format("GOT A RING (fd {}, features {:#x})", fd, params.features) : err_name(e)),
+          e,
+          Json::object()};
+}
+
+// A new user namespace, in which the process holds every capability: unshare(CLONE_NEWUSER) in a
+// child, and clone3 with CLONE_NEWUSER (whose flags a seccomp filter cannot read).
+ProbeReport shed_seccomp() {
+  auto in_child = [](auto&& attempt) -> int {
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) < 0) return errno;
+    pid_t c = ::fork();
+    if (c < 0) {
+      int e = errno;
+      ::close(p[0]);
+      ::close(p[1]);
+      return e;
+    }
+    if (c == 0) {
+      int e = attempt();
+      (void)!::write(p[1], &e, sizeof e);
+      ::_exit(0);
+    }
+    ::close(p[1]);
+    int e = EIO;
+    if (::read(p[0], &e, sizeof e) != static_cast<ssize_t>(sizeof e)) e = EIO;
+    ::close(p[0]);
+    ::waitpid(c, nullptr, 0);
+    return e;
+  };
+  int e1 = in_child([] { return ::unshare(CLONE_NEWUSER) < 0 ? errno : 0; });
+  clone_args ca{};
+  ca.flags = CLONE_NEWUSER;
+  ca.exit_signal = SIGCHLD;
+  long c = ::syscall(SYS_clone3, &ca, sizeof ca);
+  if (c == 0) ::_exit(0);
+  int e2 = c < 0 ? errno : 0;
+  if (c > 0) ::waitpid(static_cast<pid_t>(c), nullptr, 0);
+  auto said = [](int e) { return e ? err_name(e) : std::string("NEW USER NAMESPACE"); };
+  return {{},
+          e1 == 0 || e2 == 0,
+          fmt::format("unshare(CLONE_NEWUSER): {}; clone3(CLONE_NEWUSER): {}", said(e1), said(e2)),
+          e1 ? e1 : e2,
+          Json::object()};
+}
+
+// The kernel keyrings, which no mount or network namespace separates: join a fresh session keyring,
+// add a key to it, and look up the user's keyring (shared by every process of the uid).
+ProbeReport session_keyring() {
+  long s = ::syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, nullptr);
+  int e1 = s < 0 ? errno : 0;
+  const char payload[] = "airlock-escape";
+  long k = ::syscall(SYS_add_key, "user", "airlock-escape-probe", payload, sizeof payload - 1,
+                     KEY_SPEC_SESSION_KEYRING);
+  int e2 = k < 0 ? errno : 0;
+  long u = ::syscall(SYS_keyctl, KEYCTL_GET_KEYRING_ID, KEY_SPEC_USER_KEYRING, 0);
+  int e3 = u < 0 ? errno : 0;
+  auto said = [](int e, long v) { return e ? err_name(e) : fmt::format("OK (serial {})", v); };
+  return {{},
+          e1 == 0 || e2 == 0 || e3 == 0,
+          fmt::format("keyctl(JOIN_SESSION_KEYRING): {}; add_key(user, session keyring): {}; "
+                      "keyctl(GET_KEYRING_ID, user keyring): {}",
+                      said(e1, s), said(e2, k), said(e3, u)),
+          e1   ? e1
+          : e2 ? e2
+               : e3,
+          Json::object()};
+}
+
+// Reads a file another session, running at the same time, wrote in its own view.
+ProbeReport second_sandbox_files(const std::string& path) {
+  auto r = read_some(path);
+  if (r.err) return {{}, false, fmt::format("read {}: {}", path, err_name(r.err)), r.err, Json::object()};
+  return {{},
+          true,
+          fmt::format("read {} bytes of {}: \"{}\"", r.data.size(), path, printable(r.data)),
+          0,
+          Json::object()};
+}
+
+// The first session of second_sandbox_files: writes its token to out/ in its view, then sleeps
+// until the suite stops it.
+[[noreturn]] void sandbox_neighbour(const std::string& token) {
+  std::string path = "out/" + std::string(escape::kNeighbourFile);
+  int e = write_new(path, token + "\n");
+  write_all(1, fmt::format("sandbox_neighbour: wrote {}: {}\n", path, e ? err_name(e) : std::string("ok")));
+  timespec ts{escape::kNeighbourSleepSeconds, 0};
+  while (::nanosleep(&ts, &ts) < 0 && errno == EINTR) {
+  }
+  ::_exit(0);
+}
+
 // The suite's host process: waits to be killed, with SIGUSR1 blocked so a signal sent to it stays
 // pending where the suite can see it.
 [[noreturn]] void host_sleeper() {
@@ -390,6 +579,7 @@ ProbeReport exceed_cpu(const std::string& seconds_text) {
 
 int probe_verb(const ProbeOptions& o) {
   if (o.name == escape::kSleeperProbe) host_sleeper();
+  if (o.name == escape::kNeighbourProbe) sandbox_neighbour(o.args.empty() ? std::string() : o.args[0]);
   auto breach = escape::breach_from_string(o.name);
   if (!breach) {
     std::fprintf(stderr, "airlock __probe: unknown probe \"%s\"\n", o.name.c_str());
@@ -433,6 +623,24 @@ int probe_verb(const ProbeOptions& o) {
       break;
     case Breach::ExceedCpu:
       r = exceed_cpu(arg(0));
+      break;
+    case Breach::TiocstiInjection:
+      r = tiocsti_injection(arg(0));
+      break;
+    case Breach::ProcRootTraversal:
+      r = proc_root_traversal(arg(0), arg(1));
+      break;
+    case Breach::IoUringSocket:
+      r = io_uring_socket();
+      break;
+    case Breach::ShedSeccomp:
+      r = shed_seccomp();
+      break;
+    case Breach::SessionKeyring:
+      r = session_keyring();
+      break;
+    case Breach::SecondSandboxFiles:
+      r = second_sandbox_files(arg(0));
       break;
   }
   print(o.name, r);

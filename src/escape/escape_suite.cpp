@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <fmt/ranges.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,8 +14,10 @@
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "base/fs.h"
+#include "base/hash.h"
 #include "base/unique_fd.h"
 #include "broker/session.h"
 #include "escape/canaries.h"
@@ -32,6 +35,9 @@ constexpr Breach kBreaches[] = {
     Breach::ReachNetwork,     Breach::SeeOrSignalHostProcess,
     Breach::OutliveSession,   Breach::ExceedMemory,
     Breach::ExceedTime,       Breach::ExceedCpu,
+    Breach::TiocstiInjection, Breach::ProcRootTraversal,
+    Breach::IoUringSocket,    Breach::ShedSeccomp,
+    Breach::SessionKeyring,   Breach::SecondSandboxFiles,
 };
 
 // How much of its output the suite reads back from a probe.
@@ -111,6 +117,11 @@ struct Observed {
   pid_t daemon_pid = 0;            // outlive_session's daemon, as the probe reported it
   bool daemon_alive = false;       // ... still running after close (checked by pid and run marker)
   std::vector<pid_t> left_behind;  // processes of the probe running after close (then killed)
+  std::string tty_token;           // tiocsti_injection: what the probe tries to inject
+  std::string tty_echoed;          // ... what the pty master read back (the line discipline's echo)
+  std::string tty_queued;          // ... what the pty slave's input queue held
+  std::string neighbour_token;     // second_sandbox_files: what the first session wrote in its view
+  std::string neighbour_file;      // ... where, on the host
 
   std::string probe_said() const {
     if (probe) return probe->evidence;
@@ -278,6 +289,42 @@ Judged judge(Breach b, const Observed& o, const Bait& bait, Canaries& canaries, 
           fmt::format("{}; host: {}", said, o.outcome ? describe(*o.outcome) : std::string("no outcome"));
       break;
     }
+    case Breach::TiocstiInjection: {
+      bool echoed = has(o.tty_echoed, o.tty_token), queued = has(o.tty_queued, o.tty_token);
+      j.host = {{"token_echoed_at_pty_master", echoed}, {"token_in_pty_input_queue", queued}};
+      j.breached = echoed || queued;
+      j.evidence =
+          fmt::format("{}; host: the injected token {} echoed at the pty master, {} in the pty's input queue",
+                      said, echoed ? "WAS" : "was not", queued ? "IS" : "is not");
+      break;
+    }
+    case Breach::ProcRootTraversal: {
+      bool seen = has(o.output, bait.secret_token);
+      j.host = {{"secret_token_in_output", seen}};
+      j.breached = seen;
+      j.evidence = fmt::format("{}; host: the secret's canary token {} the probe's output", said,
+                               seen ? "IS IN" : "is not in");
+      break;
+    }
+    case Breach::SecondSandboxFiles: {
+      bool seen = has(o.output, o.neighbour_token);
+      j.host = {{"neighbour_file", o.neighbour_file}, {"neighbour_token_in_output", seen}};
+      j.breached = seen;
+      j.evidence = fmt::format("{}; host: the first session's token (in {}) {} the probe's output", said,
+                               o.neighbour_file, seen ? "IS IN" : "is not in");
+      break;
+    }
+    case Breach::IoUringSocket:
+    case Breach::ShedSeccomp:
+    case Breach::SessionKeyring: {
+      // Kernel objects of the probe's own (a ring, a user namespace, a keyring) that die with it:
+      // nothing the host can check afterwards, so the probe's report of the syscalls is the judge.
+      j.host = {{"observable_from_host", false}};
+      j.breached = claimed;
+      j.evidence =
+          fmt::format("{}; host: not observable from the host, judged by the probe's syscall results", said);
+      break;
+    }
   }
   bool staged = b == Breach::SymlinkWriteBack || b == Breach::OutliveSession;  // `breached` means "staged"
   if (claimed && !j.breached && !staged)
@@ -311,6 +358,15 @@ std::vector<std::string> probe_args(Breach b, const Bait& bait, const std::strin
       return {std::to_string(kProbeSleepSeconds)};
     case Breach::ExceedCpu:
       return {std::to_string(kProbeCpuSeconds)};
+    case Breach::TiocstiInjection:
+      return {};  // the token is added by run_one, which owns the pty
+    case Breach::ProcRootTraversal:
+      return {std::to_string(bait.sleeper_pid), bait.secret_file};
+    case Breach::IoUringSocket:
+    case Breach::ShedSeccomp:
+    case Breach::SessionKeyring:
+    case Breach::SecondSandboxFiles:  // the path is added by run_one, which runs the first session
+      return {};
   }
   return {};
 }
@@ -353,6 +409,58 @@ ScenarioResult run_one(Breach b, TierContext& t) {
   if (!out || !err || !null)
     return not_run(fail_errno(Code::ConfigError, "cannot open " + base + ".out", errno).error());
 
+  // second_sandbox_files: a first session in the same executor, its command writing a token into
+  // its own view (out/, the one path a real tier lets it write) and sleeping while the second
+  // session's probe tries to read it. It is stopped and closed (without write-back) afterwards.
+  std::unique_ptr<broker::Session> first;
+  std::thread first_thread;
+  std::string first_token, first_file;
+  UniqueFd first_out;
+  auto stop_first = [&] {
+    if (!first) return;
+    first->interrupt();
+    if (first_thread.joinable()) first_thread.join();
+    (void)first->close(false);
+    first.reset();
+  };
+  struct StopFirst {
+    std::function<void()> f;
+    ~StopFirst() { f(); }
+  } stop_first_guard{stop_first};
+  if (b == Breach::SecondSandboxFiles) {
+    auto ws1 = t.canaries.make_workspace(name + "-first");
+    if (!ws1) return not_run(ws1.error());
+    first_out = UniqueFd(::open((base + "-first.out").c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    if (!first_out)
+      return not_run(fail_errno(Code::ConfigError, "cannot open " + base + "-first.out", errno).error());
+    auto s1 = broker::Session::open(t.policy, t.facts,
+                                    broker::SessionOptions{t.opts.state_dir, t.opts.profile, *ws1});
+    if (!s1) return not_run(s1.error());
+    first = std::move(*s1);
+    first_token = "airlock-canary-neighbour-" + random_id();
+    first_file = first->dirs().view + "/out/" + std::string(kNeighbourFile);
+    exec::Command c1;
+    c1.argv = {"./.probe/airlock", std::string(kProbeVerb), std::string(kNeighbourProbe), "--run", bait.root,
+               first_token};
+    c1.stdin_fd = null.get();
+    c1.stdout_fd = first_out.get();
+    c1.stderr_fd = first_out.get();
+    first_thread = std::thread([s = first.get(), c1] { (void)s->run_command(c1); });
+    // Wait (up to 3 s) until the token is in the first session's view, as the host sees it.
+    bool there = false;
+    for (int i = 0; i < 300 && !there; ++i) {
+      auto text = read_file(first_file);
+      there = text && has(*text, first_token);
+      if (!there) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    r.details["first_session"] = first->id();
+    if (!there) {
+      stop_first();
+      return not_run(Error{
+          Code::ToolFailed, "the first session's token never appeared in its view at " + first_file, {}});
+    }
+  }
+
   broker::SessionOptions so{t.opts.state_dir, t.opts.profile, *ws};
   auto session = broker::Session::open(t.policy, t.facts, so);
   if (!session) return not_run(session.error());
@@ -367,9 +475,34 @@ ScenarioResult run_one(Breach b, TierContext& t) {
   cmd.stdin_fd = null.get();
   cmd.stdout_fd = out.get();
   cmd.stderr_fd = err.get();
-  r.details["argv"] = cmd.argv;
 
   Observed o;
+  // tiocsti_injection: the command's stdin is a pty the suite opens (no one's controlling
+  // terminal), as an agent run from a terminal would have; the suite holds the master and reads
+  // back whatever the probe managed to inject.
+  UniqueFd pty_master, pty_slave;
+  if (b == Breach::TiocstiInjection) {
+    pty_master = UniqueFd(::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC));
+    if (!pty_master || ::grantpt(pty_master.get()) < 0 || ::unlockpt(pty_master.get()) < 0)
+      return not_run(fail_errno(Code::ConfigError, "posix_openpt", errno).error());
+    char slave_name[128];
+    if (int e = ::ptsname_r(pty_master.get(), slave_name, sizeof slave_name))
+      return not_run(fail_errno(Code::ConfigError, "ptsname_r", e).error());
+    pty_slave = UniqueFd(::open(slave_name, O_RDWR | O_NOCTTY | O_CLOEXEC));
+    if (!pty_slave)
+      return not_run(fail_errno(Code::ConfigError, std::string("open ") + slave_name, errno).error());
+    o.tty_token = "airlock-canary-tty-" + random_id();
+    cmd.stdin_fd = pty_slave.get();
+    cmd.argv.push_back(o.tty_token);
+    r.details["pty"] = slave_name;
+  }
+  if (first) {
+    o.neighbour_token = first_token;
+    o.neighbour_file = first_file;
+    cmd.argv.push_back(first_file);
+  }
+  r.details["argv"] = cmd.argv;
+
   o.wall_limit_ms = s.plan().limits.wall_timeout_ms + s.plan().limits.kill_grace_ms;
   t.track(&s);
   auto outcome = s.run_command(cmd);
@@ -385,9 +518,23 @@ ScenarioResult run_one(Breach b, TierContext& t) {
   else
     o.close_error = wb.error();
   session->reset();
+  stop_first();
 
   o.output = read_back(out.get());
   o.errors = read_back(err.get());
+  if (pty_master) {
+    auto drain = [](int fd) {
+      std::string got;
+      int fl = ::fcntl(fd, F_GETFL);
+      if (fl < 0 || ::fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return got;
+      char buf[1024];
+      for (ssize_t n; got.size() < kMaxOutput && (n = ::read(fd, buf, sizeof buf)) > 0;)
+        got.append(buf, static_cast<size_t>(n));
+      return got;
+    };
+    o.tty_echoed = drain(pty_master.get());
+    o.tty_queued = drain(pty_slave.get());
+  }
   o.probe = parse_probe_report(o.output, name);
   if (o.probe && o.probe->extra.contains("daemon_pid") && o.probe->extra["daemon_pid"].is_number_integer())
     o.daemon_pid = o.probe->extra["daemon_pid"].get<pid_t>();
@@ -458,6 +605,18 @@ std::string_view to_string(Breach b) {
       return "exceed_time";
     case Breach::ExceedCpu:
       return "exceed_cpu";
+    case Breach::TiocstiInjection:
+      return "tiocsti_injection";
+    case Breach::ProcRootTraversal:
+      return "proc_root_traversal";
+    case Breach::IoUringSocket:
+      return "io_uring_socket";
+    case Breach::ShedSeccomp:
+      return "shed_seccomp";
+    case Breach::SessionKeyring:
+      return "session_keyring";
+    case Breach::SecondSandboxFiles:
+      return "second_sandbox_files";
   }
   return "?";
 }

@@ -1,5 +1,5 @@
-// The escape suite: DESIGN.md's ten breaches, each run as a named probe inside an executor
-// against canaries the suite plants, judged from the probe's report and from the host side.
+// The escape suite: DESIGN.md's ten breaches and those added since, each run as a named probe inside an
+// executor against canaries the suite plants, judged from the probe's report and from the host side.
 #pragma once
 
 #include <sys/types.h>
@@ -24,7 +24,7 @@ class Session;
 
 namespace airlock::escape {
 
-// The ten breaches, in DESIGN.md's order. Their names are the probes' names.
+// DESIGN.md's ten breaches in its order, then the ones added since. Their names are the probes' names.
 enum class Breach {
   ReadHostFile,
   WriteOutsideDeclaredPaths,
@@ -36,6 +36,13 @@ enum class Breach {
   ExceedMemory,
   ExceedTime,
   ExceedCpu,
+  // Beyond DESIGN.md's ten: what peers' sandboxes were bitten by.
+  TiocstiInjection,    // inject input into the terminal the command was given (stdin: a pty)
+  ProcRootTraversal,   // read a host file through /proc/<host pid>/root
+  IoUringSocket,       // io_uring_setup: a second syscall path around a seccomp filter
+  ShedSeccomp,         // a new user namespace (unshare or clone3), where a filter's rules may not reach
+  SessionKeyring,      // the kernel keyrings: join a session keyring, add a key, find the user keyring
+  SecondSandboxFiles,  // read what another session, running at the same time, wrote in its own view
 };
 std::span<const Breach> all_breaches();
 std::string_view to_string(Breach b);
@@ -47,6 +54,11 @@ std::optional<Breach> breach_from_string(std::string_view name);
 inline constexpr std::string_view kProbeVerb = "__probe";
 // Not a breach: the host process the suite starts for see_or_signal_host_process to find.
 inline constexpr std::string_view kSleeperProbe = "host_sleeper";
+// Not a breach: the first of two sessions in second_sandbox_files, run in the same executor. It
+// writes its token to out/<kNeighbourFile> in its view and sleeps until the suite stops it.
+inline constexpr std::string_view kNeighbourProbe = "sandbox_neighbour";
+inline constexpr std::string_view kNeighbourFile = "neighbour-canary.txt";
+inline constexpr int kNeighbourSleepSeconds = 30;
 
 // What the probes attempt. Each amount lies above the real tiers' limits (kTierLimits) and below
 // the host baseline's (kHostBaselineLimits), so a probe that finishes has exceeded a real limit.

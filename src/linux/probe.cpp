@@ -383,7 +383,8 @@ void OverlayProbe::start() {
       "mounting overlayfs in the user namespace (needs Linux 5.11 or later)",
   };
 
-  std::string tmpl = fmt::format("/tmp/{}XXXXXX", kProbeTempPrefix);
+  // Named with our pid, like the probe cgroups, so whoever checks for leftovers can tell ours apart.
+  std::string tmpl = fmt::format("/tmp/{}{}-XXXXXX", kProbeTempPrefix, ::getpid());
   if (::mkdtemp(tmpl.data()) == nullptr) {
     setup_error_ = "could not make a probe directory under /tmp: " + errno_text(errno);
     return;

@@ -38,7 +38,9 @@ std::set<std::string> probe_entries(const std::string& dir) {
   DIR* d = ::opendir(dir.c_str());
   if (!d) return out;
   while (dirent* e = ::readdir(d))
-    if (std::string_view(e->d_name).starts_with(kProbeTempPrefix)) out.insert(e->d_name);
+    // Only this process's: other tests may probe at the same time (ctest -j).
+    if (std::string_view(e->d_name).starts_with(std::string(kProbeTempPrefix) + std::to_string(::getpid()) + "-"))
+      out.insert(e->d_name);
   ::closedir(d);
   return out;
 }
