@@ -85,7 +85,10 @@ std::string process_identity(pid_t pid) {
   if (!stat) return "";
   // Field 22 (starttime) counts from after the ")" that ends the command name.
   auto close = stat->rfind(')');
-  if (close == std::string::npos) return "";
+  if (close == std::string::npos || close + 2 >= stat->size()) return "";
+  // A zombie is dead: its new parent (pid 1 here, which reaps late) has not collected it yet.
+  char state = (*stat)[close + 2];
+  if (state == 'Z' || state == 'X') return "";
   std::istringstream in(stat->substr(close + 2));
   std::string field;
   for (int i = 3; i <= 22 && in >> field; ++i) {

@@ -27,7 +27,8 @@ std::optional<std::string> own_cgroup_dir(std::string_view controller) {
 size_t release_abandoned_cgroups(const std::vector<std::string>& session_ids) {
   size_t removed = 0;
   if (session_ids.empty()) return 0;
-  for (std::string_view controller : {std::string_view("pids"), std::string_view("")}) {
+  for (std::string_view controller : {std::string_view("pids"), std::string_view("memory"), std::string_view("cpu"),
+                                      std::string_view("")}) {
     auto base = own_cgroup_dir(controller);
     if (!base) continue;
     std::error_code ec;

@@ -40,7 +40,7 @@ class CgroupDir {
 };
 
 // Kills and removes the cgroups of abandoned sessions ("airlock-<id>-<n>" below our own, in
-// the pids v1 hierarchy and in cgroup2). Returns how many it removed.
+// the pids, memory and cpu v1 hierarchies and in cgroup2). Returns how many it removed.
 size_t release_abandoned_cgroups(const std::vector<std::string>& session_ids);
 
 struct PreparedCgroup {

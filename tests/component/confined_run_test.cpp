@@ -392,9 +392,22 @@ TEST_P(ConfinedRun, AbandonedSessionIsSweptByTheNextRun) {
     return n;
   };
   EXPECT_EQ(sessions(), 1u) << "the killed run left its view behind";
+  auto abandoned = fx_->receipts();
+  ASSERT_EQ(abandoned.size(), 1u);
+  std::string id = std::filesystem::path(abandoned[0]).stem().string();
   auto next = run_sh("true");
   ASSERT_EQ(next.status, 0) << next.err;
   EXPECT_EQ(sessions(), 0u) << "the next run sweeps the abandoned view";
+  // ...and its cgroups, in every hierarchy, wherever below the cgroup root they were made.
+  for (const char* h : {"memory", "pids", "cpu", "unified"}) {
+    std::error_code ec;
+    for (auto it = std::filesystem::recursive_directory_iterator(std::string("/sys/fs/cgroup/") + h, ec);
+         !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+      if (it.depth() > 2) it.disable_recursion_pending();
+      EXPECT_EQ(it->path().filename().string().rfind("airlock-" + id, 0), std::string::npos)
+          << "left behind: " << it->path();
+    }
+  }
   // The command dies with its supervisor; a child it left behind is killed by the sweep where a
   // cgroup holds it (root, or the namespaces tier, whose init takes the whole namespace with it).
   auto left = live_with_marker(marker);
