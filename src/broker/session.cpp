@@ -1,11 +1,15 @@
-// Session: open (plan + view + executor + session.open), run, close with write-back, kill.
+// Session: open (plan + view + executor + session.open), the five actions, close with write-back, kill.
 #include "broker/session.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fstream>
+
+#include "base/encoding.h"
 #include "base/fs.h"
 #include "base/hash.h"
+#include "exec/captured_run.h"
 #include "linux/cgroup.h"
 
 namespace airlock::broker {
@@ -88,11 +92,225 @@ Result<std::unique_ptr<Session>> Session::open(const policy::TaskPolicy& pol, co
     cleanup();
     return std::unexpected(r.error());
   }
+  auto guard = PathGuard::open(dirs->view, planned->view_paths, planned->write_back_paths, pol.denied_names);
+  if (!guard) {
+    cleanup();
+    return std::unexpected(guard.error());
+  }
   std::unique_ptr<Session> s(new Session(id, std::move(*planned), std::move(*dirs), std::move(*log)));
   s->workspace_ = workspace;
   s->executor_ = std::move(*executor);
   s->manifest_ = std::move(copy->manifest);
+  s->policy_ = pol;
+  s->guard_ = std::move(*guard);
+  s->clock_ = opts.clock;
+  s->resolver_ = opts.resolver;
+  s->ca_file_ = opts.ca_file;
+  s->opened_at_ = s->clock_();
   return s;
+}
+
+Json ToolResult::to_json() const {
+  Json j = {{"outcome", outcome.to_json()}};
+  auto put = [&](const char* key, const std::string& bytes) {
+    if (is_valid_utf8(bytes))
+      j[key] = bytes;
+    else
+      j[std::string(key) + "_base64"] = base64_encode(bytes);
+  };
+  put("stdout", out);
+  put("stderr", err);
+  return j;
+}
+
+uint64_t Session::spent_ms() const {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(clock_() - opened_at_).count());
+}
+
+Result<void> Session::admit(std::string_view kind, const Json& args) {
+  std::unique_lock lk(mu_);
+  auto refuse = [&](Error e) -> Result<void> {
+    // A receipt that cannot be written is itself the refusal: nothing unrecorded happens.
+    TRY(receipts_.append(kind, {{"args_digest", sha256_hex(canonical_json(args))},
+                                {"args", args},
+                                {"decision", "refused"},
+                                {"error", e.to_json()}}));
+    return std::unexpected(std::move(e));
+  };
+  if (killed_)
+    return refuse(Error{Code::SessionKilled, fmt::format("the session was killed ({})", kill_reason_), {}});
+  if (ended_) return refuse(Error{Code::SessionClosed, "the session is closed", {}});
+  uint64_t budget = static_cast<uint64_t>(policy_.limits.session_budget_seconds) * 1000;
+  if (uint64_t spent = spent_ms(); budget && spent >= budget) {
+    Error e{Code::BudgetExhausted, fmt::format("the session's budget of {} s is spent", budget / 1000),
+            {{"budget_ms", budget}, {"spent_ms", spent}}};
+    auto r = refuse(e);
+    // A spent budget pulls the kill switch: the session ends here, nothing is written back.
+    killed_ = true;
+    kill_reason_ = "budget exhausted";
+    executor_->stop();
+    (void)finish("killed", {{"write_back", false}, {"reason", kill_reason_}});
+    return r;
+  }
+  auto now = clock_();
+  while (!recent_.empty() && now - recent_.front() >= std::chrono::minutes(1)) recent_.pop_front();
+  auto per_minute = static_cast<size_t>(policy_.limits.max_actions_per_minute);
+  if (recent_.size() >= per_minute)
+    return refuse(Error{Code::RateLimited,
+                        fmt::format("{} actions in the last minute; the policy allows {}", recent_.size(), per_minute),
+                        {{"limit_per_minute", per_minute}}});
+  recent_.push_back(now);
+  in_flight_ = true;
+  return {};
+}
+
+template <class T>
+Result<T> Session::record(std::string_view kind, const Json& args, Result<T> r,
+                          std::chrono::steady_clock::time_point started,
+                          const std::function<Json(const T&)>& summary) {
+  std::unique_lock lk(mu_);
+  in_flight_ = false;
+  if (r && killed_) r = std::unexpected(Error{Code::SessionKilled, "the session was killed during the action", {}});
+  Json body = {{"args_digest", sha256_hex(canonical_json(args))},
+               {"args", args},
+               {"decision", r ? "allowed" : "refused"},
+               {"duration_us", std::chrono::duration_cast<std::chrono::microseconds>(clock_() - started).count()}};
+  if (r)
+    body["result"] = summary(*r);
+  else
+    body["error"] = r.error().to_json();
+  auto appended = receipts_.append(kind, std::move(body));
+  if (killed_ && !ended_) (void)finish("killed", {{"write_back", false}, {"reason", kill_reason_}});
+  if (!appended) return std::unexpected(appended.error());
+  return r;
+}
+
+Result<FileRead> Session::read_file(const std::string& path, uint64_t offset, std::optional<uint64_t> length) {
+  Json args = {{"path", path}, {"offset", offset}};
+  if (length) args["length"] = *length;
+  std::unique_lock one_at_a_time(action_mu_);
+  auto started = clock_();
+  TRY(admit("read_file", args));
+  auto r = guard_->read(path, offset, length, static_cast<uint64_t>(policy_.limits.max_read_bytes));
+  return record<FileRead>("read_file", args, std::move(r), started, [](const FileRead& f) {
+    return Json{{"bytes", f.data.size()}, {"size", f.size}, {"sha256", sha256_hex(f.data)}};
+  });
+}
+
+Result<FileWritten> Session::write_file(const std::string& path, std::string_view data) {
+  // The receipt carries the content's digest and size, never the content.
+  Json args = {{"path", path}, {"bytes", data.size()}, {"sha256", sha256_hex(data)}};
+  std::unique_lock one_at_a_time(action_mu_);
+  auto started = clock_();
+  TRY(admit("write_file", args));
+  auto r = guard_->write(path, data, static_cast<uint64_t>(policy_.limits.max_write_bytes));
+  return record<FileWritten>("write_file", args, std::move(r), started, [](const FileWritten& w) {
+    return Json{{"bytes", w.bytes}, {"created", w.created}};
+  });
+}
+
+Result<Listing> Session::list_dir(const std::string& path) {
+  Json args = {{"path", path}};
+  std::unique_lock one_at_a_time(action_mu_);
+  auto started = clock_();
+  TRY(admit("list_dir", args));
+  auto r = guard_->list(path, static_cast<size_t>(policy_.limits.max_list_entries));
+  return record<Listing>("list_dir", args, std::move(r), started, [](const Listing& l) {
+    return Json{{"entries", l.entries.size()}, {"truncated", l.truncated}};
+  });
+}
+
+Result<egress::FetchResponse> Session::http_fetch(const egress::FetchRequest& req) {
+  Json args = {{"method", req.method}, {"url", req.url}, {"body_bytes", req.body.size()},
+               {"body_sha256", sha256_hex(req.body)}};
+  Json header_names = Json::array();
+  for (const auto& h : req.headers) header_names.push_back(h.first);  // values may be secrets
+  args["header_names"] = header_names;
+  std::unique_lock one_at_a_time(action_mu_);
+  auto started = clock_();
+  TRY(admit("http_fetch", args));
+  auto fetched = [&]() -> Result<egress::FetchResponse> {
+    auto adm = TRY(egress::admit(policy_.egress, req.url, resolver_));
+    egress::FetchLimits limits{static_cast<uint64_t>(policy_.limits.max_response_bytes),
+                               static_cast<uint64_t>(policy_.limits.fetch_timeout_seconds) * 1000, ca_file_};
+    auto resp = egress::fetch_pinned(adm, req, limits);
+    if (!resp) {
+      Error e = resp.error();
+      e.facts["rule"] = adm.rule;
+      return std::unexpected(e);
+    }
+    return resp;
+  }();
+  return record<egress::FetchResponse>("http_fetch", args, std::move(fetched), started,
+                                       [](const egress::FetchResponse& f) {
+                                         Json j = {{"status", f.status},
+                                                   {"bytes", f.body.size()},
+                                                   {"pinned_address", f.pinned_address},
+                                                   {"sha256", sha256_hex(f.body)}};
+                                         if (!f.redirect_to.empty()) j["redirect_not_followed"] = f.redirect_to;
+                                         return j;
+                                       });
+}
+
+Result<ToolResult> Session::run_tool(const std::string& name, const std::vector<std::string>& args) {
+  Json a = {{"tool", name}, {"args", args}};
+  std::unique_lock one_at_a_time(action_mu_);
+  auto started = clock_();
+  TRY(admit("run_tool", a));
+  auto ran = [&]() -> Result<ToolResult> {
+    auto tool = std::find_if(policy_.tools.begin(), policy_.tools.end(), [&](const auto& t) { return t.name == name; });
+    if (tool == policy_.tools.end())
+      return fail(Code::ToolNotDeclared, fmt::format("the policy declares no tool \"{}\"", name), {{"tool", name}});
+    if (!args.empty() && !tool->allow_args)
+      return fail(Code::ToolArgsDenied, fmt::format("the tool \"{}\" takes no arguments", name),
+                  {{"tool", name}, {"args", args.size()}});
+    exec::Command cmd;
+    cmd.argv = tool->argv;
+    cmd.argv.insert(cmd.argv.end(), args.begin(), args.end());
+    // The tool's own timeout, never past what is left of the session's budget.
+    uint64_t timeout = static_cast<uint64_t>(tool->timeout_seconds) * 1000;
+    bool budget_binds = false;
+    if (uint64_t budget = static_cast<uint64_t>(policy_.limits.session_budget_seconds) * 1000) {
+      uint64_t spent = spent_ms();
+      uint64_t left = spent < budget ? budget - spent : 0;
+      if (left < timeout) {
+        timeout = left;
+        budget_binds = true;
+      }
+    }
+    cmd.timeout_ms = timeout;
+    auto run = TRY(exec::run_captured(*executor_, cmd, "", static_cast<size_t>(policy_.limits.max_output_bytes)));
+    Json facts = {{"tool", name}, {"outcome", run.outcome.to_json()}};
+    if (run.output_limited)
+      return fail(Code::OutputLimit,
+                  fmt::format("the tool \"{}\" wrote more than {} bytes and was stopped", name,
+                              policy_.limits.max_output_bytes),
+                  facts);
+    if (run.outcome.stopped && killed_) return fail(Code::SessionKilled, "the session was killed", facts);
+    if (run.outcome.timed_out && budget_binds)
+      return fail(Code::BudgetExhausted, "the session's budget ran out while the tool ran", facts);
+    if (run.outcome.timed_out)
+      return fail(Code::ToolTimeout, fmt::format("the tool \"{}\" ran past {} ms", name, timeout), facts);
+    return ToolResult{std::move(run.outcome), std::move(run.out), std::move(run.err_tail)};
+  }();
+  return record<ToolResult>("run_tool", a, std::move(ran), started, [](const ToolResult& t) {
+    return Json{{"outcome", t.outcome.to_json()}, {"stdout_bytes", t.out.size()}, {"stdout_sha256", sha256_hex(t.out)}};
+  });
+}
+
+Result<std::vector<Json>> Session::receipts() const {
+  std::unique_lock lk(mu_);
+  auto text = TRY(airlock::read_file(receipts_.path(), Code::LedgerCorrupt));
+  std::vector<Json> out;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) break;
+    out.push_back(TRY(parse_json(std::string_view(text).substr(start, end - start), Code::LedgerCorrupt, "a receipt")));
+    start = end + 1;
+  }
+  return out;
 }
 
 Session::~Session() {
@@ -100,6 +318,7 @@ Session::~Session() {
 }
 
 Result<exec::RunOutcome> Session::run_command(const exec::Command& cmd) {
+  if (killed_) return fail(Code::SessionKilled, "the session was killed");
   if (ended_) return fail(Code::SessionClosed, "the session is closed");
   Json argv = cmd.argv;
   exec::Command bounded = cmd;
@@ -140,6 +359,8 @@ Result<void> Session::finish(std::string_view how, Json body) {
 }
 
 Result<exec::WriteBackReport> Session::close(bool write_back) {
+  std::unique_lock lk(mu_);
+  if (killed_) return fail(Code::SessionKilled, fmt::format("the session was killed ({})", kill_reason_));
   if (ended_) return fail(Code::SessionClosed, "the session is closed");
   exec::WriteBackReport rep;
   Json body = {{"write_back", write_back}};
@@ -157,10 +378,16 @@ Result<exec::WriteBackReport> Session::close(bool write_back) {
   return rep;
 }
 
-Result<void> Session::kill() {
+Result<void> Session::kill(std::string_view why) {
+  std::unique_lock lk(mu_);
   if (ended_) return {};
+  if (!killed_) kill_reason_ = why;
+  killed_ = true;
   executor_->stop();
-  return finish("killed", {{"write_back", false}});
+  // A running action ends the session itself when it returns (Session::record): its view
+  // must outlive the tool that works in it.
+  if (in_flight_) return {};
+  return finish("killed", {{"write_back", false}, {"reason", kill_reason_}});
 }
 
 }  // namespace airlock::broker

@@ -1,12 +1,18 @@
-// Session: one governed unit of work: plan, view, executor, receipts, write-back on close.
+// Session: one governed unit of work: plan, view, executor, the five actions, receipts, kill switch.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <deque>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
 #include "base/error.h"
+#include "broker/path_guard.h"
+#include "egress/egress.h"
 #include "exec/executor.h"
 #include "exec/session_view.h"
 #include "ledger/receipts.h"
@@ -16,10 +22,26 @@
 
 namespace airlock::broker {
 
+using Clock = std::function<std::chrono::steady_clock::time_point()>;
+
 struct SessionOptions {
+  SessionOptions(std::string state, plan::Profile p = plan::Profile::Production,
+                 std::optional<std::string> ws = std::nullopt)
+      : state_dir(std::move(state)), profile(p), workspace(std::move(ws)) {}
   std::string state_dir;                       // receipts/ and sessions/ live here
   plan::Profile profile = plan::Profile::Production;
   std::optional<std::string> workspace;        // overrides the policy's workspace
+  // Seams (STYLE.md rule 11): time for the rate limit and the budget, names for http_fetch.
+  Clock clock = [] { return std::chrono::steady_clock::now(); };
+  egress::Resolver resolver = egress::system_resolver();
+  std::string ca_file;                         // http_fetch trust store; empty: the system's
+};
+
+// What run_tool returns: the tool's exit and its captured output.
+struct ToolResult {
+  exec::RunOutcome outcome;
+  std::string out, err;
+  Json to_json() const;
 };
 
 // Where receipts for a refused open go when no session exists: the same directory.
@@ -47,11 +69,34 @@ class Session {
   // AIRLOCK_BUDGET_EXHAUSTED before anything runs.
   Result<exec::RunOutcome> run_command(const exec::Command& cmd);
 
+  // The five actions an agent may ask for. Each is checked against the policy, refused with
+  // a code or performed, and recorded as one receipt either way. Before the action's own
+  // checks: a killed session refuses with AIRLOCK_SESSION_KILLED, a closed one with
+  // AIRLOCK_SESSION_CLOSED, a spent budget with AIRLOCK_BUDGET_EXHAUSTED (and the kill
+  // switch), more than max_actions_per_minute in the last minute with AIRLOCK_RATE_LIMITED.
+  Result<FileRead> read_file(const std::string& path, uint64_t offset = 0,
+                             std::optional<uint64_t> length = std::nullopt);
+  Result<FileWritten> write_file(const std::string& path, std::string_view data);
+  Result<Listing> list_dir(const std::string& path);
+  Result<egress::FetchResponse> http_fetch(const egress::FetchRequest& req);
+  // Runs a declared tool: its argv prefix, plus `args` only when the tool allows them, on the
+  // plan's executor, with the tool's timeout (bounded by the session's budget) and the
+  // policy's output cap.
+  Result<ToolResult> run_tool(const std::string& name, const std::vector<std::string>& args);
+
+  // The receipts written so far, oldest first.
+  Result<std::vector<Json>> receipts() const;
+  bool killed() const { return killed_; }
+  // Test seam for the attack suite (see PathGuard::before_open).
+  PathGuard& path_guard() { return *guard_; }
+
   // Ends the session: writes back when `write_back` (the caller decides what success is),
   // records session.close with what was written back and what was refused, removes the view.
   Result<exec::WriteBackReport> close(bool write_back);
-  // Stops any running command; nothing is written back; records session.close as killed.
-  Result<void> kill();
+  // The kill switch, safe from any thread: a running tool is killed through its executor,
+  // every later action is AIRLOCK_SESSION_KILLED, nothing is written back; session.close
+  // records it (after the running action returns, if one is running).
+  Result<void> kill(std::string_view why = "kill switch");
   // Asks a running command to stop, from any thread; the caller then closes or kills.
   void interrupt() { executor_->stop(); }
 
@@ -59,6 +104,13 @@ class Session {
   Session(std::string id, plan::ExecutionPlan plan, exec::SessionDirs dirs, ledger::ReceiptLog receipts)
       : id_(std::move(id)), plan_(std::move(plan)), dirs_(std::move(dirs)), receipts_(std::move(receipts)) {}
   Result<void> finish(std::string_view how, Json body);
+  // The checks every action passes first; on success the action is admitted and in flight.
+  Result<void> admit(std::string_view kind, const Json& args);
+  // Records the action's receipt, ends its flight, and completes a kill that arrived meanwhile.
+  template <class T>
+  Result<T> record(std::string_view kind, const Json& args, Result<T> r,
+                   std::chrono::steady_clock::time_point started, const std::function<Json(const T&)>& summary);
+  uint64_t spent_ms() const;
 
   std::string id_;
   plan::ExecutionPlan plan_;
@@ -67,8 +119,19 @@ class Session {
   std::optional<std::string> workspace_;
   std::unique_ptr<exec::Executor> executor_;
   exec::ViewManifest manifest_;
-  std::chrono::steady_clock::time_point opened_at_ = std::chrono::steady_clock::now();
+  policy::TaskPolicy policy_;
+  std::optional<PathGuard> guard_;
+  Clock clock_;
+  egress::Resolver resolver_;
+  std::string ca_file_;
+  std::chrono::steady_clock::time_point opened_at_;
+  std::deque<std::chrono::steady_clock::time_point> recent_;  // admitted actions, last minute
+  std::mutex action_mu_;   // one action at a time, in the order they arrive
+  mutable std::mutex mu_;  // ended_, in_flight_, receipts_ (kill() takes it from any thread)
   bool ended_ = false;
+  bool in_flight_ = false;
+  std::atomic<bool> killed_ = false;
+  std::string kill_reason_;
 };
 
 }  // namespace airlock::broker

@@ -18,6 +18,9 @@ int main(int argc, char** argv) {
   add_plan(app, g, run);
   add_run(app, g, run);
   add_escape_suite(app, g, run);
+  add_session(app, g, run);
+  add_receipts(app, g, run);
+  add_broker_suite(app, g, run);
   add_probe(app, g, run);
   try {
     app.parse(argc, argv);

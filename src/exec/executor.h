@@ -45,6 +45,10 @@ class Executor {
   virtual Result<RunOutcome> run(const Command& cmd) = 0;
   // Asks a running command to stop (SIGTERM, grace, SIGKILL); safe from another thread.
   virtual void stop() = 0;
+  // Stops only the command running now (an output flood): later runs are not affected, unlike
+  // stop(), which also refuses every later run. Safe from another thread while run() is in
+  // progress. The default is stop(): an executor without a narrower stop fails closed.
+  virtual void stop_run() { stop(); }
 };
 
 // Prepares the executor the plan chose for this session. Fails closed: an executor this

@@ -16,7 +16,7 @@
 #include "base/fs.h"
 #include "base/hash.h"
 #include "base/unique_fd.h"
-#include "linux/beneath.h"
+#include "base/beneath.h"
 
 namespace airlock::exec {
 namespace fs = std::filesystem;
@@ -219,7 +219,7 @@ Result<ViewCopy> create_view(const std::string& workspace, const std::string& vi
     }
     // The parents must be real directories beneath the workspace: a symlinked parent would
     // copy something from outside into the view.
-    auto parent = linux::open_beneath(ws.get(), parent_of(p), O_DIRECTORY | O_RDONLY);
+    auto parent = open_beneath(ws.get(), parent_of(p), O_DIRECTORY | O_RDONLY);
     struct stat st{};
     bool missing = false;
     if (!parent) {
@@ -235,7 +235,7 @@ Result<ViewCopy> create_view(const std::string& workspace, const std::string& vi
     }
     if (missing) continue;  // a missing write-back path is made below
     TRY(make_view_dirs(view, parent_of(p)));
-    auto vparent = TRY(linux::open_beneath(vw.get(), parent_of(p), O_DIRECTORY | O_RDONLY));
+    auto vparent = TRY(open_beneath(vw.get(), parent_of(p), O_DIRECTORY | O_RDONLY));
     TRY(copy_entry(parent->get(), vparent.get(), name_of(p), p, out));
   }
   // Every write-back path exists in the view, so the command can create what it writes there.
@@ -307,7 +307,7 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
       for (const auto& child : list_names(vw.get())) TRY(visit(vw.get(), child, child));
       continue;
     }
-    auto vparent = linux::open_beneath(vw.get(), parent_of(p), O_DIRECTORY | O_RDONLY);
+    auto vparent = open_beneath(vw.get(), parent_of(p), O_DIRECTORY | O_RDONLY);
     if (!vparent) {
       int e = vparent.error().facts.value("errno", 0);
       if (e == ENOENT) continue;  // gone from the view: the deletions below handle it
@@ -321,7 +321,7 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
   for (const auto& op : ops) {
     if (under_any(op.rel, refused_prefixes)) continue;
     if (op.dir && op.rel == ".") continue;
-    auto parent = linux::open_beneath(ws.get(), parent_of(op.rel), O_DIRECTORY | O_RDONLY);
+    auto parent = open_beneath(ws.get(), parent_of(op.rel), O_DIRECTORY | O_RDONLY);
     if (!parent) {
       rep.refused.push_back({op.rel, "conflict: " + parent.error().message});
       refused_prefixes.push_back(op.rel);
@@ -349,7 +349,7 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
     }
     // Re-checked on the open descriptor: should anything have swapped the entry since pass 1
     // (a fifo would block, a hard link or a device must not cross), it is refused, not read.
-    UniqueFd in = TRY(linux::open_beneath(vw.get(), op.rel, O_RDONLY | O_NOFOLLOW | O_NONBLOCK));
+    UniqueFd in = TRY(open_beneath(vw.get(), op.rel, O_RDONLY | O_NOFOLLOW | O_NONBLOCK));
     struct stat now{};
     if (::fstat(in.get(), &now) < 0) return fail_errno(Code::ConfigError, "stat " + op.rel + " in the view", errno);
     if (std::string why = refusal_reason(now); !why.empty() || now.st_ino != op.ino) {
@@ -379,7 +379,7 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
       gone.push_back(rel);
   std::sort(gone.rbegin(), gone.rend());  // children before parents
   for (const auto& rel : gone) {
-    auto parent = linux::open_beneath(ws.get(), parent_of(rel), O_DIRECTORY | O_RDONLY);
+    auto parent = open_beneath(ws.get(), parent_of(rel), O_DIRECTORY | O_RDONLY);
     if (!parent) continue;
     struct stat cur{};
     std::string name = name_of(rel);

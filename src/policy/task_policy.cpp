@@ -90,6 +90,8 @@ TaskPolicy builtin_default() {
   p.task_id = "default";
   p.readable = {"."};
   p.write_back_paths = {"."};
+  p.denied_names.assign(std::begin(kDefaultDeniedNames), std::end(kDefaultDeniedNames));
+  std::sort(p.denied_names.begin(), p.denied_names.end());
   p.tools = {Tool{.name = "shell", .argv = {"/bin/sh", "-c"}, .allow_args = true, .timeout_seconds = 300}};
   return p;
 }
@@ -140,19 +142,17 @@ namespace {
 
 using Keys = std::span<const std::string_view>;
 
-constexpr std::array<std::string_view, 13> kTopKeys = {
+constexpr std::array<std::string_view, 14> kTopKeys = {
     "schema_version",  "task_id",      "workspace", "workload", "tenancy",
     "executor",        "code_network", "egress",    "readable", "write_back_paths",
-    "read_only_paths", "tools",        "limits"};
+    "read_only_paths", "tools",        "limits",    "denied_names"};
 constexpr std::array<std::string_view, 2> kCodeNetworkKeys = {"mode", "rules"};
 constexpr std::array<std::string_view, 5> kEgressKeys = {"host", "cidr", "ports", "schemes", "allow_private"};
 constexpr std::array<std::string_view, 4> kToolKeys = {"name", "argv", "allow_args", "timeout_seconds"};
-constexpr std::array<std::string_view, 6> kLimitKeys = {"memory_mb",
-                                                        "cpu_seconds",
-                                                        "max_processes",
-                                                        "command_timeout_seconds",
-                                                        "session_budget_seconds",
-                                                        "max_actions_per_minute"};
+constexpr std::array<std::string_view, 12> kLimitKeys = {
+    "memory_mb",          "cpu_seconds",      "max_processes",      "command_timeout_seconds",
+    "session_budget_seconds", "max_actions_per_minute", "max_read_bytes",   "max_write_bytes",
+    "max_list_entries",   "max_response_bytes", "fetch_timeout_seconds", "max_output_bytes"};
 
 std::unexpected<Error> invalid(const std::string& path, std::string message) {
   return fail(Code::PolicyInvalid, std::move(message), {{"path", path}});
@@ -297,8 +297,16 @@ Result<std::vector<std::string>> get_path_array(const Json& v, const std::string
 
 // Host names are compared case-insensitively by DNS, so they are stored lower-case;
 // equal rules then give equal digests.
+// "*" (any host) and "*.example.com" (any name under it) are wildcards; the addresses a
+// wildcard admits are still checked (globally routable only, unless allow_private).
 Result<std::string> parse_host(const Json& v, const std::string& path) {
   auto s = TRY(get_nonempty_string(v, path));
+  if (s == "*") return s;
+  std::string wildcard;
+  if (s.starts_with("*.")) {
+    wildcard = "*.";
+    s = s.substr(2);
+  }
   if (s.size() > 253) return invalid(path, fmt::format("{} is longer than a DNS name may be", path));
   for (char& c : s) {
     bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
@@ -314,7 +322,7 @@ Result<std::string> parse_host(const Json& v, const std::string& path) {
     return invalid(path, fmt::format("{} is \"{}\", which is not a host name", path, s));
   if (s.back() == '.') s.pop_back();  // "example.com." and "example.com" are one name
   if (s.empty()) return invalid(path, fmt::format("{} is not a host name", path));
-  return s;
+  return wildcard + s;
 }
 
 // "addr/len" with the address in its canonical text form. Host bits set below the prefix
@@ -485,7 +493,32 @@ Result<void> parse_limits(const Json& v, Limits& l) {
   TRY(field("command_timeout_seconds", l.command_timeout_seconds));
   TRY(field("session_budget_seconds", l.session_budget_seconds));
   TRY(field("max_actions_per_minute", l.max_actions_per_minute));
+  TRY(field("max_list_entries", l.max_list_entries));
+  TRY(field("fetch_timeout_seconds", l.fetch_timeout_seconds));
+  auto bytes = [&](const char* key, int64_t& out) -> Result<void> {
+    if (v.contains(key)) out = TRY(get_positive_int(v[key], path_join(path, key), int64_t{1} << 40));
+    return {};
+  };
+  TRY(bytes("max_read_bytes", l.max_read_bytes));
+  TRY(bytes("max_write_bytes", l.max_write_bytes));
+  TRY(bytes("max_response_bytes", l.max_response_bytes));
+  TRY(bytes("max_output_bytes", l.max_output_bytes));
   return {};
+}
+
+// A denied name is one path component: no '/', not "." or "..". The defaults are always in.
+Result<std::vector<std::string>> parse_denied_names(const Json& v, const std::string& path) {
+  auto names = TRY(get_string_array(v, path));
+  for (size_t i = 0; i < names.size(); ++i) {
+    const auto& n = names[i];
+    if (n.empty() || n == "." || n == ".." || n.find('/') != std::string::npos || n.find('\0') != std::string::npos)
+      return invalid(path_join(path, i),
+                     fmt::format("{} is \"{}\", which is not a single file name", path_join(path, i), n));
+  }
+  for (auto d : kDefaultDeniedNames) names.emplace_back(d);
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  return names;
 }
 
 Result<std::string> parse_task_id(const Json& v, const std::string& path) {
@@ -584,6 +617,7 @@ Result<TaskPolicy> parse_layer(const Json& doc, const TaskPolicy& base) {
     p.read_only_paths = TRY(get_path_array(doc["read_only_paths"], "$.read_only_paths", true));
   if (doc.contains("tools")) p.tools = TRY(parse_tools(doc["tools"], "$.tools"));
   if (doc.contains("limits")) TRY(parse_limits(doc["limits"], p.limits));
+  if (doc.contains("denied_names")) p.denied_names = TRY(parse_denied_names(doc["denied_names"], "$.denied_names"));
   return p;
 }
 
@@ -666,7 +700,14 @@ Json to_json(const TaskPolicy& p) {
         {"max_processes", p.limits.max_processes},
         {"command_timeout_seconds", p.limits.command_timeout_seconds},
         {"session_budget_seconds", p.limits.session_budget_seconds},
-        {"max_actions_per_minute", p.limits.max_actions_per_minute}}},
+        {"max_actions_per_minute", p.limits.max_actions_per_minute},
+        {"max_read_bytes", p.limits.max_read_bytes},
+        {"max_write_bytes", p.limits.max_write_bytes},
+        {"max_list_entries", p.limits.max_list_entries},
+        {"max_response_bytes", p.limits.max_response_bytes},
+        {"fetch_timeout_seconds", p.limits.fetch_timeout_seconds},
+        {"max_output_bytes", p.limits.max_output_bytes}}},
+      {"denied_names", p.denied_names},
   };
 }
 

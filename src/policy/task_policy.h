@@ -54,7 +54,19 @@ struct Limits {
   int command_timeout_seconds = 300;
   int session_budget_seconds = 1800;
   int max_actions_per_minute = 120;
+  // What one broker action may move: a read_file, a write_file, a list_dir, an http_fetch
+  // response, a tool's captured output.
+  int64_t max_read_bytes = 1 << 20;
+  int64_t max_write_bytes = 1 << 20;
+  int max_list_entries = 1000;
+  int64_t max_response_bytes = 1 << 20;
+  int fetch_timeout_seconds = 30;
+  int64_t max_output_bytes = 1 << 20;
 };
+
+// Names the broker never reads, writes or lists, at any depth. A policy's `denied_names`
+// adds to these; it cannot take one away.
+inline constexpr std::string_view kDefaultDeniedNames[] = {".git", ".env", ".netrc", ".ssh"};
 
 struct TaskPolicy {
   std::string task_id = "default";
@@ -67,6 +79,7 @@ struct TaskPolicy {
   std::vector<std::string> readable = {"."};
   std::vector<std::string> write_back_paths = {"."};
   std::vector<std::string> read_only_paths;  // extra absolute host paths readable by code
+  std::vector<std::string> denied_names;     // the defaults plus the policy's own, sorted
   std::vector<Tool> tools;
   Limits limits;
 };

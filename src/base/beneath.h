@@ -6,7 +6,7 @@
 #include "base/error.h"
 #include "base/unique_fd.h"
 
-namespace airlock::linux {
+namespace airlock {
 
 // openat2(dirfd, rel, flags, mode) with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
 // RESOLVE_NO_MAGICLINKS: ".." out of dirfd, an absolute path and any symlink on the way
@@ -14,4 +14,4 @@ namespace airlock::linux {
 // Returns the errno as the error's facts.errno.
 Result<UniqueFd> open_beneath(int dirfd, const std::string& rel, int flags, unsigned mode = 0);
 
-}  // namespace airlock::linux
+}  // namespace airlock

@@ -1,5 +1,5 @@
 // beneath: openat2 with the strict resolve flags.
-#include "linux/beneath.h"
+#include "base/beneath.h"
 
 #include <fcntl.h>
 #include <linux/openat2.h>
@@ -8,7 +8,7 @@
 
 #include <cerrno>
 
-namespace airlock::linux {
+namespace airlock {
 
 Result<UniqueFd> open_beneath(int dirfd, const std::string& rel, int flags, unsigned mode) {
   open_how how{};
@@ -23,4 +23,4 @@ Result<UniqueFd> open_beneath(int dirfd, const std::string& rel, int flags, unsi
   return UniqueFd(static_cast<int>(fd));
 }
 
-}  // namespace airlock::linux
+}  // namespace airlock

@@ -1,0 +1,16 @@
+// Byte encodings: strict UTF-8 validation and base64 (OpenSSL), for putting bytes in JSON.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace airlock {
+
+// Strict UTF-8 (RFC 3629): no overlong forms, no surrogates, nothing above U+10FFFF.
+bool is_valid_utf8(std::string_view bytes);
+std::string base64_encode(std::string_view bytes);
+// nullopt when `text` is not canonical base64.
+std::optional<std::string> base64_decode(std::string_view text);
+
+}  // namespace airlock

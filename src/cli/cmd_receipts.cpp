@@ -1,0 +1,87 @@
+// `airlock receipts verify FILE` checks the hash chain; `airlock receipts show FILE` prints a table.
+#include <cstdio>
+
+#include "base/fs.h"
+#include "cli/verbs.h"
+#include "ledger/receipts.h"
+
+namespace airlock::cli {
+namespace {
+
+// The one thing a person wants to see of an action: its path, URL, tool or command.
+std::string detail_of(const Json& r) {
+  const Json& a = r.contains("args") && r["args"].is_object() ? r["args"] : Json::object();
+  for (const char* key : {"path", "url", "tool"})
+    if (a.contains(key) && a[key].is_string()) {
+      std::string d = a[key].get<std::string>();
+      if (a.contains("args") && a["args"].is_array() && !a["args"].empty()) d += " " + a["args"].dump();
+      return d;
+    }
+  if (r.contains("argv")) return r["argv"].dump();
+  if (r.contains("executor") && r["executor"].is_string())
+    return fmt::format("executor {} (tier {})", r["executor"].get<std::string>(), r.value("tier", 0));
+  if (r.contains("how") && r["how"].is_string()) return r["how"].get<std::string>();
+  return "";
+}
+
+int show(const std::string& file, bool json) {
+  auto text = read_file(file, Code::LedgerCorrupt);
+  if (!text) return refuse(text.error(), json);
+  auto chain = ledger::verify_chain(file);
+  Json all = Json::array();
+  size_t pos = 0;
+  while (pos < text->size()) {
+    size_t nl = text->find('\n', pos);
+    if (nl == std::string::npos) nl = text->size();
+    auto j = parse_json(std::string_view(*text).substr(pos, nl - pos), Code::LedgerCorrupt, "a receipt");
+    pos = nl + 1;
+    if (!j) return refuse(j.error(), json);
+    all.push_back(std::move(*j));
+  }
+  if (json) {
+    std::printf("%s\n", Json({{"receipts", all}, {"chain_ok", chain.has_value()}}).dump(2).c_str());
+  } else {
+    std::printf("%-4s %-26s %-15s %-9s %-27s %10s  %s\n", "SEQ", "TIME", "KIND", "DECISION", "CODE", "µs", "DETAIL");
+    for (const auto& r : all) {
+      std::string code = r.contains("error") && r["error"].is_object() ? r["error"].value("code", "") : "";
+      std::string us = r.contains("duration_us") ? std::to_string(r["duration_us"].get<int64_t>()) : "";
+      std::printf("%-4s %-26s %-15s %-9s %-27s %10s  %s\n", r.value("seq", Json()).dump().c_str(),
+                  r.value("ts", "").c_str(), r.value("kind", "").c_str(), r.value("decision", "").c_str(),
+                  code.c_str(), us.c_str(), detail_of(r).c_str());
+    }
+  }
+  if (!chain) {
+    std::fprintf(stderr, "airlock: the chain is broken: %s\n", chain.error().message.c_str());
+    return kRefusedExit;
+  }
+  return 0;
+}
+
+int verify(const std::string& file, bool json) {
+  auto chain = ledger::verify_chain(file);
+  if (!chain) return refuse(chain.error(), json);
+  if (json)
+    std::printf("%s\n", Json({{"ok", true}, {"receipts", chain->receipts}, {"last_sha256", chain->last_hash}}).dump(2).c_str());
+  else
+    std::printf("receipts ok: %llu receipt(s), chain intact, last sha256 %s\n",
+                static_cast<unsigned long long>(chain->receipts), chain->last_hash.c_str());
+  return 0;
+}
+
+}  // namespace
+
+void add_receipts(CLI::App& app, Globals& g, Action& run) {
+  auto* cmd = app.add_subcommand("receipts", "check and read a session's receipts");
+  cmd->require_subcommand(1);
+  static std::string file;
+  auto* v = cmd->add_subcommand("verify", "check the hash chain; say where it breaks");
+  v->add_option("FILE", file, "receipts file (JSONL)")->required();
+  v->add_flag("--json", g.json, "print JSON");
+  v->callback([&g, &run] { run = [&g] { return verify(file, g.json); }; });
+  auto* s = cmd->add_subcommand("show", "print the receipts as a table");
+  s->add_option("FILE", file, "receipts file (JSONL)")->required();
+  s->add_flag("--json", g.json, "print JSON");
+  s->callback([&g, &run] { run = [&g] { return show(file, g.json); }; });
+}
+
+}  // namespace airlock::cli
