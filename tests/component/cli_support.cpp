@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <grp.h>
 #include <poll.h>
 #include <signal.h>
@@ -145,10 +146,21 @@ std::vector<std::string> CliFixture::receipts() const {
 
 CliResult CliFixture::run(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
                           int timeout_seconds, void (*on_start)(pid_t)) {
-  int out[2], err[2];
-  if (::pipe2(out, O_CLOEXEC) < 0 || ::pipe2(err, O_CLOEXEC) < 0) throw std::runtime_error("pipe");
   std::vector<std::string> argv = {binary_, "--state-dir", state_};
   argv.insert(argv.end(), args.begin(), args.end());
+  return run_program(argv, "", env, timeout_seconds, on_start);
+}
+
+CliResult CliFixture::run_program(std::vector<std::string> argv, const std::string& input,
+                                  const std::map<std::string, std::string>& env, int timeout_seconds,
+                                  void (*on_start)(pid_t)) {
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) < 0 || ::pipe2(err, O_CLOEXEC) < 0) throw std::runtime_error("pipe");
+  // stdin: a memfd holding `input` (empty: end of file at once), so nothing here blocks on it.
+  int in = ::memfd_create("cli-stdin", MFD_CLOEXEC);
+  if (in < 0 || ::write(in, input.data(), input.size()) != static_cast<ssize_t>(input.size()) ||
+      ::lseek(in, 0, SEEK_SET) < 0)
+    throw std::runtime_error("memfd for stdin");
   std::vector<std::string> envs = {"PATH=/usr/bin:/bin", "LANG=C.UTF-8"};
   for (const auto& [k, v] : env) envs.push_back(k + "=" + v);
   std::vector<char*> av, ev;
@@ -162,6 +174,7 @@ CliResult CliFixture::run(const std::vector<std::string>& args, const std::map<s
   for (const auto& d : delegated_) join.push_back(d + "/cgroup.procs");
   pid_t pid = ::fork();
   if (pid == 0) {
+    ::dup2(in, 0);
     ::dup2(out[1], 1);
     ::dup2(err[1], 2);
     if (::chdir(cwd.c_str()) < 0) ::_exit(121);
@@ -178,6 +191,7 @@ CliResult CliFixture::run(const std::vector<std::string>& args, const std::map<s
     ::execve(av[0], av.data(), ev.data());
     ::_exit(123);
   }
+  ::close(in);
   ::close(out[1]);
   ::close(err[1]);
   if (on_start) on_start(pid);

@@ -50,6 +50,10 @@ class CliFixture {
   // `on_start` (if set) is called with the child pid once started.
   CliResult run(const std::vector<std::string>& args, const std::map<std::string, std::string>& env = {},
                 int timeout_seconds = 60, void (*on_start)(pid_t) = nullptr);
+  // Runs any program (argv[0] absolute) the same way, with `input` as its stdin.
+  CliResult run_program(std::vector<std::string> argv, const std::string& input = "",
+                        const std::map<std::string, std::string>& env = {}, int timeout_seconds = 60,
+                        void (*on_start)(pid_t) = nullptr);
   // The receipts files in the state directory.
   std::vector<std::string> receipts() const;
   ~CliFixture();
