@@ -165,6 +165,11 @@ Json handle_request(Session& s, const Json& request) {
     }
   }();
   if (r) return Json{{"id", id}, {"ok", true}, {"result", std::move(*r)}};
+  // Refused by the adapter, before any action saw it: recorded too (a digest of the request).
+  // A receipt that cannot be written is reported instead of the refusal.
+  if (r.error().code == Code::ProtocolError)
+    if (auto noted = s.note_refusal("protocol.refused", request, r.error()); !noted)
+      return Json{{"id", id}, {"ok", false}, {"error", noted.error().to_json()}};
   return Json{{"id", id}, {"ok", false}, {"error", r.error().to_json()}};
 }
 

@@ -299,6 +299,14 @@ Result<ToolResult> Session::run_tool(const std::string& name, const std::vector<
   });
 }
 
+Result<void> Session::note_refusal(std::string_view kind, const Json& args, const Error& e) {
+  std::unique_lock lk(mu_);
+  TRY(receipts_.append(kind, {{"args_digest", sha256_hex(canonical_json(args))},
+                              {"decision", "refused"},
+                              {"error", e.to_json()}}));
+  return {};
+}
+
 Result<std::vector<Json>> Session::receipts() const {
   std::unique_lock lk(mu_);
   auto text = TRY(airlock::read_file(receipts_.path(), Code::LedgerCorrupt));

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 
+#include "base/hash.h"
 #include "base/unique_fd.h"
 #include "broker/protocol.h"
 #include "broker/session.h"
@@ -134,6 +135,7 @@ int session_verb(Globals& g, SessionCliOptions& o) {
   while (auto line = inbox.pop()) {
     auto req = parse_json(*line, Code::ProtocolError, "the request");
     if (!req) {
+      (void)s.note_refusal("protocol.refused", Json{{"line_sha256", sha256_hex(*line)}}, req.error());
       emit({{"id", nullptr}, {"ok", false}, {"error", req.error().to_json()}});
       continue;
     }

@@ -297,6 +297,9 @@ TEST_F(BrokerTest, ProtocolAdapterIsStrict) {
     EXPECT_EQ(r["ok"], false) << bad.dump();
     EXPECT_EQ(r["error"]["code"], "AIRLOCK_PROTOCOL_ERROR") << bad.dump();
   }
+  auto rs = s->receipts();
+  ASSERT_TRUE(rs);
+  EXPECT_EQ(rs->back()["kind"], "protocol.refused");  // refused requests leave receipts too
   auto w = handle_request(*s, {{"action", "write_file"}, {"path", "reports/bin"}, {"content_base64", "AAEC/w=="}});
   ASSERT_EQ(w["ok"], true) << w.dump();
   auto r = handle_request(*s, {{"action", "list_dir"}, {"path", "reports"}});
