@@ -13,6 +13,7 @@
 #include "base/beneath.h"
 #include "base/hash.h"
 #include "base/json_util.h"
+#include "base/relpath.h"
 
 namespace airlock::broker {
 
@@ -25,25 +26,6 @@ std::unexpected<Error> denied(const std::string& path, std::string reason) {
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
   return s;
-}
-
-bool under(const std::string& rel, const std::string& prefix) {
-  if (prefix == ".") return true;
-  return rel == prefix || (rel.size() > prefix.size() && rel.starts_with(prefix) && rel[prefix.size()] == '/');
-}
-
-bool under_any(const std::string& rel, const std::vector<std::string>& prefixes) {
-  return std::any_of(prefixes.begin(), prefixes.end(), [&](const auto& p) { return under(rel, p); });
-}
-
-std::string parent_of(const std::string& rel) {
-  size_t slash = rel.rfind('/');
-  return slash == std::string::npos ? "." : rel.substr(0, slash);
-}
-
-std::string base_of(const std::string& rel) {
-  size_t slash = rel.rfind('/');
-  return slash == std::string::npos ? rel : rel.substr(slash + 1);
 }
 
 std::string join(const std::string& dir, const std::string& name) {
@@ -102,7 +84,7 @@ Result<std::string> PathGuard::check(std::string_view path, Access access) const
 }
 
 bool PathGuard::leads_to_readable(const std::string& rel) const {
-  return std::any_of(readable_.begin(), readable_.end(), [&](const auto& r) { return under(r, rel); });
+  return std::any_of(readable_.begin(), readable_.end(), [&](const auto& r) { return is_under(r, rel); });
 }
 
 Result<UniqueFd> PathGuard::open_checked(const std::string& rel, int flags) const {
@@ -180,7 +162,7 @@ Result<FileWritten> PathGuard::write(std::string_view path, std::string_view dat
       dir = TRY(open_checked(sofar, O_DIRECTORY | O_RDONLY));
     }
   }
-  std::string name = base_of(rel);
+  std::string name = name_of(rel);
   struct stat st{};
   bool exists = ::fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
   mode_t mode = 0644;

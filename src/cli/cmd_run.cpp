@@ -16,7 +16,6 @@
 #include "base/unique_fd.h"
 #include "broker/session.h"
 #include "cli/verbs.h"
-#include "linux/probe.h"
 
 namespace airlock::cli {
 namespace {
@@ -43,24 +42,13 @@ std::string enforced_summary(const Json& e) {
 }
 
 int run_verb(Globals& g, RunOptions& o) {
-  auto profile = parse_profile(g.profile);
-  if (!profile) return refuse(profile.error(), g.json);
-  auto state = resolve_state_dir(g.state_dir);
-  if (!state) return refuse(state.error(), g.json);
-  auto pol = load_policy(o.defaults, o.policy_file);
-  if (!pol) return refuse(pol.error(), g.json);
-  plan::HostFacts facts = linux::probe_host(plan::fact_needs(*pol));
-
+  auto start = prepare_session(g, o.defaults, o.policy_file);
+  if (!start) return refuse(start.error(), g.json);
   // SIGINT/SIGTERM/SIGHUP stop the command (and everything it started); a thread waits for them.
-  sigset_t mask;
-  sigemptyset(&mask);
-  sigaddset(&mask, SIGINT);
-  sigaddset(&mask, SIGTERM);
-  sigaddset(&mask, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &mask, nullptr);
+  sigset_t mask = block_stop_signals();
 
-  broker::SessionOptions so{*state, *profile, o.workspace};
-  auto session = broker::Session::open(*pol, facts, so);
+  broker::SessionOptions so(start->state_dir, start->profile, o.workspace);
+  auto session = broker::Session::open(start->policy, start->facts, so);
   if (!session) return refuse(session.error(), g.json);
   auto& s = **session;
   if (!o.quiet && !g.json)

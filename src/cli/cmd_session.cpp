@@ -16,7 +16,6 @@
 #include "broker/protocol.h"
 #include "broker/session.h"
 #include "cli/verbs.h"
-#include "linux/probe.h"
 
 namespace airlock::cli {
 namespace {
@@ -63,24 +62,13 @@ void emit(const Json& j) {
 }
 
 int session_verb(Globals& g, SessionCliOptions& o) {
-  auto profile = parse_profile(g.profile);
-  if (!profile) return refuse(profile.error(), g.json);
-  auto state = resolve_state_dir(g.state_dir);
-  if (!state) return refuse(state.error(), g.json);
-  auto pol = load_policy(o.defaults, o.policy_file);
-  if (!pol) return refuse(pol.error(), g.json);
-  plan::HostFacts facts = linux::probe_host(plan::fact_needs(*pol));
-
-  sigset_t mask;
-  sigemptyset(&mask);
-  sigaddset(&mask, SIGINT);
-  sigaddset(&mask, SIGTERM);
-  sigaddset(&mask, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &mask, nullptr);
+  auto start = prepare_session(g, o.defaults, o.policy_file);
+  if (!start) return refuse(start.error(), g.json);
+  sigset_t mask = block_stop_signals();
   ::signal(SIGPIPE, SIG_IGN);  // a reader that went away is an EOF, not a crash
 
-  broker::SessionOptions so{*state, *profile, o.workspace};
-  auto session = broker::Session::open(*pol, facts, so);
+  broker::SessionOptions so(start->state_dir, start->profile, o.workspace);
+  auto session = broker::Session::open(start->policy, start->facts, so);
   if (!session) {
     emit({{"id", nullptr}, {"ok", false}, {"error", session.error().to_json()}});
     return refuse(session.error(), false);

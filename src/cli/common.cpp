@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "base/fs.h"
+#include "linux/probe.h"
 
 namespace airlock::cli {
 
@@ -56,5 +57,24 @@ Result<policy::TaskPolicy> load_policy(const std::optional<std::string>& default
 }
 
 std::string yes_no(bool b) { return b ? "yes" : "no"; }
+
+Result<SessionStart> prepare_session(const Globals& g, const std::optional<std::string>& defaults_file,
+                                     const std::optional<std::string>& policy_file) {
+  auto profile = TRY(parse_profile(g.profile));
+  auto state = TRY(resolve_state_dir(g.state_dir));
+  auto pol = TRY(load_policy(defaults_file, policy_file));
+  plan::HostFacts facts = linux::probe_host(plan::fact_needs(pol));
+  return SessionStart{profile, std::move(state), std::move(pol), std::move(facts)};
+}
+
+sigset_t block_stop_signals() {
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &mask, nullptr);
+  return mask;
+}
 
 }  // namespace airlock::cli

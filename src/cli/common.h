@@ -1,10 +1,13 @@
 // CLI plumbing shared by the verbs: global options, state directory, policy loading, refusals.
 #pragma once
 
+#include <signal.h>
+
 #include <optional>
 #include <string>
 
 #include "base/error.h"
+#include "plan/host_facts.h"
 #include "plan/plan.h"
 #include "policy/task_policy.h"
 
@@ -30,5 +33,20 @@ Result<policy::TaskPolicy> load_policy(const std::optional<std::string>& default
                                        const std::optional<std::string>& policy_file);
 
 std::string yes_no(bool b);
+
+// What every verb that opens a session starts from: the profile, the state directory, the
+// effective policy and the host facts that policy needs, measured.
+struct SessionStart {
+  plan::Profile profile;
+  std::string state_dir;
+  policy::TaskPolicy policy;
+  plan::HostFacts facts;
+};
+Result<SessionStart> prepare_session(const Globals& g, const std::optional<std::string>& defaults_file,
+                                     const std::optional<std::string>& policy_file);
+
+// Blocks SIGINT, SIGTERM and SIGHUP in every thread (call before starting any): a thread then
+// takes them from a signalfd on the returned mask and stops the session.
+sigset_t block_stop_signals();
 
 }  // namespace airlock::cli

@@ -15,6 +15,7 @@
 
 #include "base/fs.h"
 #include "base/hash.h"
+#include "base/relpath.h"
 #include "base/unique_fd.h"
 #include "base/beneath.h"
 
@@ -23,29 +24,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool is_under(const std::string& rel, const std::string& prefix) {
-  if (prefix == ".") return true;
-  return rel == prefix || (rel.size() > prefix.size() && rel.compare(0, prefix.size(), prefix) == 0 &&
-                           rel[prefix.size()] == '/');
-}
-
-bool under_any(const std::string& rel, const std::vector<std::string>& prefixes) {
-  return std::any_of(prefixes.begin(), prefixes.end(), [&](const auto& p) { return is_under(rel, p); });
-}
-
 std::string join(const std::string& a, const std::string& b) {
   if (b == "." || b.empty()) return a;
   return a + "/" + b;
 }
 
-std::string parent_of(const std::string& rel) {
-  auto slash = rel.rfind('/');
-  return slash == std::string::npos ? "." : rel.substr(0, slash);
-}
-std::string name_of(const std::string& rel) {
-  auto slash = rel.rfind('/');
-  return slash == std::string::npos ? rel : rel.substr(slash + 1);
-}
 
 ViewEntry entry_of(const struct stat& st) {
   return {S_ISDIR(st.st_mode), st.st_ino, st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec,
