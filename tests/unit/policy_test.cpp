@@ -721,5 +721,43 @@ TEST(Digest, ToJsonParsesBackToTheSamePolicy) {
   }
 }
 
+TEST(BrokerFields, DeniedNamesAddToTheDefaultsAndNeverRemoveThem) {
+  auto p = parse(R"({"schema_version":"airlock.task_policy.v1","denied_names":["secrets.yaml", ".env"]})");
+  ASSERT_TRUE(p.has_value()) << p.error().message;
+  EXPECT_EQ(p->denied_names, (std::vector<std::string>{".env", ".git", ".netrc", ".ssh", "secrets.yaml"}));
+  EXPECT_EQ(builtin_default().denied_names, (std::vector<std::string>{".env", ".git", ".netrc", ".ssh"}));
+  for (std::string_view bad : {R"(["a/b"])", R"([".."])", R"([""])", R"([1])"}) {
+    auto q = parse(fmt::format(R"({{"schema_version":"airlock.task_policy.v1","denied_names":{}}})", bad));
+    ASSERT_FALSE(q.has_value()) << bad;
+    EXPECT_EQ(q.error().code, Code::PolicyInvalid) << bad;
+  }
+}
+
+TEST(BrokerFields, ActionLimitsParseAndRefuseNonsense) {
+  auto p = parse(R"({"schema_version":"airlock.task_policy.v1","limits":{"max_read_bytes":10,"max_list_entries":5,
+                     "fetch_timeout_seconds":2,"max_output_bytes":100}})");
+  ASSERT_TRUE(p.has_value()) << p.error().message;
+  EXPECT_EQ(p->limits.max_read_bytes, 10);
+  EXPECT_EQ(p->limits.max_list_entries, 5);
+  EXPECT_EQ(p->limits.fetch_timeout_seconds, 2);
+  EXPECT_EQ(p->limits.max_output_bytes, 100);
+  EXPECT_EQ(p->limits.max_write_bytes, 1 << 20);  // untouched: the default
+  auto q = parse(R"({"schema_version":"airlock.task_policy.v1","limits":{"max_response_bytes":-1}})");
+  ASSERT_FALSE(q.has_value());
+  EXPECT_EQ(q.error().facts["path"], "$.limits.max_response_bytes");
+}
+
+TEST(BrokerFields, EgressHostWildcards) {
+  auto p = parse(R"({"schema_version":"airlock.task_policy.v1","egress":[
+    {"host":"*","ports":[443]},{"host":"*.Example.COM.","ports":[443]}]})");
+  ASSERT_TRUE(p.has_value()) << p.error().message;
+  EXPECT_EQ(*p->egress[0].host, "*");
+  EXPECT_EQ(*p->egress[1].host, "*.example.com");
+  for (std::string_view bad : {"*example.com", "a.*.com", "**"}) {
+    auto q = parse(fmt::format(R"({{"schema_version":"airlock.task_policy.v1","egress":[{{"host":"{}","ports":[443]}}]}})", bad));
+    EXPECT_FALSE(q.has_value()) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace airlock::policy
