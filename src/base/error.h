@@ -47,7 +47,9 @@ namespace airlock {
   X(CustodyUnsafe, "AIRLOCK_CUSTODY_UNSAFE", "a file airlock trusts could be replaced")     \
   X(ApprovalRequired, "AIRLOCK_APPROVAL_REQUIRED", "the action needs a person's approval")  \
   X(WriteBackRefused, "AIRLOCK_WRITE_BACK_REFUSED",                                         \
-    "the session view holds an entry write-back refuses")
+    "the session view holds an entry write-back refuses")                                  \
+  X(StoreSchemaNewer, "AIRLOCK_STORE_SCHEMA_NEWER",                                         \
+    "the run store's schema is newer than this build knows")
 
 enum class Code {
 #define AIRLOCK_X(e, name, meaning) e,
