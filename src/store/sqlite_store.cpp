@@ -1,5 +1,6 @@
 // The SQLite backend: one file in the state directory, WAL mode, bounded waits for the lock.
 #include <sqlite3.h>
+#include <unistd.h>
 
 #include "store/backends.h"
 
@@ -85,8 +86,16 @@ Result<std::unique_ptr<Store>> open_sqlite(const std::string& path, const StoreO
   auto s = std::make_unique<SqliteStore>(path, db, options);
   // WAL: readers never block the writer. synchronous=NORMAL is durable across a process crash
   // (the case capacity cares about); a power loss may lose the last commits, not corrupt.
-  auto wal = TRY(s->exec("PRAGMA journal_mode=WAL", {}));
-  if (wal.rows.empty() || wal.rows[0][0].value_or("") != "wal")
+  // Switching a fresh file to WAL needs its exclusive lock; a racing opener can get SQLITE_BUSY at
+  // once (SQLite's deadlock avoidance skips the busy handler there), so retry, bounded.
+  auto wal = s->exec("PRAGMA journal_mode=WAL", {});
+  for (int waited = 0; !wal && (sqlite3_errcode(db) & 0xff) == SQLITE_BUSY && waited < options.busy_timeout_ms;
+       waited += 10) {
+    ::usleep(10'000);
+    wal = s->exec("PRAGMA journal_mode=WAL", {});
+  }
+  if (!wal) return std::unexpected(std::move(wal).error());
+  if (wal->rows.empty() || wal->rows[0][0].value_or("") != "wal")
     return fail(Code::ConfigError, fmt::format("the SQLite store {} cannot use WAL mode", path), {{"store", path}});
   TRY(s->exec("PRAGMA synchronous=NORMAL", {}));
   return std::unique_ptr<Store>(std::move(s));
