@@ -83,7 +83,9 @@ void reserve_release(benchmark::State& state, const std::string& url) {
     std::lock_guard lock(g_mu);
     auto v = g_latency_us;
     std::sort(v.begin(), v.end());
-    auto at = [&](double q) { return v.empty() ? 0.0 : v[std::min(v.size() - 1, static_cast<size_t>(q * v.size()))]; };
+    auto at = [&](double q) {
+      return v.empty() ? 0.0 : v[std::min(v.size() - 1, static_cast<size_t>(q * v.size()))];
+    };
     double wall_s = std::chrono::duration<double>(g_last - g_first).count();
     state.counters["reservations_per_s"] = wall_s > 0 ? static_cast<double>(v.size()) / wall_s : 0;
     state.counters["p50_us"] = at(0.50);

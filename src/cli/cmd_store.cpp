@@ -1,10 +1,9 @@
 // `airlock machine probe|list`, `airlock slot set|list`, `airlock runs list|show`: the run store.
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <ctime>
-
-#include <fmt/ranges.h>
 
 #include "cli/store_support.h"
 #include "cli/verbs.h"
@@ -63,7 +62,8 @@ Judgement judge(const store::MachineRecord& m) {
   }
   if (abi > plan::kLandlockAbiKnown) {
     j = {false, "landlock_abi_above_known",
-         fmt::format("claims Landlock ABI {}; this build knows up to {}", abi, plan::kLandlockAbiKnown), std::nullopt};
+         fmt::format("claims Landlock ABI {}; this build knows up to {}", abi, plan::kLandlockAbiKnown),
+         std::nullopt};
   } else if (!hf) {
     j = {false, "facts_invalid", hf.error().message, std::nullopt};
   } else if (hf->landlock_abi != m.landlock_abi) {
@@ -81,34 +81,55 @@ std::string cgroup_text(const plan::HostFacts& f) {
 }
 
 Json machine_json(const store::MachineRecord& m, const Judgement& j) {
-  Json out = {{"id", m.id},           {"hostname", m.hostname}, {"landlock_abi", m.landlock_abi},
-              {"facts", m.facts},     {"probed_at_ms", m.probed_at_ms}, {"believed", j.believed}};
+  Json out = {{"id", m.id},       {"hostname", m.hostname},         {"landlock_abi", m.landlock_abi},
+              {"facts", m.facts}, {"probed_at_ms", m.probed_at_ms}, {"believed", j.believed}};
   if (!j.believed) out["not_believed"] = {{"reason", j.reason_name}, {"message", j.reason}};
   return out;
 }
 
 std::vector<std::string> machine_row(const store::MachineRecord& m, const Judgement& j) {
   if (!j.believed)
-    return {m.id, m.hostname, "-", "-", "-", "-", utc(m.probed_at_ms),
+    return {m.id,
+            m.hostname,
+            "-",
+            "-",
+            "-",
+            "-",
+            utc(m.probed_at_ms),
             fmt::format("NOT BELIEVED ({}: {})", j.reason_name, j.reason)};
   const auto& f = *j.facts;
-  return {m.id,     m.hostname, fmt::format("{}", f.landlock_abi), yes_no(f.user_namespaces), cgroup_text(f),
-          yes_no(f.kvm_usable), utc(m.probed_at_ms), "ok"};
+  return {m.id,
+          m.hostname,
+          fmt::format("{}", f.landlock_abi),
+          yes_no(f.user_namespaces),
+          cgroup_text(f),
+          yes_no(f.kvm_usable),
+          utc(m.probed_at_ms),
+          "ok"};
 }
 
-const std::vector<std::string> kMachineHeader = {"MACHINE", "HOSTNAME", "LANDLOCK", "USERNS", "CGROUP",
-                                                 "KVM",     "PROBED",   "STATUS"};
+// `{"KEY": [...]}` with --json, else the table.
+int emit(const Globals& g, const char* key, const Json& arr,
+         const std::vector<std::vector<std::string>>& rows) {
+  if (g.json)
+    std::printf("%s\n", Json({{key, arr}}).dump(2).c_str());
+  else
+    print_table(rows);
+  return 0;
+}
+
+const std::vector<std::string> kMachineHeader = {"MACHINE", "HOSTNAME", "LANDLOCK", "USERNS",
+                                                 "CGROUP",  "KVM",      "PROBED",   "STATUS"};
 
 int machine_probe(Globals& g) {
-  auto state = resolve_state_dir(g.state_dir);
-  if (!state) return refuse(state.error(), g.json);
-  auto st = open_store(g, *state);
+  auto st = open_store(g);
   if (!st) return refuse(st.error(), g.json);
   // Every fact measured here; none can be typed in.
   plan::HostFacts facts = linux::probe_host();
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
-  store::MachineRecord m{machine_identity(g), host, facts.landlock_abi, plan::to_json(facts), store::now_ms()};
+  store::MachineRecord m{machine_identity(g), host, facts.landlock_abi, plan::to_json(facts),
+                         store::now_ms()};
   if (auto r = (*st)->put_machine(m); !r) return refuse(r.error(), g.json);
   Judgement j = judge(m);
   if (g.json) {
@@ -121,9 +142,7 @@ int machine_probe(Globals& g) {
 }
 
 int machine_list(Globals& g) {
-  auto state = resolve_state_dir(g.state_dir);
-  if (!state) return refuse(state.error(), g.json);
-  auto st = open_store(g, *state);
+  auto st = open_store(g);
   if (!st) return refuse(st.error(), g.json);
   auto ms = (*st)->machines();
   if (!ms) return refuse(ms.error(), g.json);
@@ -134,22 +153,20 @@ int machine_list(Globals& g) {
     arr.push_back(machine_json(m, j));
     rows.push_back(machine_row(m, j));
   }
-  if (g.json) std::printf("%s\n", Json({{"machines", arr}}).dump(2).c_str());
-  else print_table(rows);
-  return 0;
+  return emit(g, "machines", arr, rows);
 }
 
 int slot_set(Globals& g, const StoreOptionsCli& o) {
-  auto state = resolve_state_dir(g.state_dir);
-  if (!state) return refuse(state.error(), g.json);
   auto ref = parse_slot_ref(g, o.slot);
   if (!ref) return refuse(ref.error(), g.json);
-  auto st = open_store(g, *state);
+  auto st = open_store(g);
   if (!st) return refuse(st.error(), g.json);
   store::SlotRecord s{ref->machine_id, ref->name, o.max_sessions};
   if (auto r = (*st)->set_slot(s); !r) return refuse(r.error(), g.json);
   if (g.json)
-    std::printf("%s\n", Json({{"machine", s.machine_id}, {"slot", s.name}, {"max_sessions", s.seats()}}).dump().c_str());
+    std::printf(
+        "%s\n",
+        Json({{"machine", s.machine_id}, {"slot", s.name}, {"max_sessions", s.seats()}}).dump().c_str());
   else
     std::printf("slot %s on machine %s: %d seat(s)%s\n", s.name.c_str(), s.machine_id.c_str(), s.seats(),
                 s.max_sessions ? "" : " (no max_sessions declared)");
@@ -157,9 +174,7 @@ int slot_set(Globals& g, const StoreOptionsCli& o) {
 }
 
 int slot_list(Globals& g) {
-  auto state = resolve_state_dir(g.state_dir);
-  if (!state) return refuse(state.error(), g.json);
-  auto st = open_store(g, *state);
+  auto st = open_store(g);
   if (!st) return refuse(st.error(), g.json);
   auto slots = (*st)->slots();
   if (!slots) return refuse(slots.error(), g.json);
@@ -173,15 +188,11 @@ int slot_list(Globals& g) {
     arr.push_back({{"machine", s.machine_id}, {"slot", s.name}, {"live", n}, {"max_sessions", s.seats()}});
     rows.push_back({s.machine_id, s.name, std::to_string(n), std::to_string(s.seats())});
   }
-  if (g.json) std::printf("%s\n", Json({{"slots", arr}}).dump(2).c_str());
-  else print_table(rows);
-  return 0;
+  return emit(g, "slots", arr, rows);
 }
 
 int runs_list(Globals& g, const StoreOptionsCli& o) {
-  auto state = resolve_state_dir(g.state_dir);
-  if (!state) return refuse(state.error(), g.json);
-  auto st = open_store(g, *state);
+  auto st = open_store(g);
   if (!st) return refuse(st.error(), g.json);
   auto runs = (*st)->runs(o.live);
   if (!runs) return refuse(runs.error(), g.json);
@@ -190,26 +201,23 @@ int runs_list(Globals& g, const StoreOptionsCli& o) {
       {"RUN", "MACHINE", "SLOT", "SEAT", "EXECUTOR", "TIER", "HOLDER", "STARTED", "FINISHED", "OUTCOME"}};
   for (const auto& r : *runs) {
     arr.push_back(r.to_json());
-    rows.push_back({r.id, r.machine_id, r.slot, std::to_string(r.ordinal), r.executor.empty() ? "-" : r.executor,
-                    r.tier ? std::to_string(*r.tier) : "-", fmt::format("{}@{}", r.holder.pid, r.holder.machine_id),
-                    utc(r.started_at_ms), r.finished_at_ms ? utc(*r.finished_at_ms) : "live",
-                    r.outcome.empty() ? "-" : r.outcome});
+    rows.push_back({r.id, r.machine_id, r.slot, std::to_string(r.ordinal),
+                    r.executor.empty() ? "-" : r.executor, r.tier ? std::to_string(*r.tier) : "-",
+                    fmt::format("{}@{}", r.holder.pid, r.holder.machine_id), utc(r.started_at_ms),
+                    r.finished_at_ms ? utc(*r.finished_at_ms) : "live", r.outcome.empty() ? "-" : r.outcome});
   }
-  if (g.json) std::printf("%s\n", Json({{"runs", arr}}).dump(2).c_str());
-  else print_table(rows);
-  return 0;
+  return emit(g, "runs", arr, rows);
 }
 
 int runs_show(Globals& g, const StoreOptionsCli& o) {
-  auto state = resolve_state_dir(g.state_dir);
-  if (!state) return refuse(state.error(), g.json);
-  auto st = open_store(g, *state);
+  auto st = open_store(g);
   if (!st) return refuse(st.error(), g.json);
   auto run = (*st)->run(o.run_id);
   if (!run) return refuse(run.error(), g.json);
   if (!*run)
-    return refuse({Code::ConfigError, fmt::format("no run {} in {}", o.run_id, (*st)->url()), {{"run", o.run_id}}},
-                  g.json);
+    return refuse(
+        {Code::ConfigError, fmt::format("no run {} in {}", o.run_id, (*st)->url()), {{"run", o.run_id}}},
+        g.json);
   const auto& r = **run;
   if (g.json) {
     std::printf("%s\n", r.to_json().dump(2).c_str());

@@ -24,12 +24,18 @@ Result<std::unique_ptr<store::Store>> open_store(const Globals& g, const std::st
   return store::Store::open(url);
 }
 
+Result<std::unique_ptr<store::Store>> open_store(const Globals& g) {
+  auto state = TRY(resolve_state_dir(g.state_dir));
+  return open_store(g, state);
+}
+
 Result<SlotRef> parse_slot_ref(const Globals& g, const std::string& spec) {
   auto colon = spec.find(':');
   SlotRef ref = colon == std::string::npos ? SlotRef{machine_identity(g), spec}
                                            : SlotRef{spec.substr(0, colon), spec.substr(colon + 1)};
   if (ref.machine_id.empty() || ref.name.empty() || ref.name.find(':') != std::string::npos)
-    return fail(Code::ConfigError, fmt::format("slot \"{}\" is not NAME or MACHINE:NAME", spec), {{"slot", spec}});
+    return fail(Code::ConfigError, fmt::format("slot \"{}\" is not NAME or MACHINE:NAME", spec),
+                {{"slot", spec}});
   return ref;
 }
 

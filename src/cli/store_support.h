@@ -17,6 +17,8 @@ std::string machine_identity(const Globals& g);
 
 // --store URL, else the SQLite file airlock.db in the state directory.
 Result<std::unique_ptr<store::Store>> open_store(const Globals& g, const std::string& state_dir);
+// The same, resolving (and creating) the state directory first.
+Result<std::unique_ptr<store::Store>> open_store(const Globals& g);
 
 // "NAME" is this machine's slot NAME; "MACHINE:NAME" is another machine's.
 struct SlotRef {

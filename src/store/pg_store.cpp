@@ -16,10 +16,12 @@ namespace airlock::store {
 namespace {
 
 // The libpq functions used here, resolved once.
-#define AIRLOCK_PQ_FUNCTIONS(X)                                                                      \
-  X(PQconnectdbParams) X(PQstatus) X(PQerrorMessage) X(PQfinish) X(PQexecParams) X(PQresultStatus) \
-  X(PQresultErrorMessage) X(PQclear) X(PQntuples) X(PQnfields) X(PQgetvalue) X(PQgetisnull)          \
-  X(PQgetlength) X(PQcmdTuples) X(PQsetNoticeProcessor)
+// clang-format off
+#define AIRLOCK_PQ_FUNCTIONS(X)                                                                  \
+  X(PQconnectdbParams) X(PQstatus) X(PQerrorMessage) X(PQfinish) X(PQexecParams)                 \
+  X(PQresultStatus) X(PQresultErrorMessage) X(PQclear) X(PQntuples) X(PQnfields) X(PQgetvalue) \
+  X(PQgetisnull) X(PQgetlength) X(PQcmdTuples) X(PQsetNoticeProcessor)
+// clang-format on
 
 struct Libpq {
 #define AIRLOCK_PQ_MEMBER(f) decltype(&::f) f = nullptr;
@@ -38,11 +40,11 @@ Result<const Libpq*> load_libpq() {
       error = e ? e : "dlopen failed";
       return;
     }
-#define AIRLOCK_PQ_RESOLVE(f)                                         \
-  pq.f = reinterpret_cast<decltype(&::f)>(::dlsym(h, #f));            \
-  if (!pq.f) {                                                        \
-    error = "libpq.so.5 has no " #f;                                  \
-    return;                                                           \
+#define AIRLOCK_PQ_RESOLVE(f)                              \
+  pq.f = reinterpret_cast<decltype(&::f)>(::dlsym(h, #f)); \
+  if (!pq.f) {                                             \
+    error = "libpq.so.5 has no " #f;                       \
+    return;                                                \
   }
     AIRLOCK_PQ_FUNCTIONS(AIRLOCK_PQ_RESOLVE)
 #undef AIRLOCK_PQ_RESOLVE
@@ -65,8 +67,10 @@ std::string numbered(const std::string& sql) {
   std::string out;
   int n = 0;
   for (char c : sql) {
-    if (c == '?') out += "$" + std::to_string(++n);
-    else out += c;
+    if (c == '?')
+      out += "$" + std::to_string(++n);
+    else
+      out += c;
   }
   return out;
 }
@@ -83,14 +87,17 @@ class PgStore final : public Store {
     std::vector<std::string> text(params.size());
     std::vector<const char*> values(params.size(), nullptr);
     for (size_t i = 0; i < params.size(); ++i) {
-      if (auto* n = std::get_if<int64_t>(&params[i])) text[i] = std::to_string(*n);
-      else if (auto* s = std::get_if<std::string>(&params[i])) text[i] = *s;
-      else continue;  // NULL
+      if (auto* n = std::get_if<int64_t>(&params[i]))
+        text[i] = std::to_string(*n);
+      else if (auto* s = std::get_if<std::string>(&params[i]))
+        text[i] = *s;
+      else
+        continue;  // NULL
       values[i] = text[i].c_str();
     }
     std::string q = numbered(sql);
-    PGresult* res = pq_->PQexecParams(conn_, q.c_str(), static_cast<int>(params.size()), nullptr, values.data(),
-                                      nullptr, nullptr, 0);
+    PGresult* res = pq_->PQexecParams(conn_, q.c_str(), static_cast<int>(params.size()), nullptr,
+                                      values.data(), nullptr, nullptr, 0);
     std::unique_ptr<PGresult, void (*)(PGresult*)> guard(res, pq_->PQclear);
     auto st = res ? pq_->PQresultStatus(res) : PGRES_FATAL_ERROR;
     if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
@@ -101,8 +108,11 @@ class PgStore final : public Store {
     for (int r = 0, nr = pq_->PQntuples(res); r < nr; ++r) {
       Row row;
       for (int c = 0, nc = pq_->PQnfields(res); c < nc; ++c) {
-        if (pq_->PQgetisnull(res, r, c)) row.emplace_back(std::nullopt);
-        else row.emplace_back(std::string(pq_->PQgetvalue(res, r, c), static_cast<size_t>(pq_->PQgetlength(res, r, c))));
+        if (pq_->PQgetisnull(res, r, c))
+          row.emplace_back(std::nullopt);
+        else
+          row.emplace_back(
+              std::string(pq_->PQgetvalue(res, r, c), static_cast<size_t>(pq_->PQgetlength(res, r, c))));
       }
       out.rows.push_back(std::move(row));
     }
@@ -120,7 +130,8 @@ class PgStore final : public Store {
   }
 
   Result<bool> has_table(const std::string& name) override {
-    auto r = TRY(exec("SELECT 1 FROM pg_tables WHERE schemaname = current_schema() AND tablename = ?", {name}));
+    auto r =
+        TRY(exec("SELECT 1 FROM pg_tables WHERE schemaname = current_schema() AND tablename = ?", {name}));
     return !r.rows.empty();
   }
 

@@ -22,10 +22,12 @@ class SqliteStore final : public Store {
     std::unique_ptr<sqlite3_stmt, int (*)(sqlite3_stmt*)> stmt(raw, sqlite3_finalize);
     for (size_t i = 0; i < params.size(); ++i) {
       int at = static_cast<int>(i + 1), rc = SQLITE_OK;
-      if (auto* n = std::get_if<int64_t>(&params[i])) rc = sqlite3_bind_int64(raw, at, *n);
+      if (auto* n = std::get_if<int64_t>(&params[i]))
+        rc = sqlite3_bind_int64(raw, at, *n);
       else if (auto* s = std::get_if<std::string>(&params[i]))
         rc = sqlite3_bind_text(raw, at, s->data(), static_cast<int>(s->size()), SQLITE_TRANSIENT);
-      else rc = sqlite3_bind_null(raw, at);
+      else
+        rc = sqlite3_bind_null(raw, at);
       if (rc != SQLITE_OK) return error("bind");
     }
     Rows out;
@@ -74,12 +76,13 @@ class SqliteStore final : public Store {
 
 Result<std::unique_ptr<Store>> open_sqlite(const std::string& path, const StoreOptions& options) {
   sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                           nullptr);
+  int rc = sqlite3_open_v2(path.c_str(), &db,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     std::string msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
     sqlite3_close_v2(db);
-    return fail(Code::ConfigError, fmt::format("cannot open the SQLite store {}: {}", path, msg), {{"store", path}});
+    return fail(Code::ConfigError, fmt::format("cannot open the SQLite store {}: {}", path, msg),
+                {{"store", path}});
   }
   // Every wait for the lock is bounded: past the timeout a statement fails, it never hangs.
   sqlite3_busy_timeout(db, options.busy_timeout_ms);
@@ -89,14 +92,16 @@ Result<std::unique_ptr<Store>> open_sqlite(const std::string& path, const StoreO
   // Switching a fresh file to WAL needs its exclusive lock; a racing opener can get SQLITE_BUSY at
   // once (SQLite's deadlock avoidance skips the busy handler there), so retry, bounded.
   auto wal = s->exec("PRAGMA journal_mode=WAL", {});
-  for (int waited = 0; !wal && (sqlite3_errcode(db) & 0xff) == SQLITE_BUSY && waited < options.busy_timeout_ms;
+  for (int waited = 0;
+       !wal && (sqlite3_errcode(db) & 0xff) == SQLITE_BUSY && waited < options.busy_timeout_ms;
        waited += 10) {
     ::usleep(10'000);
     wal = s->exec("PRAGMA journal_mode=WAL", {});
   }
   if (!wal) return std::unexpected(std::move(wal).error());
   if (wal->rows.empty() || wal->rows[0][0].value_or("") != "wal")
-    return fail(Code::ConfigError, fmt::format("the SQLite store {} cannot use WAL mode", path), {{"store", path}});
+    return fail(Code::ConfigError, fmt::format("the SQLite store {} cannot use WAL mode", path),
+                {{"store", path}});
   TRY(s->exec("PRAGMA synchronous=NORMAL", {}));
   return std::unique_ptr<Store>(std::move(s));
 }

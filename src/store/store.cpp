@@ -24,7 +24,8 @@ const std::vector<Migration>& migrations() {
   static const std::vector<Migration> m = {
       {1,
        {
-           "CREATE TABLE machines (id TEXT PRIMARY KEY, hostname TEXT NOT NULL, landlock_abi INTEGER NOT NULL,"
+           "CREATE TABLE machines (id TEXT PRIMARY KEY, hostname TEXT NOT NULL, landlock_abi INTEGER NOT "
+           "NULL,"
            " facts TEXT NOT NULL, probed_at BIGINT NOT NULL)",
            "CREATE TABLE slots (machine_id TEXT NOT NULL, name TEXT NOT NULL, max_sessions INTEGER,"
            " PRIMARY KEY (machine_id, name))",
@@ -62,7 +63,8 @@ std::string redact(const std::string& url) {
 }  // namespace
 
 int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
@@ -74,7 +76,7 @@ std::optional<int64_t> process_start_time(pid_t pid) {
   if (close == std::string::npos) return std::nullopt;
   std::istringstream rest(text.substr(close + 1));
   std::string state;
-  rest >> state;  // field 3
+  rest >> state;                                          // field 3
   if (state == "Z" || state == "X") return std::nullopt;  // a zombie holds nothing
   std::string field;
   for (int i = 4; i <= 22; ++i)
@@ -96,20 +98,21 @@ bool holder_alive(const RunRecord& run, const std::string& self_machine, int64_t
 }
 
 Json RunRecord::to_json() const {
-  Json j = {{"id", id},
-            {"machine", machine_id},
-            {"slot", slot},
-            {"ordinal", ordinal},
-            {"policy_digest", policy_digest},
-            {"executor", executor.empty() ? Json(nullptr) : Json(executor)},
-            {"tier", tier ? Json(*tier) : Json(nullptr)},
-            {"kernel_facts", kernel_facts},
-            {"holder", {{"machine", holder.machine_id}, {"pid", holder.pid}, {"start_time", holder.start_time}}},
-            {"started_at_ms", started_at_ms},
-            {"heartbeat_at_ms", heartbeat_at_ms},
-            {"finished_at_ms", finished_at_ms ? Json(*finished_at_ms) : Json(nullptr)},
-            {"outcome", outcome},
-            {"live", live()}};
+  Json j = {
+      {"id", id},
+      {"machine", machine_id},
+      {"slot", slot},
+      {"ordinal", ordinal},
+      {"policy_digest", policy_digest},
+      {"executor", executor.empty() ? Json(nullptr) : Json(executor)},
+      {"tier", tier ? Json(*tier) : Json(nullptr)},
+      {"kernel_facts", kernel_facts},
+      {"holder", {{"machine", holder.machine_id}, {"pid", holder.pid}, {"start_time", holder.start_time}}},
+      {"started_at_ms", started_at_ms},
+      {"heartbeat_at_ms", heartbeat_at_ms},
+      {"finished_at_ms", finished_at_ms ? Json(*finished_at_ms) : Json(nullptr)},
+      {"outcome", outcome},
+      {"live", live()}};
   return j;
 }
 
@@ -120,15 +123,17 @@ Result<std::unique_ptr<Store>> Store::open(const std::string& url, const StoreOp
   } else if (url.starts_with("sqlite:")) {
     std::string path = url.substr(7);
     if (path.starts_with("//")) path = path.substr(2);
-    if (path.empty()) return fail(Code::ConfigError, fmt::format("store URL \"{}\" names no file", url), {{"store", url}});
+    if (path.empty())
+      return fail(Code::ConfigError, fmt::format("store URL \"{}\" names no file", url), {{"store", url}});
     s = TRY(open_sqlite(path, options));
   } else if (url.starts_with("/")) {
     s = TRY(open_sqlite(url, options));
   } else {
-    return fail(Code::ConfigError,
-                fmt::format("store URL \"{}\" is neither postgresql://... nor sqlite:PATH nor an absolute path",
-                            redact(url)),
-                {{"store", redact(url)}});
+    return fail(
+        Code::ConfigError,
+        fmt::format("store URL \"{}\" is neither postgresql://... nor sqlite:PATH nor an absolute path",
+                    redact(url)),
+        {{"store", redact(url)}});
   }
   if (auto m = s->migrate(); !m) return std::unexpected(std::move(m).error().fact("store", s->url()));
   return s;
@@ -159,14 +164,17 @@ Result<void> Store::migrate() {
     auto r = TRY(exec("SELECT version FROM airlock_schema"));
     int have = r.rows.empty() ? 0 : static_cast<int>(to_i64(r.rows[0][0]));
     if (have > kSchemaVersion)
-      return fail(Code::StoreSchemaNewer,
-                  fmt::format("the store's schema is version {}; this build knows versions up to {}: use a newer airlock",
-                              have, kSchemaVersion),
-                  {{"schema_version", have}, {"known", kSchemaVersion}});
+      return fail(
+          Code::StoreSchemaNewer,
+          fmt::format(
+              "the store's schema is version {}; this build knows versions up to {}: use a newer airlock",
+              have, kSchemaVersion),
+          {{"schema_version", have}, {"known", kSchemaVersion}});
     for (const auto& m : migrations()) {
       if (m.version <= have) continue;
       for (const char* sql : m.statements)
-        if (auto e = exec(sql); !e) return std::unexpected(std::move(e).error().context(fmt::format("migration {}", m.version)));
+        if (auto e = exec(sql); !e)
+          return std::unexpected(std::move(e).error().context(fmt::format("migration {}", m.version)));
       TRY(exec("UPDATE airlock_schema SET version = ?", {int64_t{m.version}}));
     }
     return {};
@@ -207,10 +215,10 @@ Result<void> Store::set_slot(const SlotRecord& s) {
     return fail(Code::ConfigError, fmt::format("max_sessions must be at least 1, not {}", *s.max_sessions),
                 {{"slot", s.name}, {"max_sessions", *s.max_sessions}});
   Param max = s.max_sessions ? Param{int64_t{*s.max_sessions}} : Param{nullptr};
-  TRY(exec_locked(
-      "INSERT INTO slots (machine_id, name, max_sessions) VALUES (?, ?, ?)"
-      " ON CONFLICT (machine_id, name) DO UPDATE SET max_sessions = excluded.max_sessions",
-      {s.machine_id, s.name, max}));
+  TRY(
+      exec_locked("INSERT INTO slots (machine_id, name, max_sessions) VALUES (?, ?, ?)"
+                  " ON CONFLICT (machine_id, name) DO UPDATE SET max_sessions = excluded.max_sessions",
+                  {s.machine_id, s.name, max}));
   return {};
 }
 
@@ -230,7 +238,9 @@ Result<SlotRecord> Store::slot(const std::string& machine_id, const std::string&
   const std::string select = "SELECT max_sessions FROM slots WHERE machine_id = ? AND name = ?";
   auto r = TRY(exec(select, {machine_id, name}));
   if (r.rows.empty() && name == kDefaultSlot) {
-    TRY(exec("INSERT INTO slots (machine_id, name, max_sessions) VALUES (?, ?, ?) ON CONFLICT (machine_id, name) DO NOTHING",
+    TRY(
+        exec("INSERT INTO slots (machine_id, name, max_sessions) VALUES (?, ?, ?) ON CONFLICT (machine_id, "
+             "name) DO NOTHING",
              {machine_id, name, int64_t{kDefaultSlotMaxSessions}}));
     r = TRY(exec(select, {machine_id, name}));
   }
@@ -239,7 +249,8 @@ Result<SlotRecord> Store::slot(const std::string& machine_id, const std::string&
   return s;
 }
 
-Result<std::vector<RunRecord>> Store::select_runs(const std::string& where, const std::vector<Param>& params) {
+Result<std::vector<RunRecord>> Store::select_runs(const std::string& where,
+                                                  const std::vector<Param>& params) {
   auto r = TRY(exec(fmt::format("SELECT {} FROM runs {}", kRunColumns, where), params));
   std::vector<RunRecord> out;
   for (const auto& row : r.rows) {
@@ -287,12 +298,12 @@ Result<RunRecord> Store::reserve(const RunRequest& req) {
     for (int attempt = 0; attempt < 2; ++attempt) {
       std::string id = random_id();
       int64_t now = now_ms();
-      auto ins = TRY(exec(
-          "INSERT INTO runs (id, machine_id, slot, ordinal, policy_digest, holder_machine, holder_pid,"
-          " holder_start_time, started_at, heartbeat_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-          " ON CONFLICT (machine_id, slot, ordinal) WHERE finished_at IS NULL DO NOTHING",
-          {id, req.machine_id, req.slot, int64_t{ordinal}, req.policy_digest, req.holder.machine_id, req.holder.pid,
-           req.holder.start_time, now, now}));
+      auto ins = TRY(
+          exec("INSERT INTO runs (id, machine_id, slot, ordinal, policy_digest, holder_machine, holder_pid,"
+               " holder_start_time, started_at, heartbeat_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+               " ON CONFLICT (machine_id, slot, ordinal) WHERE finished_at IS NULL DO NOTHING",
+               {id, req.machine_id, req.slot, int64_t{ordinal}, req.policy_digest, req.holder.machine_id,
+                req.holder.pid, req.holder.start_time, now, now}));
       if (ins.affected == 1) {
         auto runs = TRY(select_runs("WHERE id = ?", {id}));
         if (runs.empty()) return fail(Code::ConfigError, fmt::format("run {} vanished after its insert", id));
@@ -311,13 +322,18 @@ Result<RunRecord> Store::reserve(const RunRequest& req) {
   Json hj = Json::array();
   std::string names;
   for (const auto& h : holders) {
-    hj.push_back({{"run", h.id}, {"ordinal", h.ordinal}, {"machine", h.holder.machine_id}, {"pid", h.holder.pid}});
-    names += fmt::format("{}run {} (pid {} on {})", names.empty() ? "" : ", ", h.id, h.holder.pid, h.holder.machine_id);
+    hj.push_back(
+        {{"run", h.id}, {"ordinal", h.ordinal}, {"machine", h.holder.machine_id}, {"pid", h.holder.pid}});
+    names += fmt::format("{}run {} (pid {} on {})", names.empty() ? "" : ", ", h.id, h.holder.pid,
+                         h.holder.machine_id);
   }
   return fail(Code::CapacityExhausted,
               fmt::format("slot \"{}\" on machine {} carries {} of {} runs{}{}", req.slot, req.machine_id,
                           holders.size(), seats, names.empty() ? "" : "; held by ", names),
-              {{"slot", req.slot}, {"machine", req.machine_id}, {"carries", holders.size()}, {"may", seats},
+              {{"slot", req.slot},
+               {"machine", req.machine_id},
+               {"carries", holders.size()},
+               {"may", seats},
                {"holders", hj}});
 }
 
@@ -329,19 +345,22 @@ Result<void> Store::record_enforcement(const std::string& run_id, const std::str
 }
 
 Result<void> Store::heartbeat(const std::string& run_id) {
-  TRY(exec_locked("UPDATE runs SET heartbeat_at = ? WHERE id = ? AND finished_at IS NULL", {now_ms(), run_id}));
+  TRY(exec_locked("UPDATE runs SET heartbeat_at = ? WHERE id = ? AND finished_at IS NULL",
+                  {now_ms(), run_id}));
   return {};
 }
 
 Result<bool> Store::finish(const std::string& run_id, const std::string& outcome) {
-  auto r = TRY(exec_locked("UPDATE runs SET finished_at = ?, outcome = ? WHERE id = ? AND finished_at IS NULL",
-                           {now_ms(), outcome, run_id}));
+  auto r =
+      TRY(exec_locked("UPDATE runs SET finished_at = ?, outcome = ? WHERE id = ? AND finished_at IS NULL",
+                      {now_ms(), outcome, run_id}));
   return r.affected == 1;
 }
 
 Result<std::vector<RunRecord>> Store::runs(bool live_only) {
   std::lock_guard lock(mu_);
-  return select_runs(live_only ? "WHERE finished_at IS NULL ORDER BY started_at, id" : "ORDER BY started_at, id", {});
+  return select_runs(
+      live_only ? "WHERE finished_at IS NULL ORDER BY started_at, id" : "ORDER BY started_at, id", {});
 }
 
 Result<std::optional<RunRecord>> Store::run(const std::string& id) {

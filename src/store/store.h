@@ -66,13 +66,13 @@ struct RunRecord {
   std::string machine_id, slot;
   int ordinal = 0;
   std::string policy_digest;
-  std::string executor;         // empty until the session says what enforced
+  std::string executor;  // empty until the session says what enforced
   std::optional<int> tier;
   Json kernel_facts = nullptr;  // the facts measured for the run (JSON), null until known
   Holder holder;
   int64_t started_at_ms = 0, heartbeat_at_ms = 0;
   std::optional<int64_t> finished_at_ms;
-  std::string outcome;          // "exit 0", "signal 9", a refusal code, "holder_dead", ...
+  std::string outcome;  // "exit 0", "signal 9", a refusal code, "holder_dead", ...
   bool live() const { return !finished_at_ms.has_value(); }
   Json to_json() const;
 };
@@ -145,7 +145,8 @@ class Store {
   Result<void> migrate();
 
  private:
-  Result<std::optional<RunRecord>> live_run_at(const std::string& machine_id, const std::string& slot, int ordinal);
+  Result<std::optional<RunRecord>> live_run_at(const std::string& machine_id, const std::string& slot,
+                                               int ordinal);
   Result<std::vector<RunRecord>> select_runs(const std::string& where, const std::vector<Param>& params);
   Result<Rows> exec_locked(const std::string& sql, const std::vector<Param>& params = {});
 

@@ -7,9 +7,8 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <thread>
-
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "cli_support.h"
 #include "store_backend.h"
@@ -165,7 +164,8 @@ TEST(StoreCli, TwoMachinesSharingOnePostgresqlNeverOverAdmit) {
   // Six dispatchers, three acting as m-a and three as m-b, all for m-a's slot `gpu`.
   std::vector<pid_t> pids;
   for (int i = 0; i < 6; ++i)
-    pids.push_back(spawn(fx, as(i % 2 ? "m-b" : "m-a", {"run", "-q", "--slot", "m-a:gpu", "--", "sleep", "30"}),
+    pids.push_back(spawn(fx,
+                         as(i % 2 ? "m-b" : "m-a", {"run", "-q", "--slot", "m-a:gpu", "--", "sleep", "30"}),
                          logs / ("d" + std::to_string(i) + ".log")));
   // The losers are refused at once; the winners hold their seats for 30 s, so no seat frees
   // while the others try: exactly two may be admitted.

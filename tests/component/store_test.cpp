@@ -1,5 +1,7 @@
 // The run store against real backends (a SQLite file, a PostgreSQL server): capacity races
 // between processes, dead holders, migrations and a newer schema refused by name.
+#include "store/store.h"
+
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
@@ -11,7 +13,6 @@
 #include <thread>
 
 #include "cli_support.h"
-#include "store/store.h"
 #include "store_backend.h"
 
 namespace airlock::store {
@@ -25,7 +26,8 @@ class StoreTest : public ::testing::TestWithParam<std::string> {
     std::string why;
     db_ = BackendDb::make(GetParam(), &why);
     if (!db_) {
-      if (testing::require_all_tiers()) FAIL() << GetParam() << " required (AIRLOCK_REQUIRE_ALL_TIERS=1): " << why;
+      if (testing::require_all_tiers())
+        FAIL() << GetParam() << " required (AIRLOCK_REQUIRE_ALL_TIERS=1): " << why;
       GTEST_SKIP() << GetParam() << " unavailable: " << why;
     }
   }
@@ -70,7 +72,8 @@ struct Race {
   int release_w = -1;
 };
 
-Race start_race(const std::string& url, const RunRequest& proto, int n, const std::string& holder_machine_prefix = "") {
+Race start_race(const std::string& url, const RunRequest& proto, int n,
+                const std::string& holder_machine_prefix = "") {
   Race race;
   int results[2], release[2];
   EXPECT_EQ(::pipe(results), 0);
@@ -82,8 +85,9 @@ Race start_race(const std::string& url, const RunRequest& proto, int n, const st
       ::close(release[1]);
       RunRequest req = proto;
       // Separate processes each with their own connection: nothing shared but the database.
-      req.holder = Holder::self(holder_machine_prefix.empty() ? proto.holder.machine_id
-                                                              : holder_machine_prefix + std::to_string(i % 2));
+      req.holder =
+          Holder::self(holder_machine_prefix.empty() ? proto.holder.machine_id
+                                                     : holder_machine_prefix + std::to_string(i % 2));
       std::string line;
       std::string id;
       auto s = Store::open(url);
@@ -140,10 +144,13 @@ TEST_P(StoreTest, FiftyProcessesRacingForThreeSeatsAdmitExactlyThree) {
     ASSERT_EQ(race.lines.size(), 50u);
     int ok = 0, refused = 0;
     for (const auto& l : race.lines) {
-      if (l.starts_with("OK ")) ++ok;
-      else if (l.starts_with("REFUSED AIRLOCK_CAPACITY_EXHAUSTED ") && l.find("carries 3 of 3 runs") != std::string::npos)
+      if (l.starts_with("OK "))
+        ++ok;
+      else if (l.starts_with("REFUSED AIRLOCK_CAPACITY_EXHAUSTED ") &&
+               l.find("carries 3 of 3 runs") != std::string::npos)
         ++refused;
-      else ADD_FAILURE() << "round " << round << ": " << l;
+      else
+        ADD_FAILURE() << "round " << round << ": " << l;
     }
     EXPECT_EQ(ok, 3) << "round " << round;
     EXPECT_EQ(refused, 47) << "round " << round;
@@ -168,8 +175,10 @@ TEST_P(StoreTest, TwoMachinesRacingForOneMachinesSlotNeverOverAdmit) {
   ASSERT_EQ(race.lines.size(), 20u);
   int ok = 0;
   for (const auto& l : race.lines) {
-    if (l.starts_with("OK ")) ++ok;
-    else EXPECT_NE(l.find("carries 2 of 2 runs"), std::string::npos) << l;
+    if (l.starts_with("OK "))
+      ++ok;
+    else
+      EXPECT_NE(l.find("carries 2 of 2 runs"), std::string::npos) << l;
   }
   EXPECT_EQ(ok, 2);
   EXPECT_EQ(live_in(*s, "gpu"), 2u);
@@ -190,13 +199,15 @@ TEST_P(StoreTest, AHolderKilledWithSigkillIsFinalisedByTheNextReservation) {
     auto refused = s->reserve({"m-a", "solo", "digest", Holder::self("m-a")});
     ASSERT_FALSE(refused.has_value());
     EXPECT_EQ(refused.error().code, Code::CapacityExhausted);
-    EXPECT_NE(refused.error().message.find("carries 1 of 1 runs"), std::string::npos) << refused.error().message;
+    EXPECT_NE(refused.error().message.find("carries 1 of 1 runs"), std::string::npos)
+        << refused.error().message;
     EXPECT_NE(refused.error().message.find(dead_id), std::string::npos) << refused.error().message;
 
     ::kill(race.pids[0], SIGKILL);
     siginfo_t info{};
     // Reaped, or left a zombie (waited for without reaping): dead either way.
-    ASSERT_EQ(::waitid(P_PID, static_cast<id_t>(race.pids[0]), &info, WEXITED | (reap_first ? 0 : WNOWAIT)), 0);
+    ASSERT_EQ(::waitid(P_PID, static_cast<id_t>(race.pids[0]), &info, WEXITED | (reap_first ? 0 : WNOWAIT)),
+              0);
     auto next = s->reserve({"m-a", "solo", "digest", Holder::self("m-a")});
     ASSERT_TRUE(next.has_value()) << next.error().to_json().dump();
     EXPECT_EQ(next->ordinal, 0);
