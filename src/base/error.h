@@ -48,7 +48,9 @@ namespace airlock {
   X(ApprovalRequired, "AIRLOCK_APPROVAL_REQUIRED", "the action needs a person's approval")  \
   X(WriteBackRefused, "AIRLOCK_WRITE_BACK_REFUSED",                                         \
     "the session view holds an entry write-back refuses")                                  \
-  X(NotFound, "AIRLOCK_NOT_FOUND", "the path or tool named does not exist")
+  X(NotFound, "AIRLOCK_NOT_FOUND", "the path or tool named does not exist")                \
+  X(StoreSchemaNewer, "AIRLOCK_STORE_SCHEMA_NEWER",                                         \
+    "the run store's schema is newer than this build knows")
 
 enum class Code {
 #define AIRLOCK_X(e, name, meaning) e,

@@ -20,6 +20,8 @@ struct Globals {
   std::string state_dir;      // --state-dir, $AIRLOCK_STATE_DIR, or the per-user default
   std::string profile = "production";
   bool json = false;
+  std::string store_url;   // --store: postgresql://... or sqlite:PATH; default airlock.db in the state dir
+  std::string machine_id;  // --machine-id: act as this machine in the store (see store_support.h)
 };
 
 Result<plan::Profile> parse_profile(const std::string& s);

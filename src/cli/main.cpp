@@ -12,6 +12,8 @@ int main(int argc, char** argv) {
   app.add_option("--state-dir", g.state_dir, "state directory (receipts, session views)");
   app.add_option("--profile", g.profile, "production (default) or development")
       ->check(CLI::IsMember({"production", "development"}));
+  app.add_option("--store", g.store_url, "run store: postgresql://... or sqlite:PATH (default: airlock.db in the state dir)");
+  app.add_option("--machine-id", g.machine_id, "act as this machine in the run store (default: /etc/machine-id)");
   Action run;
   add_policy(app, g, run);
   add_doctor(app, g, run);
@@ -22,6 +24,7 @@ int main(int argc, char** argv) {
   add_receipts(app, g, run);
   add_broker_suite(app, g, run);
   add_probe(app, g, run);
+  add_store_verbs(app, g, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -21,5 +21,7 @@ void add_receipts(CLI::App& app, Globals& g, Action& run);
 void add_broker_suite(CLI::App& app, Globals& g, Action& run);
 // Hidden: `__probe`, the escape suite's scenario programs.
 void add_probe(CLI::App& app, Globals& g, Action& run);
+// `machine probe|list`, `slot set|list`, `runs list|show`: the run store.
+void add_store_verbs(CLI::App& app, Globals& g, Action& run);
 
 }  // namespace airlock::cli
