@@ -15,6 +15,7 @@
 #include "base/unique_fd.h"
 #include "broker/protocol.h"
 #include "broker/session.h"
+#include "cli/store_support.h"
 #include "cli/verbs.h"
 
 namespace airlock::cli {
@@ -22,6 +23,7 @@ namespace {
 
 struct SessionCliOptions {
   std::optional<std::string> policy_file, defaults, workspace;
+  std::string slot = store::kDefaultSlot;
 };
 
 // Lines from stdin, handed to the main thread in order. The reader acts on a "kill" at once
@@ -67,13 +69,23 @@ int session_verb(Globals& g, SessionCliOptions& o) {
   sigset_t mask = block_stop_signals();
   ::signal(SIGPIPE, SIG_IGN);  // a reader that went away is an EOF, not a crash
 
+  // A seat in the slot, as for `airlock run`: released with how the session ended.
+  auto held = reserve_seat(g, start->state_dir, o.slot, policy::digest(start->policy));
+  if (!held) {
+    emit({{"id", nullptr}, {"ok", false}, {"error", held.error().to_json()}});
+    return refuse(held.error(), false);
+  }
+  store::Seat& seat = *held->seat;
   broker::SessionOptions so(start->state_dir, start->profile, o.workspace);
   auto session = broker::Session::open(start->policy, start->facts, so);
   if (!session) {
+    seat.release(std::string(to_name(session.error().code)));
     emit({{"id", nullptr}, {"ok", false}, {"error", session.error().to_json()}});
     return refuse(session.error(), false);
   }
   auto& s = **session;
+  (void)seat.record_enforcement(std::string(policy::to_string(s.plan().executor)), s.plan().tier,
+                                plan::to_json(start->facts));
   // The first line says what was enforced, before any action is read.
   emit({{"id", nullptr},
         {"ok", true},
@@ -130,9 +142,13 @@ int session_verb(Globals& g, SessionCliOptions& o) {
     emit(broker::handle_request(s, *req));
   }
   // End of input without "close": the kill switch's rules, nothing written back.
+  // A session closed on request ends "closed"; one killed (by request, signal, budget, or
+  // the end of input) ends AIRLOCK_SESSION_KILLED.
+  bool closed = s.ended() && !s.killed();
   (void)s.kill("end of input");
   // The reader has returned (EOF or a signal): both close the inbox.
   reader.join();
+  seat.release(closed ? "closed" : std::string(to_name(Code::SessionKilled)));
   return 0;
 }
 
@@ -145,6 +161,7 @@ void add_session(CLI::App& app, Globals& g, Action& run) {
   cmd->add_option("--policy", o.policy_file, "task policy (JSON); the built-in default when absent");
   cmd->add_option("--defaults", o.defaults, "worker default policy");
   cmd->add_option("--workspace", o.workspace, "workspace directory (overrides the policy's)");
+  cmd->add_option("--slot", o.slot, "the slot whose seat the session takes: NAME or MACHINE:NAME (default: default)");
   cmd->callback([&g, &run] { run = [&g] { return session_verb(g, o); }; });
 }
 
