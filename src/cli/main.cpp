@@ -18,6 +18,8 @@ int main(int argc, char** argv) {
   add_plan(app, g, run);
   add_run(app, g, run);
   add_escape_suite(app, g, run);
+  add_tool(app, g, run);
+  add_ledger(app, g, run);
   add_probe(app, g, run);
   try {
     app.parse(argc, argv);

@@ -16,6 +16,8 @@ void add_doctor(CLI::App& app, Globals& g, Action& run);
 void add_plan(CLI::App& app, Globals& g, Action& run);
 void add_run(CLI::App& app, Globals& g, Action& run);
 void add_escape_suite(CLI::App& app, Globals& g, Action& run);
+void add_tool(CLI::App& app, Globals& g, Action& run);
+void add_ledger(CLI::App& app, Globals& g, Action& run);
 // Hidden: `__probe`, the escape suite's scenario programs.
 void add_probe(CLI::App& app, Globals& g, Action& run);
 

@@ -8,34 +8,15 @@
 #include <string_view>
 #include <vector>
 
+#include "base/effect_record.h"
 #include "base/error.h"
 #include "base/json_util.h"
 #include "base/unique_fd.h"
 
 namespace airlock::ledger {
 
-// Phase one: what is about to be dispatched, with everything needed to reconcile it if no
-// outcome ever follows.
-struct EffectIntent {
-  std::string attempt_id;  // minted per dispatch; the outcome carries the same one
-  std::string key;         // idempotency key
-  std::string tool;
-  std::string args_hash;   // sha256 of the canonical arguments
-  std::string run_id;
-  std::string span;
-  std::string workdir;     // host path of the call's working directory
-  int64_t started_at = 0;  // ms since the epoch
-};
-
-// Phase two: how it ended.
-struct EffectOutcome {
-  std::string attempt_id;
-  std::string key;
-  bool ok = false;
-  std::optional<Error> error;  // set when !ok: code and message as the caller saw them
-  int64_t finished_at = 0;     // ms since the epoch
-  double wall_ms = 0;
-};
+using airlock::EffectIntent;
+using airlock::EffectOutcome;
 
 // Bytes a repair cut from the tail and kept as a {"phase":"torn"} line.
 struct TornArtifact {
