@@ -1,4 +1,5 @@
-// The two records of a tool dispatch, as plain values: the executor fills them, the effect ledger writes them.
+// The two records of a tool dispatch as plain values, and the recorder interface: the executor
+// fills them, the effect ledger writes them.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +31,16 @@ struct EffectOutcome {
   std::optional<Error> error;  // set when !ok: code and message as the caller saw them
   int64_t finished_at = 0;     // ms since the epoch
   double wall_ms = 0;
+};
+
+// Where dispatches are recorded; the effect ledger is one. intent() must be durable when it
+// returns: the effect is dispatched only after it. A recorder without the intent capability
+// records nothing there and the whole dispatch in outcome().
+class DispatchRecorder {
+ public:
+  virtual ~DispatchRecorder() = default;
+  virtual Result<void> intent(const EffectIntent& intent) = 0;
+  virtual Result<void> outcome(const EffectIntent& intent, const EffectOutcome& outcome) = 0;
 };
 
 }  // namespace airlock

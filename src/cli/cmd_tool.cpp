@@ -24,23 +24,6 @@ struct ToolOptions {
   bool credentials_env = false, fsync = false, single_record = false, quiet = false;
 };
 
-// The effect ledger as the executor's recorder: two phases, or one line after the dispatch
-// when the ledger keeps the single-record form.
-class LedgerRecorder final : public exec::DispatchRecorder {
- public:
-  explicit LedgerRecorder(ledger::EffectLedger& led) : led_(led) {}
-  Result<void> intent(const EffectIntent& i) override {
-    if (!led_.intents()) return {};
-    return led_.append_intent(i);
-  }
-  Result<void> outcome(const EffectIntent& i, const EffectOutcome& o) override {
-    return led_.intents() ? led_.append_outcome(o) : led_.append_single(i, o);
-  }
-
- private:
-  ledger::EffectLedger& led_;
-};
-
 // A run file holds the run's keying: made at a fresh start, read back (never re-minted) on resume.
 Result<ledger::RunKeying> load_or_start_run(const ToolOptions& o) {
   if (!o.run_file) return ledger::start_run(o.run_id.value_or(random_id()));
@@ -88,9 +71,8 @@ int tool_call(Globals& g, const ToolOptions& o) {
   if (o.credentials_command)
     creds = exec::credentials_from_command(
         *o.credentials_command, o.credentials_env ? exec::CredentialDelivery::Env : exec::CredentialDelivery::Pipe);
-  LedgerRecorder recorder(*led);
   exec::ToolCall call{tool, *args, *key, run->run_id, o.span.empty() ? fmt::format("step-{}.{}", o.step, o.ordinal) : o.span};
-  auto r = exec::call_tool_program(*ex->executor, ex->dirs, call, recorder, creds ? &*creds : nullptr);
+  auto r = exec::call_tool_program(*ex->executor, ex->dirs, call, *led, creds ? &*creds : nullptr);
   if (!r) return refuse(r.error(), g.json);
   if (g.json)
     std::printf("%s\n", Json({{"result", r->result},

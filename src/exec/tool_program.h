@@ -41,14 +41,7 @@ struct CredentialProvider {
 // credential. A non-zero exit, or nothing within 30 s, is AIRLOCK_CONFIG_ERROR.
 CredentialProvider credentials_from_command(std::string command, CredentialDelivery delivery);
 
-// Where dispatches are recorded (the effect ledger, through an adapter above this layer).
-// intent() must be durable when it returns: the effect is dispatched only after it.
-class DispatchRecorder {
- public:
-  virtual ~DispatchRecorder() = default;
-  virtual Result<void> intent(const EffectIntent& intent) = 0;
-  virtual Result<void> outcome(const EffectIntent& intent, const EffectOutcome& outcome) = 0;
-};
+using airlock::DispatchRecorder;
 
 struct ToolCallResult {
   Json result;  // the program's stdout as JSON; null when it wrote nothing

@@ -389,6 +389,15 @@ Result<void> EffectLedger::append_single(const EffectIntent& intent, const Effec
   return append_line(single_record(intent, outcome), options_.fsync);
 }
 
+Result<void> EffectLedger::intent(const EffectIntent& i) {
+  if (!options_.intents) return {};
+  return append_intent(i);
+}
+
+Result<void> EffectLedger::outcome(const EffectIntent& i, const EffectOutcome& o) {
+  return options_.intents ? append_outcome(o) : append_single(i, o);
+}
+
 // ---- the scanner -----------------------------------------------------------------------------
 
 Json LedgerScan::to_json() const {

@@ -17,6 +17,7 @@ namespace airlock::ledger {
 
 using airlock::EffectIntent;
 using airlock::EffectOutcome;
+using airlock::DispatchRecorder;
 
 // Bytes a repair cut from the tail and kept as a {"phase":"torn"} line.
 struct TornArtifact {
@@ -100,7 +101,7 @@ inline constexpr int64_t kRepairLockStaleMs = 10'000;
 
 // The one writer of a ledger path. Not thread-safe; one writer per path (a second process may
 // open the path after a crash: the repair is exclusive between processes).
-class EffectLedger {
+class EffectLedger final : public DispatchRecorder {
  public:
   // Opens (creating, mode 0600) and repairs the tail under <path>.repair-lock. Errors are
   // AIRLOCK_LEDGER_WRITE_FAILED.
@@ -112,6 +113,10 @@ class EffectLedger {
   Result<void> append_intent(const EffectIntent& intent);
   Result<void> append_outcome(const EffectOutcome& outcome);
   Result<void> append_single(const EffectIntent& intent, const EffectOutcome& outcome);
+
+  // As a DispatchRecorder: two phases, or (without intents) one single record in outcome().
+  Result<void> intent(const EffectIntent& intent) override;
+  Result<void> outcome(const EffectIntent& intent, const EffectOutcome& outcome) override;
 
   bool intents() const { return options_.intents; }
   const RepairReport& repair() const { return repair_; }
