@@ -43,12 +43,11 @@ std::string enforced_summary(const Json& e) {
 }
 
 int run_verb(Globals& g, RunOptions& o) {
-  auto profile = parse_profile(g.profile);
-  if (!profile) return refuse(profile.error(), g.json);
-  auto state = resolve_state_dir(g.state_dir);
-  if (!state) return refuse(state.error(), g.json);
-  auto pol = load_policy(o.defaults, o.policy_file);
-  if (!pol) return refuse(pol.error(), g.json);
+  auto basics = load_basics(g, o.defaults, o.policy_file);
+  if (!basics) return refuse(basics.error(), g.json);
+  auto* profile = &basics->profile;
+  auto* state = &basics->state_dir;
+  auto* pol = &basics->policy;
   plan::HostFacts facts = linux::probe_host(plan::fact_needs(*pol));
 
   // SIGINT/SIGTERM/SIGHUP stop the command (and everything it started); a thread waits for them.

@@ -39,12 +39,9 @@ Result<ledger::RunKeying> load_or_start_run(const ToolOptions& o) {
 }
 
 int tool_call(Globals& g, const ToolOptions& o) {
-  auto profile = parse_profile(g.profile);
-  if (!profile) return refuse(profile.error(), g.json);
-  auto state = resolve_state_dir(g.state_dir);
-  if (!state) return refuse(state.error(), g.json);
-  auto pol = load_policy(o.defaults, o.policy_file);
-  if (!pol) return refuse(pol.error(), g.json);
+  auto basics = load_basics(g, o.defaults, o.policy_file);
+  if (!basics) return refuse(basics.error(), g.json);
+  const policy::TaskPolicy* pol = &basics->policy;
   const policy::Tool* tool = nullptr;
   for (const auto& t : pol->tools)
     if (t.name == o.tool) tool = &t;
@@ -60,7 +57,8 @@ int tool_call(Globals& g, const ToolOptions& o) {
 
   auto led = ledger::EffectLedger::open(o.ledger, {.intents = !o.single_record, .fsync = o.fsync});
   if (!led) return refuse(led.error(), g.json);
-  auto ex = exec::open_owned_executor(*pol, linux::probe_host(plan::fact_needs(*pol)), *profile, *state, o.workspace);
+  auto ex = exec::open_owned_executor(*pol, linux::probe_host(plan::fact_needs(*pol)), basics->profile,
+                                      basics->state_dir, o.workspace);
   if (!ex) return refuse(ex.error(), g.json);
   if (!o.quiet && !g.json)
     std::fprintf(stderr, "airlock: tool %s on the %s executor, key %s\n", tool->name.c_str(),

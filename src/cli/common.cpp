@@ -57,4 +57,12 @@ Result<policy::TaskPolicy> load_policy(const std::optional<std::string>& default
 
 std::string yes_no(bool b) { return b ? "yes" : "no"; }
 
+Result<VerbBasics> load_basics(const Globals& g, const std::optional<std::string>& defaults_file,
+                               const std::optional<std::string>& policy_file) {
+  auto profile = TRY(parse_profile(g.profile));
+  auto state = TRY(resolve_state_dir(g.state_dir));
+  auto pol = TRY(load_policy(defaults_file, policy_file));
+  return VerbBasics{profile, std::move(state), std::move(pol)};
+}
+
 }  // namespace airlock::cli

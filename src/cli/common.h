@@ -31,4 +31,13 @@ Result<policy::TaskPolicy> load_policy(const std::optional<std::string>& default
 
 std::string yes_no(bool b);
 
+// What every verb that runs something starts from: the profile, the state directory, the policy.
+struct VerbBasics {
+  plan::Profile profile;
+  std::string state_dir;
+  policy::TaskPolicy policy;
+};
+Result<VerbBasics> load_basics(const Globals& g, const std::optional<std::string>& defaults_file,
+                               const std::optional<std::string>& policy_file);
+
 }  // namespace airlock::cli

@@ -94,13 +94,7 @@ Result<UniqueFd> secret_pipe(std::string_view secret) {
   if (secret.size() > 60 * 1024)
     return fail(Code::ConfigError, "the credentials are larger than 60 KiB, more than a pipe holds",
                 {{"bytes", secret.size()}});
-  size_t done = 0;
-  while (done < secret.size()) {
-    ssize_t n = ::write(wr.get(), secret.data() + done, secret.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return fail_errno(Code::ConfigError, "write credentials", errno);
-    done += static_cast<size_t>(n);
-  }
+  TRY(write_all(wr.get(), secret, Code::ConfigError, "write credentials"));
   return rd;
 }
 

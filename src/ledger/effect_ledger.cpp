@@ -356,14 +356,9 @@ Result<void> EffectLedger::append_line(const Json& record, bool sync) {
     return fail(Code::LedgerWriteFailed, "an earlier write to this ledger failed; reopen it to repair",
                 {{"path", path_}});
   std::string line = canonical_json(record) + "\n";
-  ssize_t n;
-  do {
-    n = ::write(fd_.get(), line.data(), line.size());
-  } while (n < 0 && errno == EINTR);
-  if (n != static_cast<ssize_t>(line.size())) {
+  if (auto w = append_record(fd_.get(), line, Code::LedgerWriteFailed, "append to the effect ledger " + path_); !w) {
     broken_ = true;
-    int err = n < 0 ? errno : ENOSPC;
-    return fail_errno(Code::LedgerWriteFailed, "append to the effect ledger " + path_, err);
+    return w;
   }
   if (sync && ::fdatasync(fd_.get()) < 0) {
     broken_ = true;
