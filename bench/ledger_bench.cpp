@@ -15,15 +15,16 @@ namespace {
 
 using namespace airlock;
 
-// A directory of its own under $TMPDIR (or /tmp), removed at exit.
+// A directory of its own under $TMPDIR (or /tmp), removed at exit. Never destroyed itself: the
+// exit handler, registered during its construction, runs after static destructors would.
 const std::string& bench_dir() {
-  static const std::string dir = [] {
+  static const std::string& dir = *new std::string([] {
     const char* t = ::getenv("TMPDIR");
     std::string templ = std::string(t && *t ? t : "/tmp") + "/airlock-ledger-bench-XXXXXX";
     if (!::mkdtemp(templ.data())) std::abort();
     std::atexit([] { (void)remove_tree(bench_dir()); });
     return templ;
-  }();
+  }());
   return dir;
 }
 
