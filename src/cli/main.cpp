@@ -23,6 +23,8 @@ int main(int argc, char** argv) {
   add_session(app, g, run);
   add_receipts(app, g, run);
   add_broker_suite(app, g, run);
+  add_tool(app, g, run);
+  add_ledger(app, g, run);
   add_probe(app, g, run);
   add_store_verbs(app, g, run);
   try {

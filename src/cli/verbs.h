@@ -19,6 +19,8 @@ void add_escape_suite(CLI::App& app, Globals& g, Action& run);
 void add_session(CLI::App& app, Globals& g, Action& run);
 void add_receipts(CLI::App& app, Globals& g, Action& run);
 void add_broker_suite(CLI::App& app, Globals& g, Action& run);
+void add_tool(CLI::App& app, Globals& g, Action& run);
+void add_ledger(CLI::App& app, Globals& g, Action& run);
 // Hidden: `__probe`, the escape suite's scenario programs.
 void add_probe(CLI::App& app, Globals& g, Action& run);
 // `machine probe|list`, `slot set|list`, `runs list|show`: the run store.
