@@ -29,17 +29,10 @@ void on_signal(int) {
   if (g_signal_pipe >= 0) (void)!::write(g_signal_pipe, "x", 1);
 }
 
-int escape_verb(Globals& g, const EscapeOptions& o) {
-  auto profile = parse_profile(g.profile);
-  if (!profile) return refuse(profile.error(), g.json);
-  auto state = resolve_state_dir(g.state_dir);
-  if (!state) return refuse(state.error(), g.json);
+}  // namespace
 
-  escape::SuiteOptions so;
-  so.state_dir = *state;
-  so.profile = *profile;
-  if (!o.executor.empty()) so.executor = policy::executor_from_string(o.executor);
-  if (!g.json && ::isatty(2))
+Result<escape::SuiteReport> run_escape_suite(escape::SuiteOptions so, bool json) {
+  if (!json && ::isatty(2))
     so.on_result = [](const escape::TierResult& t, const escape::ScenarioResult& r) {
       std::fprintf(stderr, "airlock: %-10s %-30s %s (%.1f s)\n",
                    std::string(policy::to_string(t.executor)).c_str(),
@@ -50,8 +43,7 @@ int escape_verb(Globals& g, const EscapeOptions& o) {
 
   // A signal cancels the suite, which then stops the running probe and removes its canaries.
   int sp[2];
-  if (::pipe2(sp, O_CLOEXEC) < 0)
-    return refuse(fail_errno(Code::ConfigError, "pipe2", errno).error(), g.json);
+  if (::pipe2(sp, O_CLOEXEC) < 0) return fail_errno(Code::ConfigError, "pipe2", errno);
   UniqueFd sig_read(sp[0]), sig_write(sp[1]);
   UniqueFd donefd(::eventfd(0, EFD_CLOEXEC));
   g_signal_pipe = sig_write.get();
@@ -78,13 +70,32 @@ int escape_verb(Globals& g, const EscapeOptions& o) {
   dfl.sa_handler = SIG_DFL;
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &dfl, nullptr);
   g_signal_pipe = -1;
+  return report;
+}
 
-  if (!report) return refuse(report.error(), g.json);
+void print_escape_report(const escape::SuiteReport& report, bool json) {
   // Replace, not throw: a probe's stderr in the details may hold any bytes.
-  if (g.json)
-    std::printf("%s\n", report->to_json().dump(2, ' ', false, Json::error_handler_t::replace).c_str());
+  if (json)
+    std::printf("%s\n", report.to_json().dump(2, ' ', false, Json::error_handler_t::replace).c_str());
   else
-    std::fputs(report->to_text().c_str(), stdout);
+    std::fputs(report.to_text().c_str(), stdout);
+}
+
+namespace {
+
+int escape_verb(Globals& g, const EscapeOptions& o) {
+  auto profile = parse_profile(g.profile);
+  if (!profile) return refuse(profile.error(), g.json);
+  auto state = resolve_state_dir(g.state_dir);
+  if (!state) return refuse(state.error(), g.json);
+
+  escape::SuiteOptions so;
+  so.state_dir = *state;
+  so.profile = *profile;
+  if (!o.executor.empty()) so.executor = policy::executor_from_string(o.executor);
+  auto report = run_escape_suite(so, g.json);
+  if (!report) return refuse(report.error(), g.json);
+  print_escape_report(*report, g.json);
   return report->ok() ? 0 : 1;
 }
 

@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "base/fs.h"
+#include "exec/vm_image.h"
 #include "linux/probe.h"
 
 namespace airlock::cli {
@@ -63,7 +64,9 @@ Result<SessionStart> prepare_session(const Globals& g, const std::optional<std::
   auto profile = TRY(parse_profile(g.profile));
   auto state = TRY(resolve_state_dir(g.state_dir));
   auto pol = TRY(load_policy(defaults_file, policy_file));
-  plan::HostFacts facts = linux::probe_host(plan::fact_needs(pol));
+  auto needs = plan::fact_needs(pol);
+  plan::HostFacts facts = linux::probe_host(needs);
+  if (needs.kvm) exec::probe_microvm(facts, state);
   return SessionStart{profile, std::move(state), std::move(pol), std::move(facts)};
 }
 

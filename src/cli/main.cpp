@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   add_broker_suite(app, g, run);
   add_tool(app, g, run);
   add_ledger(app, g, run);
+  add_vm(app, g, run);
   add_probe(app, g, run);
   add_store_verbs(app, g, run);
   try {

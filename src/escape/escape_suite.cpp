@@ -21,6 +21,7 @@
 #include "base/unique_fd.h"
 #include "broker/session.h"
 #include "escape/canaries.h"
+#include "exec/vm_image.h"
 #include "linux/probe.h"
 
 namespace airlock::escape {
@@ -895,6 +896,10 @@ Result<SuiteReport> Suite::run() {
     needs.kvm |= n.kvm;
   }
   plan::HostFacts facts = linux::probe_host(needs);
+  if (needs.kvm) {
+    if (opts_.microvm) facts.microvm = *opts_.microvm;
+    else exec::probe_microvm(facts, opts_.state_dir);
+  }
   rep.kernel = facts.kernel_release;
 
   // A child subreaper for the run: what a probe leaves behind after its supervisor is gone comes

@@ -157,6 +157,9 @@ struct SuiteOptions {
   // The one executor to test, or nullopt: every executor (host only in the development profile);
   // those not part of this build are then listed as skipped.
   std::optional<policy::ExecutorKind> executor;
+  // The microVM tier's facts to test with (`airlock vm verify` passes the image and acceleration it
+  // is verifying); nullopt: as exec::probe_microvm finds them.
+  std::optional<plan::VmFacts> microvm;
   // The airlock binary that is the probe; it is copied into every workspace the suite makes.
   std::string airlock_binary = "/proc/self/exe";
   // Called after each scenario (progress); may be empty.

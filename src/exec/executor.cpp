@@ -3,6 +3,8 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
+
 #include "policy/task_policy.h"
 
 namespace airlock::exec {
@@ -22,6 +24,42 @@ Json RunOutcome::to_json() const {
           {"max_rss_kb", max_rss_kb},
           {"teardown_ms", teardown_ms},
           {"teardown_verified", teardown_verified}};
+}
+
+std::string workspace_inside(const std::string& workspace) {
+  if (workspace.empty()) return "/workspace";
+  for (const char* reserved : {"/tmp", "/proc", "/dev", "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32",
+                               "/lib64", "/libx32"}) {
+    std::string r = reserved;
+    if (workspace == r || workspace.rfind(r + "/", 0) == 0) return "/workspace";
+  }
+  return workspace == "/" ? "/workspace" : workspace;
+}
+
+Result<std::string> sandbox_path(const std::string& host, const SessionDirs& dirs,
+                                 const std::optional<std::string>& inside) {
+  if (host.empty()) return inside ? *inside : dirs.view;
+  auto beneath = [&](const std::string& dir) -> std::optional<std::string> {
+    if (host == dir) return std::string();
+    if (host.starts_with(dir + "/") && host.find("/..") == std::string::npos) return host.substr(dir.size());
+    return std::nullopt;
+  };
+  if (auto rest = beneath(dirs.scratch)) return inside ? "/tmp" + *rest : host;
+  if (auto rest = beneath(dirs.view)) return inside ? *inside + *rest : host;
+  return fail(Code::PolicyInvalid,
+              fmt::format("the working directory {} is neither in the session's view nor in its scratch directory",
+                          host),
+              {{"cwd", host}});
+}
+
+std::vector<std::string> sandbox_environment(const plan::ExecutionPlan& plan, const std::string& home,
+                                             const std::string& tmp, const std::string& pwd,
+                                             const std::string& session_id) {
+  std::vector<std::string> env = {std::string("PATH=") + std::string(policy::kTrustedPath), "HOME=" + home,
+                                  "TMPDIR=" + tmp, "PWD=" + pwd, "AIRLOCK_SESSION=" + session_id};
+  for (const auto& name : plan.env_passthrough)
+    if (const char* v = ::getenv(name.c_str())) env.push_back(name + "=" + v);
+  return env;
 }
 
 Result<std::string> resolve_program(const std::string& name, const std::string& cwd) {

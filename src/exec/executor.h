@@ -64,6 +64,24 @@ class Executor {
 Result<std::unique_ptr<Executor>> make_executor(const plan::ExecutionPlan& plan, const SessionDirs& dirs,
                                                 const std::string& session_id, const std::string& workspace);
 
+// Where the namespaces and microvm tiers show the view: at the workspace's own path, unless that
+// path lies beneath something the new root provides itself (/tmp is the writable scratch
+// directory, and Landlock grants a mount point's ancestors' rights to what is mounted there).
+std::string workspace_inside(const std::string& workspace);
+
+// Where a host path in the session's view or scratch directory appears inside the sandbox: a
+// tier with a root of its own shows the scratch directory at /tmp and the view at `inside`;
+// without one (nullopt) host paths are what the command sees. "" is the view's root. Anything
+// else is not visible in the sandbox at all: AIRLOCK_POLICY_INVALID.
+Result<std::string> sandbox_path(const std::string& host, const SessionDirs& dirs,
+                                 const std::optional<std::string>& inside);
+
+// The command's environment: the trusted PATH, HOME (the view), TMPDIR, PWD, AIRLOCK_SESSION and
+// the plan's pass-through variables that are set here.
+std::vector<std::string> sandbox_environment(const plan::ExecutionPlan& plan, const std::string& home,
+                                             const std::string& tmp, const std::string& pwd,
+                                             const std::string& session_id);
+
 // Resolves a program name against policy::kTrustedPath (names with a slash are kept).
 Result<std::string> resolve_program(const std::string& name, const std::string& cwd);
 

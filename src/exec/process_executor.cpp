@@ -14,6 +14,7 @@
 
 #include "base/fs.h"
 #include "exec/executor.h"
+#include "exec/microvm_executor.h"
 #include "linux/apply.h"
 #include "linux/cgroup.h"
 #include "linux/landlock.h"
@@ -23,19 +24,6 @@
 
 namespace airlock::exec {
 namespace {
-
-// Where the namespaces tier shows the view: at the workspace's own path, unless that path lies
-// beneath something the new root provides itself (/tmp is the writable scratch directory, and
-// Landlock grants a mount point's ancestors' rights to what is mounted there).
-std::string workspace_inside(const std::string& workspace) {
-  if (workspace.empty()) return "/workspace";
-  for (const char* reserved : {"/tmp", "/proc", "/dev", "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32",
-                               "/lib64", "/libx32"}) {
-    std::string r = reserved;
-    if (workspace == r || workspace.rfind(r + "/", 0) == 0) return "/workspace";
-  }
-  return workspace == "/" ? "/workspace" : workspace;
-}
 
 class ProcessExecutor final : public Executor {
  public:
@@ -214,32 +202,12 @@ class ProcessExecutor final : public Executor {
     return !text || text->find(" " + path) != std::string::npos;
   }
 
-  // Where a host path in the view or scratch directory appears inside the sandbox: the
-  // namespaces tier mounts the scratch directory at /tmp and the view at inside_; the other
-  // tiers see host paths as they are. Anything else is not visible in the sandbox at all.
   Result<std::string> visible_path(const std::string& host) const {
-    if (host.empty()) return inside_;
-    auto beneath = [&](const std::string& dir) -> std::optional<std::string> {
-      if (host == dir) return std::string();
-      if (host.starts_with(dir + "/") && host.find("/..") == std::string::npos) return host.substr(dir.size());
-      return std::nullopt;
-    };
-    if (auto rest = beneath(dirs_.scratch)) return plan_.namespaces ? "/tmp" + *rest : host;
-    if (auto rest = beneath(dirs_.view)) return plan_.namespaces ? inside_ + *rest : host;
-    return fail(Code::PolicyInvalid,
-                fmt::format("the working directory {} is neither in the session's view nor in its scratch directory",
-                            host),
-                {{"cwd", host}});
+    return plan_.namespaces ? sandbox_path(host, dirs_, inside_) : sandbox_path(host, dirs_, std::nullopt);
   }
 
   std::vector<std::string> environment(const std::string& pwd) const {
-    std::string tmp = plan_.namespaces ? "/tmp" : dirs_.scratch;
-    std::vector<std::string> env = {std::string("PATH=") + std::string(policy::kTrustedPath),
-                                    "HOME=" + inside_, "TMPDIR=" + tmp,
-                                    "PWD=" + pwd, "AIRLOCK_SESSION=" + session_id_};
-    for (const auto& name : plan_.env_passthrough)
-      if (const char* v = ::getenv(name.c_str())) env.push_back(name + "=" + v);
-    return env;
+    return sandbox_environment(plan_, inside_, plan_.namespaces ? "/tmp" : dirs_.scratch, pwd, session_id_);
   }
 
   plan::ExecutionPlan plan_;
@@ -271,8 +239,9 @@ Result<std::unique_ptr<Executor>> make_executor(const plan::ExecutionPlan& plan,
       TRY(ex->prepare());
       return std::unique_ptr<Executor>(std::move(ex));
     }
-    case policy::ExecutorKind::Container:
     case policy::ExecutorKind::Microvm:
+      return make_microvm_executor(plan, dirs, session_id, workspace);
+    case policy::ExecutorKind::Container:
     case policy::ExecutorKind::Auto:
       break;
   }

@@ -27,6 +27,14 @@ Json to_json(const HostFacts& f) {
       {"cgroup_v2_controllers", f.cgroup_v2_controllers},
       {"cgroup_v1_writable", f.cgroup_v1_writable},
       {"kvm_usable", f.kvm_usable},
+      {"microvm",
+       {{"kernel", f.microvm.kernel},
+        {"kernel_sha256", f.microvm.kernel_sha256},
+        {"initramfs", f.microvm.initramfs},
+        {"initramfs_sha256", f.microvm.initramfs_sha256},
+        {"acceleration", f.microvm.acceleration},
+        {"verified", f.microvm.verified},
+        {"tsc_khz", f.microvm.tsc_khz}}},
       {"reasons", std::move(reasons)},
   };
 }
@@ -90,6 +98,24 @@ Result<HostFacts> host_facts_from_json(const Json& j) {
       f.cgroup_v1_writable = TRY(get_string_list(v, path));
     } else if (key == "kvm_usable") {
       f.kvm_usable = TRY(get_bool(v, path));
+    } else if (key == "microvm") {
+      if (!v.is_object()) return refuse(path, "must be an object");
+      for (const auto& [mk, mv] : v.items()) {
+        const std::string mpath = path_join(path, mk);
+        if (mk == "kernel") f.microvm.kernel = TRY(get_string(mv, mpath));
+        else if (mk == "kernel_sha256") f.microvm.kernel_sha256 = TRY(get_string(mv, mpath));
+        else if (mk == "initramfs") f.microvm.initramfs = TRY(get_string(mv, mpath));
+        else if (mk == "initramfs_sha256") f.microvm.initramfs_sha256 = TRY(get_string(mv, mpath));
+        else if (mk == "acceleration") {
+          f.microvm.acceleration = TRY(get_string(mv, mpath));
+          if (f.microvm.acceleration != "" && f.microvm.acceleration != "kvm" && f.microvm.acceleration != "tcg")
+            return refuse(mpath, "must be \"kvm\", \"tcg\" or \"\"");
+        } else if (mk == "verified") f.microvm.verified = TRY(get_bool(mv, mpath));
+        else if (mk == "tsc_khz") {
+          if (!mv.is_number_unsigned()) return refuse(mpath, "must be a non-negative integer");
+          f.microvm.tsc_khz = mv.get<uint64_t>();
+        } else return refuse(mpath, "is not a known host fact");
+      }
     } else if (key == "reasons") {
       if (!v.is_object()) return refuse(path, "must be an object of strings");
       for (const auto& [rk, rv] : v.items()) f.reasons[rk] = TRY(get_string(rv, path_join(path, rk)));
@@ -106,7 +132,7 @@ HostFacts facts_nothing() {
   constexpr std::string_view kAbsent = "absent (synthetic host)";
   for (const char* fact :
        {"landlock_abi", "seccomp_filter", "no_new_privs", "user_namespaces", "overlayfs_in_userns",
-        "cgroup_v2_controllers", "cgroup_v1_writable", "kvm_usable"})
+        "cgroup_v2_controllers", "cgroup_v1_writable", "kvm_usable", "microvm"})
     f.reasons[fact] = std::string(kAbsent);
   return f;
 }
@@ -122,6 +148,8 @@ HostFacts facts_everything() {
   f.overlayfs_in_userns = true;
   f.cgroup_v2_controllers = {"cpu", "memory", "pids"};
   f.kvm_usable = true;
+  f.microvm = {"/cache/vm/vmlinux", std::string(64, 'a'), "/cache/vm/initramfs.cpio", std::string(64, 'b'), "kvm", true,
+               2000000};
   return f;
 }
 

@@ -14,6 +14,16 @@ namespace airlock::plan {
 // Landlock ABI versions this build knows the rights of (6.15+ kernels report 7).
 inline constexpr int kLandlockAbiKnown = 7;
 
+// The microVM tier's facts: the guest image in the cache and what `airlock vm verify` recorded
+// for it on this host (exec::probe_microvm). Acceleration is measured by booting a guest.
+struct VmFacts {
+  std::string kernel, kernel_sha256;        // "" when the cache holds no verified image
+  std::string initramfs, initramfs_sha256;
+  std::string acceleration;  // "kvm" | "tcg": what booted the guest when verify ran
+  bool verified = false;     // the escape suite passed against a real guest with this image here
+  uint64_t tsc_khz = 0;      // the host's TSC frequency: a TCG guest skips calibrating its clock
+};
+
 struct HostFacts {
   std::string kernel_release;
   bool running_as_root = false;      // effective uid 0
@@ -25,6 +35,7 @@ struct HostFacts {
   std::vector<std::string> cgroup_v2_controllers;  // delegated to a subtree we may write
   std::vector<std::string> cgroup_v1_writable;     // v1 controllers whose hierarchy we may write
   bool kvm_usable = false;           // /dev/kvm opens and KVM_CREATE_VM succeeds
+  VmFacts microvm;                   // reasons["microvm"] says why it is not verified
   // Why a fact is false, keyed by fact name ("landlock_abi", "user_namespaces", ...).
   std::map<std::string, std::string> reasons;
 

@@ -100,7 +100,8 @@ constexpr const char* kEtcFiles[] = {"/etc/ld.so.cache",   "/etc/ld.so.conf",   
 
 // Executors this build can apply. The others are planned for and refused by name.
 bool built(ExecutorKind e) {
-  return e == ExecutorKind::Host || e == ExecutorKind::Landlock || e == ExecutorKind::Namespaces;
+  return e == ExecutorKind::Host || e == ExecutorKind::Landlock || e == ExecutorKind::Namespaces ||
+         e == ExecutorKind::Microvm;
 }
 
 // Which cgroup version gives memory, pids and cpu together; v2 preferred.
@@ -255,8 +256,26 @@ Candidate assess(ExecutorKind e, const HostFacts& f, Profile profile) {
                              *cgroup_version(f), f.landlock_abi >= 3 ? "; Landlock and seccomp inside" : "; seccomp inside");
       return c;
     }
+    case ExecutorKind::Microvm: {
+      // QEMU runs inside the namespaces tier: without that wall there is no microVM tier.
+      Candidate ns = assess(ExecutorKind::Namespaces, f, profile);
+      if (!ns.available) {
+        c.reason = "QEMU runs confined by the namespaces tier, which is unavailable: " + ns.reason;
+        return c;
+      }
+      if (!f.microvm.verified) {
+        auto it = f.reasons.find("microvm");
+        c.reason = it != f.reasons.end() ? it->second
+                                         : std::string("the escape suite has not passed against a guest on this host: "
+                                                       "run `airlock vm verify`");
+        return c;
+      }
+      c.available = true;
+      c.reason = fmt::format("a guest kernel of its own under QEMU ({}), QEMU inside the namespaces tier",
+                             f.microvm.acceleration);
+      return c;
+    }
     case ExecutorKind::Container:
-    case ExecutorKind::Microvm:
       if (!built(e)) {
         c.reason = fmt::format("the {} executor is not part of this build", policy::to_string(e));
         return c;
@@ -344,7 +363,7 @@ Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& p, const HostFact
     auto mechanism = process_mechanism(f);
     if (!mechanism) plan.relaxations.push_back("processes: not limited for uid 0");
     plan.limits = limits_plan(p, mechanism.value_or(ProcessLimitMechanism::RlimitNproc));
-  } else if (plan.executor == ExecutorKind::Namespaces) {
+  } else if (plan.executor == ExecutorKind::Namespaces || plan.executor == ExecutorKind::Microvm) {
     // Landlock too where the kernel has it: a second wall behind the mount namespace.
     if (f.landlock_abi >= 3) plan.landlock = landlock_plan(p, f);
     plan.seccomp = seccomp_plan(p);
@@ -360,6 +379,37 @@ Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& p, const HostFact
     plan.limits = limits_plan(p, version == 2 ? ProcessLimitMechanism::CgroupV2Pids : ProcessLimitMechanism::CgroupV1Pids);
     // RLIMIT_AS per process stays as a first line; the cgroup bounds the sum.
     plan.network = false;
+    if (plan.executor == ExecutorKind::Microvm) {
+      // The namespaces tier above confines QEMU; the policy's limits bind the guest. QEMU gets
+      // the guest's RAM plus its own overhead, the pids its threads need, and no RLIMIT_AS or
+      // RLIMIT_CPU of its own (it reserves far more address space than it uses; the guest
+      // applies RLIMIT_CPU to the command, and the wall clock kills QEMU).
+      MicrovmPlan vm;
+      vm.acceleration = f.microvm.acceleration;
+      vm.memory_mb = static_cast<uint64_t>(p.limits.memory_mb);
+      vm.vcpus = 1;
+      vm.kernel = f.microvm.kernel;
+      vm.kernel_sha256 = f.microvm.kernel_sha256;
+      vm.initramfs = f.microvm.initramfs;
+      vm.initramfs_sha256 = f.microvm.initramfs_sha256;
+      vm.tsc_khz = f.microvm.tsc_khz;
+      vm.cpu_seconds = plan.limits.cpu_seconds;
+      for (const auto& image : {vm.kernel, vm.initramfs}) {
+        plan.namespaces->ro_binds.push_back(image);
+        if (plan.landlock) plan.landlock->fs_rules.push_back({Anchor::Host, image, Access::Read, false});
+      }
+      if (vm.acceleration == "kvm") {
+        plan.namespaces->dev_nodes.push_back("/dev/kvm");
+        if (plan.landlock) plan.landlock->fs_rules.push_back({Anchor::Host, "/dev/kvm", Access::DevWrite, false});
+      }
+      plan.cgroup->memory_bytes = (vm.memory_mb + kMicrovmOverheadMb) * 1024 * 1024;
+      plan.cgroup->pids_max = 64;
+      plan.cgroup->cpu_quota_us = plan.cgroup->cpu_period_us * static_cast<uint64_t>(vm.vcpus);
+      plan.limits.memory_bytes = 0;
+      plan.limits.cpu_seconds = 0;
+      plan.limits.max_processes = plan.cgroup->pids_max;
+      plan.microvm = vm;
+    }
   } else if (plan.executor == ExecutorKind::Landlock) {
     plan.landlock = landlock_plan(p, f);
     plan.seccomp = seccomp_plan(p);
@@ -391,8 +441,8 @@ FactNeeds fact_needs(const policy::TaskPolicy& p) {
       case ExecutorKind::Container:
         n.user_namespaces = n.overlayfs = n.cgroups = true;
         break;
-      case ExecutorKind::Microvm:
-        n.kvm = n.cgroups = true;
+      case ExecutorKind::Microvm:  // QEMU runs inside the namespaces tier
+        n.kvm = n.user_namespaces = n.overlayfs = n.cgroups = true;
         break;
       case ExecutorKind::Auto:
         break;
@@ -456,6 +506,21 @@ Json to_json(const ExecutionPlan& p) {
                    {"cpu_period_us", p.cgroup->cpu_period_us}};
   } else {
     j["cgroup"] = nullptr;
+  }
+  if (p.microvm) {
+    j["microvm"] = {{"qemu", p.microvm->qemu},
+                    {"acceleration", p.microvm->acceleration},
+                    {"memory_mb", p.microvm->memory_mb},
+                    {"vcpus", p.microvm->vcpus},
+                    {"kernel", p.microvm->kernel},
+                    {"kernel_sha256", p.microvm->kernel_sha256},
+                    {"initramfs", p.microvm->initramfs},
+                    {"initramfs_sha256", p.microvm->initramfs_sha256},
+                    {"tsc_khz", p.microvm->tsc_khz},
+                    {"cpu_seconds", p.microvm->cpu_seconds},
+                    {"network_devices", Json::array()}};
+  } else {
+    j["microvm"] = nullptr;
   }
   j["limits"] = {{"memory_bytes", p.limits.memory_bytes},
                  {"cpu_seconds", p.limits.cpu_seconds},

@@ -79,6 +79,21 @@ struct CgroupPlan {
   uint64_t cpu_period_us = 100000;
 };
 
+// The microVM tier: the guest QEMU boots and what it is given. QEMU itself runs confined by this
+// plan's namespaces, seccomp, Landlock and cgroup (sized for QEMU), with its own -sandbox on.
+struct MicrovmPlan {
+  std::string qemu = "/usr/bin/qemu-system-x86_64";
+  std::string acceleration;  // "kvm" | "tcg", as `airlock vm verify` measured by booting
+  uint64_t memory_mb = 0;    // guest RAM: the policy's memory limit
+  int vcpus = 1;
+  std::string kernel, kernel_sha256, initramfs, initramfs_sha256;
+  uint64_t tsc_khz = 0;
+  uint64_t cpu_seconds = 0;  // RLIMIT_CPU of the command inside the guest
+};
+
+// What QEMU may use on top of the guest's RAM (its own code, TCG's translation cache, 9p).
+inline constexpr uint64_t kMicrovmOverheadMb = 256;
+
 enum class ProcessLimitMechanism { RlimitNproc, CgroupV1Pids, CgroupV2Pids };
 std::string_view to_string(ProcessLimitMechanism m);
 
@@ -112,7 +127,8 @@ struct ExecutionPlan {
   std::optional<LandlockPlan> landlock;
   std::optional<SeccompPlan> seccomp;
   std::optional<NamespacesPlan> namespaces;
-  std::optional<CgroupPlan> cgroup;  // aggregate limits (namespaces tier)
+  std::optional<CgroupPlan> cgroup;  // aggregate limits (namespaces tier; QEMU's on the microvm tier)
+  std::optional<MicrovmPlan> microvm;
   LimitsPlan limits;
   std::vector<std::string> env_passthrough;  // host variables copied if set
   std::vector<std::string> view_paths;       // copied into the view (readable + write-back)

@@ -1,0 +1,184 @@
+// The microVM guest's init: mounts what the host shares over 9p, runs the one requested command
+// with the guest's stdout and stderr on virtio serial ports, records its end and powers off.
+//
+// The host shares the session's scratch directory (tag airlock_tmp, the guest's /tmp) and names
+// a control directory in it on the kernel command line (airlock_ctl=NAME, which the kernel hands
+// to init as an environment variable). The request lives there as NUL-terminated
+// "key\0value\0" pairs: argv (repeated, in order), env (repeated), cwd, workdir (where the
+// workspace share is mounted), cpu_seconds, nofile, fsize (0: no limit), fd3 (present: the file
+// "fd3" beside it is the command's fd 3). stdin is the file "stdin" beside it. The agent writes "exit N" or "signal N" to "status", then every process of
+// the guest dies with it: the kernel's reboot=t and QEMU's -no-reboot end the VM.
+// Built -static: the guest has no libc of its own until /usr is mounted.
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/reboot.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MAX_ITEMS 4096
+
+static int ctl = -1;  // the control directory
+
+static void power_off(void) {
+  sync();
+  reboot(RB_AUTOBOOT);  // reboot=t: a triple fault, which QEMU's -no-reboot turns into its exit
+  for (;;) pause();
+}
+
+// A failure of the agent itself: told on the console and as the status, then the VM ends.
+static void die(const char* fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  dprintf(2, "airlock-guest-agent: %s: %s\n", msg, strerror(errno));
+  int fd = ctl >= 0 ? openat(ctl, "status", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0600) : -1;
+  if (fd >= 0) {
+    dprintf(fd, "agent_error %s\n", msg);
+    close(fd);
+  }
+  power_off();
+}
+
+static void mkdirs(const char* path) {
+  char buf[4096];
+  snprintf(buf, sizeof buf, "%s", path);
+  for (char* p = buf + 1; *p; ++p) {
+    if (*p != '/') continue;
+    *p = 0;
+    mkdir(buf, 0755);
+    *p = '/';
+  }
+  mkdir(buf, 0755);
+}
+
+static void mount_9p(const char* tag, const char* where, unsigned long flags, const char* cache) {
+  char opts[256];
+  snprintf(opts, sizeof opts, "trans=virtio,version=9p2000.L,msize=524288,access=client,cache=%s", cache);
+  mkdirs(where);
+  if (mount(tag, where, "9p", flags, opts) < 0) die("mount 9p %s at %s", tag, where);
+}
+
+static char* read_all(const char* path, size_t* len) {
+  int fd = openat(ctl, path, O_RDONLY | O_NOFOLLOW);
+  if (fd < 0) die("open %s", path);
+  size_t cap = 1 << 16, n = 0;
+  char* buf = malloc(cap);
+  for (;;) {
+    if (n == cap) buf = realloc(buf, cap *= 2);
+    ssize_t r = read(fd, buf + n, cap - n);
+    if (r < 0) die("read %s", path);
+    if (r == 0) break;
+    n += (size_t)r;
+  }
+  close(fd);
+  *len = n;
+  return buf;
+}
+
+static void set_limit(int resource, unsigned long long v) {
+  if (v == 0) return;
+  struct rlimit r = {v, v};
+  if (setrlimit(resource, &r) < 0) die("setrlimit %d", resource);
+}
+
+int main(void) {
+  mkdirs("/proc");
+  mkdirs("/dev");
+  if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0) die("mount /proc");
+  if (mount("devtmpfs", "/dev", "devtmpfs", MS_NOSUID | MS_NOEXEC, NULL) < 0) die("mount /dev");
+  mount_9p("airlock_tmp", "/tmp", MS_NOSUID | MS_NODEV, "none");
+  mount_9p("airlock_usr", "/usr", MS_RDONLY | MS_NODEV, "loose");
+  const char* ctl_name = getenv("airlock_ctl");
+  if (!ctl_name || !*ctl_name || strchr(ctl_name, '/') || !strcmp(ctl_name, ".") ||
+      !strcmp(ctl_name, "..")) {
+    errno = EINVAL;
+    die("no control directory named on the kernel command line");
+  }
+  ctl = openat(open("/tmp", O_PATH | O_DIRECTORY), ctl_name, O_PATH | O_DIRECTORY | O_NOFOLLOW);
+  if (ctl < 0) die("open the control directory %s", ctl_name);
+
+  size_t len = 0;
+  char* req = read_all("request", &len);
+  if (len == 0 || req[len - 1] != 0) die("malformed request");
+  char* argv[MAX_ITEMS + 1];
+  char* envp[MAX_ITEMS + 1];
+  int argc = 0, envc = 0;
+  const char *cwd = "/", *workdir = NULL;
+  unsigned long long cpu = 0, nofile = 0, fsize = 0;
+  int pass_fd3 = 0;
+  for (char* p = req; p < req + len;) {
+    char* key = p;
+    p += strlen(p) + 1;
+    if (p >= req + len) die("request key %s has no value", key);
+    char* val = p;
+    p += strlen(p) + 1;
+    if (!strcmp(key, "argv") && argc < MAX_ITEMS) argv[argc++] = val;
+    else if (!strcmp(key, "env") && envc < MAX_ITEMS) envp[envc++] = val;
+    else if (!strcmp(key, "cwd")) cwd = val;
+    else if (!strcmp(key, "workdir")) workdir = val;
+    else if (!strcmp(key, "cpu_seconds")) cpu = strtoull(val, NULL, 10);
+    else if (!strcmp(key, "nofile")) nofile = strtoull(val, NULL, 10);
+    else if (!strcmp(key, "fsize")) fsize = strtoull(val, NULL, 10);
+    else if (!strcmp(key, "fd3")) pass_fd3 = 1;
+    else die("unknown request key %s", key);
+  }
+  argv[argc] = NULL;
+  envp[envc] = NULL;
+  if (argc == 0 || !workdir) die("request without argv or workdir");
+  mount_9p("airlock_work", workdir, MS_NOSUID | MS_NODEV, "none");
+
+  int in = openat(ctl, "stdin", O_RDONLY | O_NOFOLLOW);
+  int fd3 = pass_fd3 ? openat(ctl, "fd3", O_RDONLY | O_NOFOLLOW) : -1;
+  int out = open("/dev/vport0p1", O_WRONLY);
+  int err = open("/dev/vport0p2", O_WRONLY);
+  if (in < 0 || out < 0 || err < 0) die("open stdin, stdout or stderr");
+
+  pid_t child = fork();
+  if (child < 0) die("fork");
+  if (child == 0) {
+    dup2(in, 0);
+    dup2(out, 1);
+    dup2(err, 2);
+    if (fd3 >= 0) dup2(fd3, 3);
+    for (int fd = fd3 >= 0 ? 4 : 3; fd < 64; ++fd) close(fd);  // the control directory too
+    set_limit(RLIMIT_CPU, cpu);
+    set_limit(RLIMIT_NOFILE, nofile);
+    set_limit(RLIMIT_FSIZE, fsize);
+    if (chdir(cwd) < 0) {
+      dprintf(2, "airlock-guest-agent: chdir %s: %s\n", cwd, strerror(errno));
+      _exit(126);
+    }
+    execve(argv[0], argv, envp);
+    dprintf(2, "airlock-guest-agent: cannot execute %s: %s\n", argv[0], strerror(errno));
+    _exit(errno == ENOENT ? 127 : 126);
+  }
+  // As pid 1 the agent reaps every orphan; the command's own end is what is recorded.
+  int status = 0;
+  for (;;) {
+    int st;
+    pid_t p = wait(&st);
+    if (p == child) {
+      status = st;
+      break;
+    }
+    if (p < 0 && errno != EINTR) die("wait");
+  }
+  kill(-1, SIGKILL);  // the command's descendants end with it, as on every tier
+  int fd = openat(ctl, "status", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0600);
+  if (fd < 0) die("open status");
+  if (WIFEXITED(status)) dprintf(fd, "exit %d\n", WEXITSTATUS(status));
+  else dprintf(fd, "signal %d\n", WTERMSIG(status));
+  close(fd);
+  power_off();
+}
