@@ -64,7 +64,7 @@ static void mkdirs(const char* path) {
 
 static void mount_9p(const char* tag, const char* where, unsigned long flags, const char* cache) {
   char opts[256];
-  snprintf(opts, sizeof opts, "trans=virtio,version=9p2000.L,msize=524288,access=client,cache=%s", cache);
+  snprintf(opts, sizeof opts, "trans=virtio,version=9p2000.L,msize=512000,access=client,cache=%s", cache);
   mkdirs(where);
   if (mount(tag, where, "9p", flags, opts) < 0) die("mount 9p %s at %s", tag, where);
 }

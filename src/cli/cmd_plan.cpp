@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include "cli/verbs.h"
+#include "exec/vm_image.h"
 #include "linux/probe.h"
 
 namespace airlock::cli {
@@ -32,7 +33,13 @@ void add_plan(CLI::App& app, Globals& g, Action& run) {
         if (!f) return refuse(f.error(), g.json);
         facts = *f;
       } else {
-        facts = linux::probe_host(plan::fact_needs(*p));
+        auto needs = plan::fact_needs(*p);
+        facts = linux::probe_host(needs);
+        if (needs.kvm) {
+          auto state = resolve_state_dir(g.state_dir);
+          if (!state) return refuse(state.error(), g.json);
+          exec::probe_microvm(facts, *state);
+        }
       }
       auto planned = plan::plan_execution(*p, facts, *profile);
       if (!planned) return refuse(planned.error(), g.json);

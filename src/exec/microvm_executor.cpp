@@ -17,6 +17,7 @@
 #include <atomic>
 #include <charconv>
 #include <thread>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -104,7 +105,6 @@ class MicrovmExecutor final : public Executor {
 
   Result<void> prepare() {
     if (!plan_.microvm) return fail(Code::ExecutorUnavailable, "a microvm plan without its guest");
-    TRY(check_image());
     // QEMU's own confinement: the same plan as the namespaces tier (the planner sized its
     // cgroup and limits for QEMU).
     plan::ExecutionPlan qemu_plan = plan_;
@@ -134,8 +134,6 @@ class MicrovmExecutor final : public Executor {
     if (cmd.argv.empty()) return fail(Code::PolicyInvalid, "no command to run");
     std::string program = TRY(resolve_program(cmd.argv[0], dirs_.view));
     std::string cwd = TRY(sandbox_path(cmd.cwd, dirs_, inside_));
-    // The image the plan recorded is the image that boots: a file swapped since is refused.
-    TRY(check_image());
 
     std::string ctl_name = fmt::format(".airlock-vm-{}", ++runs_);
     std::string ctl = dirs_.scratch + "/" + ctl_name;
@@ -169,6 +167,7 @@ class MicrovmExecutor final : public Executor {
       TRY(write_file_atomic(ctl + "/fd3", TRY(read_fd_to_end(cmd.pass_fd, "the descriptor passed as fd 3")), 0600));
       put("fd3", "fd3");
     }
+    TRY(stage_image(ctl));
     TRY(write_file_atomic(ctl + "/request", request, 0600));
     TRY(write_file_atomic(ctl + "/stdin", stdin_data, 0600));
 
@@ -237,14 +236,20 @@ class MicrovmExecutor final : public Executor {
   void stop_run() override { qemu_->stop_run(); }
 
  private:
-  Result<void> check_image() const {
+  // Copies the image into the run's control directory, checking the bytes copied against the
+  // digests the plan recorded: what QEMU boots is what was checked, and a cache under /tmp (which
+  // QEMU's namespace covers with the scratch directory) works as well as any other.
+  Result<void> stage_image(const std::string& ctl) const {
     const auto& vm = *plan_.microvm;
-    for (auto [path, want] : {std::pair{&vm.kernel, &vm.kernel_sha256}, {&vm.initramfs, &vm.initramfs_sha256}}) {
-      auto got = sha256_file(*path);
-      if (!got || *got != *want)
+    for (auto [path, want, name] : {std::tuple{&vm.kernel, &vm.kernel_sha256, "vmlinux"},
+                                    {&vm.initramfs, &vm.initramfs_sha256, "initramfs"}}) {
+      auto bytes = read_file(*path, Code::ExecutorUnavailable);
+      std::string got = bytes ? sha256_hex(*bytes) : std::string("unreadable");
+      if (got != *want)
         return fail(Code::ExecutorUnavailable,
                     fmt::format("the guest image file {} does not match the digest the plan recorded", *path),
-                    {{"file", *path}, {"expected_sha256", *want}, {"sha256", got ? *got : std::string("unreadable")}});
+                    {{"file", *path}, {"expected_sha256", *want}, {"sha256", got}});
+      TRY(write_file_atomic(ctl + "/" + name, *bytes, 0600));
     }
     return {};
   }
@@ -268,7 +273,7 @@ std::vector<std::string> qemu_argv(const plan::MicrovmPlan& vm, const std::strin
       "-m", std::to_string(vm.memory_mb), "-smp", std::to_string(vm.vcpus), "-nodefaults", "-no-user-config",
       "-display", "none", "-no-reboot", "-nic", "none",
       "-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
-      "-kernel", qemu_escape(vm.kernel), "-initrd", qemu_escape(vm.initramfs), "-append", append,
+      "-kernel", "/tmp/" + ctl_name + "/vmlinux", "-initrd", "/tmp/" + ctl_name + "/initramfs", "-append", append,
       "-serial", "file:/tmp/" + ctl_name + "/console",
       "-device", "virtio-serial-device",
       "-chardev", "file,id=out,path=/proc/self/fd/1", "-device", "virtserialport,chardev=out,nr=1",

@@ -12,7 +12,8 @@
 namespace airlock::exec {
 
 // Prepares the microvm executor for `plan` (plan.microvm set). Fails closed: an image whose
-// digests differ from the plan's, or a namespaces tier that cannot prepare, is refused.
+// digests differ from the plan's (checked at every boot), or a namespaces tier that cannot
+// prepare, is refused.
 Result<std::unique_ptr<Executor>> make_microvm_executor(const plan::ExecutionPlan& plan, const SessionDirs& dirs,
                                                         const std::string& session_id, const std::string& workspace);
 

@@ -394,10 +394,6 @@ Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& p, const HostFact
       vm.initramfs_sha256 = f.microvm.initramfs_sha256;
       vm.tsc_khz = f.microvm.tsc_khz;
       vm.cpu_seconds = plan.limits.cpu_seconds;
-      for (const auto& image : {vm.kernel, vm.initramfs}) {
-        plan.namespaces->ro_binds.push_back(image);
-        if (plan.landlock) plan.landlock->fs_rules.push_back({Anchor::Host, image, Access::Read, false});
-      }
       if (vm.acceleration == "kvm") {
         plan.namespaces->dev_nodes.push_back("/dev/kvm");
         if (plan.landlock) plan.landlock->fs_rules.push_back({Anchor::Host, "/dev/kvm", Access::DevWrite, false});

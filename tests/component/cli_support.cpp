@@ -162,6 +162,8 @@ CliResult CliFixture::run_program(std::vector<std::string> argv, const std::stri
       ::lseek(in, 0, SEEK_SET) < 0)
     throw std::runtime_error("memfd for stdin");
   std::vector<std::string> envs = {"PATH=/usr/bin:/bin", "LANG=C.UTF-8"};
+  // The microVM guest image CTest's vm_image fixture built (tests/CMakeLists.txt).
+  if (const char* cache = std::getenv("AIRLOCK_CACHE_DIR")) envs.push_back(std::string("AIRLOCK_CACHE_DIR=") + cache);
   for (const auto& [k, v] : env) envs.push_back(k + "=" + v);
   std::vector<char*> av, ev;
   for (auto& a : argv) av.push_back(a.data());

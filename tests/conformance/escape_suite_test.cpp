@@ -101,11 +101,34 @@ class EscapeSuiteTier : public ::testing::TestWithParam<std::tuple<Identity, std
 
 TEST_P(EscapeSuiteTier, EveryBreachComesOutAsExpected) {
   bool host = executor() == "host";
+  // The microvm tier is verified on a host by `airlock vm verify`, which is this suite run
+  // against a real guest: before it passed, the tier is unavailable and says to run it.
+  bool vm = executor() == "microvm";
+  std::string untrusted =
+      fx_->write_policy(R"({"schema_version": "airlock.task_policy.v1", "workload": "untrusted_code"})", "untrusted.json");
+  if (vm) {
+    auto before = fx_->run({"plan", "--policy", untrusted});
+    EXPECT_EQ(before.status, 125);
+    EXPECT_NE(before.err.find("AIRLOCK_EXECUTOR_UNAVAILABLE"), std::string::npos) << before.err;
+    EXPECT_TRUE(before.err.find("airlock vm verify") != std::string::npos ||
+                before.err.find("airlock vm build") != std::string::npos ||
+                before.err.find("namespaces tier") != std::string::npos)
+        << before.err;
+  }
   std::vector<std::string> args;
   if (host) args = {"--profile", "development"};
-  for (const char* a : {"escape-suite", "--executor", executor().c_str(), "--json"}) args.push_back(a);
+  if (vm) args = {"vm", "verify", "--json"};
+  else
+    for (const char* a : {"escape-suite", "--executor", executor().c_str(), "--json"}) args.push_back(a);
   CliResult r;
   Json j = run_suite(*fx_, args, &r);
+  if (vm && !j.contains("executors")) {
+    // verify refused before the suite could run (no image, no acceleration boots, no namespaces tier).
+    std::string reason = j.value("code", "") + ": " + j.value("message", "") + " " + r.err;
+    bool by_design = std::get<0>(GetParam()) == Identity::Nobody && reason.find("no cgroup we may write") != std::string::npos;
+    if (require_all_tiers() && !by_design) FAIL() << "AIRLOCK_REQUIRE_ALL_TIERS=1 but microvm is unavailable: " << reason;
+    GTEST_SKIP() << "microvm is unavailable here: " << reason;
+  }
   ASSERT_TRUE(j.contains("executors")) << r.err;
   ASSERT_EQ(j["executors"].size(), 1u);
   const Json& tier = j["executors"][0];
@@ -119,7 +142,8 @@ TEST_P(EscapeSuiteTier, EveryBreachComesOutAsExpected) {
       GTEST_SKIP() << executor() << " is not part of this build";
     // Unprivileged users have no writable cgroup on hosts that delegate none: the namespaces
     // tier is then unavailable to them by design, and the reason says so.
-    bool by_design = std::get<0>(GetParam()) == Identity::Nobody && executor() == "namespaces" &&
+    bool by_design = std::get<0>(GetParam()) == Identity::Nobody &&
+                     (executor() == "namespaces" || executor() == "microvm") &&
                      reason.find("no cgroup we may write") != std::string::npos;
     if (require_all_tiers() && !by_design)
       FAIL() << "AIRLOCK_REQUIRE_ALL_TIERS=1 but " << executor() << " is unavailable: " << reason;
@@ -148,6 +172,18 @@ TEST_P(EscapeSuiteTier, EveryBreachComesOutAsExpected) {
     EXPECT_EQ(verdict, executor() + ": " + all + " contained");
   EXPECT_EQ(r.status, 0) << verdict << "\n" << r.err;
   EXPECT_EQ(j["ok"], r.status == 0);
+  if (vm) {
+    // The pass is recorded, and the planner now chooses the tier, naming what booted.
+    EXPECT_TRUE(exists(fx_->state_dir() + "/vm-verified.json"));
+    auto after = fx_->run({"plan", "--policy", untrusted, "--json"});
+    ASSERT_EQ(after.status, 0) << after.err;
+    Json p = Json::parse(after.out);
+    EXPECT_EQ(p["executor"], "microvm");
+    EXPECT_EQ(p["microvm"]["kernel_sha256"].get<std::string>().size(), 64u);
+    EXPECT_EQ(p["microvm"]["initramfs_sha256"].get<std::string>().size(), 64u);
+    EXPECT_TRUE(p["microvm"]["acceleration"] == "tcg" || p["microvm"]["acceleration"] == "kvm");
+    EXPECT_EQ(p["microvm"]["network_devices"], Json::array());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
