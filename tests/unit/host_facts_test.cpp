@@ -65,12 +65,28 @@ TEST(HostFactsJson, KeysAreTheMemberNames) {
   const Json j = to_json(sample());
   for (const char* key : {"kernel_release", "running_as_root", "landlock_abi", "seccomp_filter",
                           "no_new_privs", "user_namespaces", "overlayfs_in_userns", "cgroup_v2_controllers",
-                          "cgroup_v1_writable", "kvm_usable", "reasons"})
+                          "cgroup_v1_writable", "kvm_usable", "microvm", "reasons"})
     EXPECT_TRUE(j.contains(key)) << key;
-  EXPECT_EQ(j.size(), 11u);
+  EXPECT_EQ(j.size(), 12u);
   EXPECT_EQ(j["landlock_abi"], 3);
   EXPECT_EQ(j["cgroup_v1_writable"], Json::array({"memory", "cpu"}));
   EXPECT_EQ(j["reasons"]["kvm_usable"], "/dev/kvm does not exist");
+}
+
+TEST(HostFactsJson, MicrovmFactsRoundTripAndRefuseWhatTheyCannotBe) {
+  HostFacts f = facts_everything();
+  auto back = host_facts_from_json(to_json(f));
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(back->microvm.kernel_sha256, f.microvm.kernel_sha256);
+  EXPECT_EQ(back->microvm.acceleration, "kvm");
+  EXPECT_TRUE(back->microvm.verified);
+  EXPECT_EQ(back->microvm.tsc_khz, f.microvm.tsc_khz);
+  Json j = to_json(f);
+  j["microvm"]["acceleration"] = "hvf";
+  expect_refused_at(j, "$.microvm.acceleration");
+  j = to_json(f);
+  j["microvm"]["verifed"] = true;
+  expect_refused_at(j, "$.microvm.verifed");
 }
 
 TEST(HostFactsJson, RefusesAnUnknownKeyWithItsPath) {

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "base/fs.h"
+#include "exec/microvm_executor.h"
 #include "plan/host_facts.h"
 #include "plan/plan.h"
 #include "policy/task_policy.h"
@@ -303,6 +304,47 @@ TEST(PlanSelection, HostExecutorInDevelopmentRunsUnconfinedAndRecordsTheRelaxati
     EXPECT_FALSE(r->landlock.has_value());
     EXPECT_FALSE(r->seccomp.has_value());
   }
+}
+
+TEST(PlanSelection, MicrovmIsUnavailableUntilVerifiedAndSaysToRunVerify) {
+  HostFacts f = facts_everything();
+  f.microvm.verified = false;
+  auto r = plan_execution(policy_or_die("untrusted"), f, Profile::Production);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Code::ExecutorUnavailable);
+  EXPECT_NE(r.error().message.find("airlock vm verify"), std::string::npos) << r.error().message;
+}
+
+TEST(PlanSelection, MicrovmNeedsTheNamespacesTierForQemu) {
+  HostFacts f = facts_everything();
+  f.user_namespaces = false;
+  auto r = plan_execution(policy_or_die("untrusted"), f, Profile::Production);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("namespaces tier"), std::string::npos) << r.error().message;
+}
+
+TEST(PlanSelection, MicrovmPlanRecordsTheGuestAndSizesQemusWall) {
+  auto r = plan_execution(policy_or_die("untrusted"), facts_everything(), Profile::Production);
+  ASSERT_TRUE(r) << r.error().message;
+  ASSERT_TRUE(r->microvm);
+  EXPECT_EQ(r->executor, ExecutorKind::Microvm);
+  EXPECT_EQ(r->tier, 3);
+  EXPECT_EQ(r->microvm->kernel_sha256, facts_everything().microvm.kernel_sha256);
+  EXPECT_EQ(r->microvm->acceleration, "kvm");
+  ASSERT_TRUE(r->namespaces && r->seccomp && r->cgroup);
+  EXPECT_EQ(r->cgroup->memory_bytes, (r->microvm->memory_mb + kMicrovmOverheadMb) << 20);
+  EXPECT_FALSE(r->network);
+  auto argv = airlock::exec::qemu_argv(*r->microvm, "/workspace", ".airlock-vm-1");
+  auto has = [&](const std::string& a, const std::string& b) {
+    for (size_t i = 0; i + 1 < argv.size(); ++i)
+      if (argv[i] == a && argv[i + 1] == b) return true;
+    return false;
+  };
+  EXPECT_TRUE(has("-nic", "none"));
+  EXPECT_TRUE(has("-accel", "kvm"));
+  EXPECT_TRUE(has("-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"));
+  EXPECT_TRUE(has("-M", "microvm,acpi=off"));
+  for (const auto& a : argv) EXPECT_EQ(a.find("netdev"), std::string::npos) << a;
 }
 
 TEST(PlanSelection, LandlockForUntrustedCodeIsAnInvalidIsolationPolicy) {
