@@ -160,9 +160,11 @@ class MicrovmExecutor final : public Executor {
     put("cpu_seconds", std::to_string(plan_.microvm->cpu_seconds));
     put("nofile", std::to_string(plan_.limits.max_open_files));
     put("fsize", std::to_string(plan_.limits.max_file_bytes));
+    // stdin crosses as a file; a terminal never ends, and the guest gets none of the host's
+    // terminals (nothing to inject input into), so a terminal is an empty stdin.
     std::string stdin_data;
-    if (cmd.stdin_fd >= 0) stdin_data = TRY(read_fd_to_end(cmd.stdin_fd, "the command's stdin"));
-    else if (!::isatty(0)) stdin_data = TRY(read_fd_to_end(0, "the command's stdin"));
+    int in = cmd.stdin_fd >= 0 ? cmd.stdin_fd : 0;
+    if (!::isatty(in)) stdin_data = TRY(read_fd_to_end(in, "the command's stdin"));
     if (cmd.pass_fd >= 0) {
       TRY(write_file_atomic(ctl + "/fd3", TRY(read_fd_to_end(cmd.pass_fd, "the descriptor passed as fd 3")), 0600));
       put("fd3", "fd3");

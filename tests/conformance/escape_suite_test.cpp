@@ -54,9 +54,9 @@ bool process_running(pid_t pid) {
 // Runs the suite through the CLI and checks that it cleaned up after itself: the canary
 // directories it reports are gone, no process carries them in its argv, no session view is left.
 Json run_suite(CliFixture& fx, const std::vector<std::string>& args, CliResult* result,
-               void (*on_start)(pid_t) = nullptr) {
+               void (*on_start)(pid_t) = nullptr, int timeout_seconds = 240) {
   auto t0 = std::chrono::steady_clock::now();
-  *result = fx.run(args, {}, 240, on_start);
+  *result = fx.run(args, {}, timeout_seconds, on_start);
   double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::cerr << "[ suite    ] airlock " << ::testing::PrintToString(args) << " as " << to_string(fx.identity())
             << ": exit " << result->status << " in " << took << " s\n";
@@ -121,7 +121,8 @@ TEST_P(EscapeSuiteTier, EveryBreachComesOutAsExpected) {
   else
     for (const char* a : {"escape-suite", "--executor", executor().c_str(), "--json"}) args.push_back(a);
   CliResult r;
-  Json j = run_suite(*fx_, args, &r);
+  // A guest boots per scenario: under TCG that is seconds each.
+  Json j = run_suite(*fx_, args, &r, nullptr, vm ? 1200 : 240);
   if (vm && !j.contains("executors")) {
     // verify refused before the suite could run (no image, no acceleration boots, no namespaces tier).
     std::string reason = j.value("code", "") + ": " + j.value("message", "") + " " + r.err;
