@@ -6,8 +6,10 @@
 // to init as an environment variable). The request lives there as NUL-terminated
 // "key\0value\0" pairs: argv (repeated, in order), env (repeated), cwd, workdir (where the
 // workspace share is mounted), cpu_seconds, nofile, fsize (0: no limit), fd3 (present: the file
-// "fd3" beside it is the command's fd 3). stdin is the file "stdin" beside it. The agent writes "exit N" or "signal N" to "status", then every process of
-// the guest dies with it: the kernel's reboot=t and QEMU's -no-reboot end the VM.
+// "fd3" beside it is the command's fd 3). stdin is the file "stdin" beside it. Once read, the
+// control directory is removed. The agent writes "exit N" or "signal N" to the status port
+// (/dev/vport0p3), then every process of the guest dies with it: the kernel's reboot=t and
+// QEMU's -no-reboot end the VM.
 // Built -static: the guest has no libc of its own until /usr is mounted.
 #define _GNU_SOURCE
 #include <errno.h>
@@ -42,7 +44,7 @@ static void die(const char* fmt, ...) {
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   dprintf(2, "airlock-guest-agent: %s: %s\n", msg, strerror(errno));
-  int fd = ctl >= 0 ? openat(ctl, "status", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0600) : -1;
+  int fd = open("/dev/vport0p3", O_WRONLY);
   if (fd >= 0) {
     dprintf(fd, "agent_error %s\n", msg);
     close(fd);
@@ -140,6 +142,10 @@ int main(void) {
 
   int in = openat(ctl, "stdin", O_RDONLY | O_NOFOLLOW);
   int fd3 = pass_fd3 ? openat(ctl, "fd3", O_RDONLY | O_NOFOLLOW) : -1;
+  // Read, the control directory goes: the command's /tmp is the session's scratch directory alone.
+  static const char* const entries[] = {"request", "stdin", "fd3", "vmlinux", "initramfs", "console"};
+  for (size_t i = 0; i < sizeof entries / sizeof *entries; ++i) unlinkat(ctl, entries[i], 0);
+  unlinkat(open("/tmp", O_PATH | O_DIRECTORY), ctl_name, AT_REMOVEDIR);
   int out = open("/dev/vport0p1", O_WRONLY);
   int err = open("/dev/vport0p2", O_WRONLY);
   if (in < 0 || out < 0 || err < 0) die("open stdin, stdout or stderr");
@@ -175,8 +181,8 @@ int main(void) {
     if (p < 0 && errno != EINTR) die("wait");
   }
   kill(-1, SIGKILL);  // the command's descendants end with it, as on every tier
-  int fd = openat(ctl, "status", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0600);
-  if (fd < 0) die("open status");
+  int fd = open("/dev/vport0p3", O_WRONLY);
+  if (fd < 0) die("open the status port");
   if (WIFEXITED(status)) dprintf(fd, "exit %d\n", WEXITSTATUS(status));
   else dprintf(fd, "signal %d\n", WTERMSIG(status));
   close(fd);

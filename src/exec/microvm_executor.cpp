@@ -4,7 +4,7 @@
 // The guest sees /usr read-only, the view at the workspace's path and the scratch directory at
 // /tmp, each over virtio-9p; its agent (vm/guest_agent.c) reads the request from a control
 // directory in the scratch directory, writes the command's stdout and stderr to two virtio
-// serial ports and its end to the control directory. Write-back is the view's, as on every tier.
+// serial ports and its end to a third. Write-back is the view's, as on every tier.
 #include "exec/microvm_executor.h"
 
 #include <fcntl.h>
@@ -178,6 +178,11 @@ class MicrovmExecutor final : public Executor {
     UniqueFd out_rd(out_p[0]), out_wr(out_p[1]);
     if (::pipe2(err_p, O_CLOEXEC) < 0) return fail_errno(Code::ExecutorUnavailable, "pipe", errno);
     UniqueFd err_rd(err_p[0]), err_wr(err_p[1]);
+    // The command's end comes on a third serial port, through QEMU's fd 3: nothing of it is in
+    // the guest's /tmp (the agent removes the control directory once it has read it).
+    int st_p[2];
+    if (::pipe2(st_p, O_CLOEXEC) < 0) return fail_errno(Code::ExecutorUnavailable, "pipe", errno);
+    UniqueFd st_rd(st_p[0]), st_wr(st_p[1]);
     UniqueFd devnull(::open("/dev/null", O_RDONLY | O_CLOEXEC));
     if (!devnull) return fail_errno(Code::ExecutorUnavailable, "open /dev/null", errno);
     Command q;
@@ -186,24 +191,24 @@ class MicrovmExecutor final : public Executor {
     q.stdout_fd = out_wr.get();
     q.stderr_fd = err_wr.get();
     q.timeout_ms = cmd.timeout_ms;
+    q.pass_fd = st_wr.get();
     Relay relay(std::move(out_rd), std::move(err_rd), cmd.stdout_fd >= 0 ? cmd.stdout_fd : 1,
                 cmd.stderr_fd >= 0 ? cmd.stderr_fd : 2);
     auto ran = qemu_->run(q);
     // The write ends close here; the relay ends when QEMU and its supervisor have let go too.
     out_wr.reset();
     err_wr.reset();
+    st_wr.reset();
     relay.join();
     if (!ran) return std::unexpected(ran.error());
     RunOutcome out = *ran;
     out.program = program;
     if (out.timed_out || out.stopped || out.budget_exhausted) return out;
 
-    UniqueFd dir(::open(ctl.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    UniqueFd st(dir ? ::openat(dir.get(), "status", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) : -1);
     std::string status;
-    if (st) {
+    {
       char buf[kMaxStatusBytes];
-      ssize_t n = ::read(st.get(), buf, sizeof buf);
+      ssize_t n = ::read(st_rd.get(), buf, sizeof buf);
       if (n > 0) status.assign(buf, n);
     }
     auto number = [](std::string_view s) -> std::optional<int> {
@@ -279,7 +284,8 @@ std::vector<std::string> qemu_argv(const plan::MicrovmPlan& vm, const std::strin
       "-serial", "file:/tmp/" + ctl_name + "/console",
       "-device", "virtio-serial-device",
       "-chardev", "file,id=out,path=/proc/self/fd/1", "-device", "virtserialport,chardev=out,nr=1",
-      "-chardev", "file,id=err,path=/proc/self/fd/2", "-device", "virtserialport,chardev=err,nr=2"};
+      "-chardev", "file,id=err,path=/proc/self/fd/2", "-device", "virtserialport,chardev=err,nr=2",
+      "-chardev", "file,id=status,path=/proc/self/fd/3", "-device", "virtserialport,chardev=status,nr=3"};
   auto share = [&](const std::string& id, const std::string& path, bool ro) {
     a.push_back("-fsdev");
     a.push_back(fmt::format("local,id={},path={},security_model=none{}", id, qemu_escape(path), ro ? ",readonly=on" : ""));
