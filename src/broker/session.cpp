@@ -48,6 +48,7 @@ Result<std::unique_ptr<Session>> Session::open(const policy::TaskPolicy& pol, co
                {"host_facts", plan::to_json(facts)},
                {"profile", plan::to_string(opts.profile)},
                {"workspace", workspace ? Json(*workspace) : Json(nullptr)}};
+  if (!opts.agent.is_null()) base["agent"] = opts.agent;
 
   auto planned = plan::plan_execution(pol, facts, opts.profile);
   if (!planned) return std::unexpected(record_refusal(planned.error(), opts.state_dir, id, base));

@@ -35,6 +35,9 @@ struct SessionOptions {
   Clock clock = [] { return std::chrono::steady_clock::now(); };
   egress::Resolver resolver = egress::system_resolver();
   std::string ca_file;                         // http_fetch trust store; empty: the system's
+  // An agent run (`airlock agent run`): its profile, executable, hashes and confinement, written
+  // into the first receipt (session.open, or session.refused) as "agent". Null otherwise.
+  Json agent;
 };
 
 // What run_tool returns: the tool's exit and its captured output.

@@ -59,10 +59,14 @@ Result<policy::TaskPolicy> load_policy(const std::optional<std::string>& default
 std::string yes_no(bool b) { return b ? "yes" : "no"; }
 
 Result<SessionStart> prepare_session(const Globals& g, const std::optional<std::string>& defaults_file,
-                                     const std::optional<std::string>& policy_file) {
+                                     const std::optional<std::string>& policy_file, bool agent_run) {
   auto profile = TRY(parse_profile(g.profile));
-  auto state = TRY(resolve_state_dir(g.state_dir));
   auto pol = TRY(load_policy(defaults_file, policy_file));
+  if (pol.confinement == policy::Confinement::Vendor && !agent_run)
+    return fail(Code::PolicyInvalid,
+                "confinement vendor applies to `airlock agent run` only; this verb always confines",
+                {{"path", "$.confinement"}});
+  auto state = TRY(resolve_state_dir(g.state_dir));
   plan::HostFacts facts = linux::probe_host(plan::fact_needs(pol));
   return SessionStart{profile, std::move(state), std::move(pol), std::move(facts)};
 }

@@ -44,8 +44,9 @@ struct SessionStart {
   policy::TaskPolicy policy;
   plan::HostFacts facts;
 };
+// `agent_run`: only an agent run may go on under `confinement: vendor`; any other verb refuses it.
 Result<SessionStart> prepare_session(const Globals& g, const std::optional<std::string>& defaults_file,
-                                     const std::optional<std::string>& policy_file);
+                                     const std::optional<std::string>& policy_file, bool agent_run = false);
 
 // Blocks SIGINT, SIGTERM and SIGHUP in every thread (call before starting any): a thread then
 // takes them from a signalfd on the returned mask and stops the session.

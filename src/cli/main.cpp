@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   add_ledger(app, g, run);
   add_probe(app, g, run);
   add_store_verbs(app, g, run);
+  add_agent(app, g, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

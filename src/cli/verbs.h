@@ -2,6 +2,9 @@
 #pragma once
 
 #include <functional>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -10,6 +13,26 @@
 namespace airlock::cli {
 
 using Action = std::function<int()>;
+
+// What `airlock run` and `airlock agent run` share: one confined command in one session.
+struct RunOptions {
+  std::optional<std::string> policy_file, defaults, workspace;
+  bool quiet = false;
+  std::string slot = "default";
+  std::vector<std::string> command;
+  std::vector<std::string> env;        // NAME=value added to the executor's environment
+  std::vector<std::string> scrub_env;  // names removed from it, whatever added them
+  int pass_fd = -1;                    // inherited as descriptor 3
+  Json agent;                          // the agent run, for the first receipt (null: none)
+};
+
+// What an agent run in vendor confinement records and prints, in these words.
+inline constexpr std::string_view kVendorClaim = "airlock makes no claim the agent is confined";
+
+// Opens a session under the policy, runs `o.command` in the planned executor, writes back on
+// success, closes; returns the command's exit status or 125. `before` (agent runs) sees the
+// loaded policy and measured facts first and may refuse; it may change o and the facts.
+int run_confined(Globals& g, RunOptions& o, const std::function<Result<void>(SessionStart&)>& before = {});
 
 void add_policy(CLI::App& app, Globals& g, Action& run);
 void add_doctor(CLI::App& app, Globals& g, Action& run);
@@ -25,5 +48,7 @@ void add_ledger(CLI::App& app, Globals& g, Action& run);
 void add_probe(CLI::App& app, Globals& g, Action& run);
 // `machine probe|list`, `slot set|list`, `runs list|show`: the run store.
 void add_store_verbs(CLI::App& app, Globals& g, Action& run);
+// `agent run --profile NAME -- ARGS`: a whole agent CLI under the plan's tier.
+void add_agent(CLI::App& app, Globals& g, Action& run);
 
 }  // namespace airlock::cli

@@ -25,6 +25,9 @@ struct Command {
   std::vector<std::string> env;
   // A descriptor the command inherits as fd 3 (-1: none), e.g. a pipe carrying credentials.
   int pass_fd = -1;
+  // Variable names removed from the final environment, whatever put them there (the plan's
+  // pass-through, `env` above): credential variables never reach the command by name.
+  std::vector<std::string> scrub_env;
 };
 
 struct RunOutcome {

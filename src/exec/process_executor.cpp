@@ -7,6 +7,7 @@
 
 #include <cerrno>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -106,6 +107,10 @@ class ProcessExecutor final : public Executor {
     spec.cwd = TRY(visible_path(cmd.cwd));
     spec.env = environment(spec.cwd);
     spec.env.insert(spec.env.end(), cmd.env.begin(), cmd.env.end());
+    std::erase_if(spec.env, [&](const std::string& kv) {
+      std::string_view name = std::string_view(kv).substr(0, kv.find('='));
+      return std::find(cmd.scrub_env.begin(), cmd.scrub_env.end(), name) != cmd.scrub_env.end();
+    });
     if (plan_.namespaces) {
       spec.mounts = &mounts_;
       spec.id_maps = &id_maps_;

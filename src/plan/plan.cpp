@@ -115,11 +115,35 @@ std::optional<int> cgroup_version(const HostFacts& f) {
   return std::nullopt;
 }
 
-NamespacesPlan namespaces_plan() {
+bool beneath(const std::string& path, const std::string& dir) {
+  return path == dir || dir == "/" || path.starts_with(dir + "/");
+}
+
+// The first credential file a readable host path would show, as {file, readable path}.
+std::optional<std::pair<std::string, std::string>> exposed_credential(const std::vector<std::string>& readable,
+                                                                      const HostFacts& f) {
+  for (const auto& c : f.credential_files)
+    for (const auto& r : readable)
+      if (beneath(c, r)) return std::pair{c, r};
+  return std::nullopt;
+}
+
+std::vector<std::string> landlock_host_paths(const policy::TaskPolicy& p) {
+  std::vector<std::string> out;
+  for (const auto& d : kSystemDirs) out.push_back(d.path);
+  for (const char* e : kEtcFiles) out.push_back(e);
+  out.insert(out.end(), p.read_only_paths.begin(), p.read_only_paths.end());
+  return out;
+}
+
+NamespacesPlan namespaces_plan(const policy::TaskPolicy& p, const HostFacts& f) {
   NamespacesPlan n;
-  // The same system directories the Landlock tier reads, bound read-only; nothing else of the host.
-  for (const auto& d : kSystemDirs) n.ro_binds.push_back(d.path);
-  for (const char* e : kEtcFiles) n.ro_binds.push_back(e);
+  // The same host paths the Landlock tier reads, bound read-only; nothing else of the host.
+  n.ro_binds = landlock_host_paths(p);
+  // Credential files beneath a bind are covered, so no route inside reaches their bytes.
+  for (const auto& c : f.credential_files)
+    if (std::any_of(n.ro_binds.begin(), n.ro_binds.end(), [&](const auto& b) { return beneath(c, b); }))
+      n.masked.push_back(c);
   n.dev_nodes = {"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"};
   n.proc_masked = {"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug", "/proc/sysrq-trigger",
                    "/proc/kallsyms", "/proc/kmsg"};
@@ -277,7 +301,12 @@ Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& p, const HostFact
   plan.policy_digest = policy::digest(p);
 
   std::vector<ExecutorKind> order;
-  if (p.executor == ExecutorKind::Auto) {
+  if (p.confinement == policy::Confinement::Vendor) {
+    // The agent tool's own sandbox confines (it needs the namespaces our seccomp forbids);
+    // airlock supervises, replaces the environment and records that it claims no confinement.
+    plan.relaxations.push_back("confinement: vendor");
+    order = {ExecutorKind::Host};
+  } else if (p.executor == ExecutorKind::Auto) {
     order = need.auto_order;
   } else if (p.executor == ExecutorKind::Host) {
     if (profile != Profile::Development)
@@ -299,7 +328,16 @@ Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& p, const HostFact
 
   Json considered = Json::array();
   for (ExecutorKind e : order) {
-    Candidate c = assess(e, f, profile);
+    Candidate c = assess(e, f, p.confinement == policy::Confinement::Vendor ? Profile::Development : profile);
+    if (c.available && e == ExecutorKind::Host && p.confinement == policy::Confinement::Vendor)
+      c.reason = "confinement vendor: the agent tool's own sandbox confines; airlock makes no claim the agent is confined";
+    // Landlock only adds access: it cannot take a credential file back out of a readable tree.
+    if (c.available && e == ExecutorKind::Landlock)
+      if (auto hit = exposed_credential(landlock_host_paths(p), f)) {
+        c.available = false;
+        c.reason = fmt::format("Landlock cannot hide the credential file {} beneath the readable {}", hit->first,
+                               hit->second);
+      }
     // Network for code goes only through a door; without one, such a policy is refused, never
     // run with the network open nor silently without the network it asked for.
     if (c.available && p.code_network.mode == NetworkMode::Allowlist && e != ExecutorKind::Host) {
@@ -311,7 +349,8 @@ Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& p, const HostFact
     if (!c.available) continue;
     plan.executor = e;
     plan.tier = isolation_level(e);
-    plan.why = p.executor == ExecutorKind::Auto
+    plan.why = p.confinement == policy::Confinement::Vendor ? c.reason
+               : p.executor == ExecutorKind::Auto
                    ? fmt::format("auto: {}; first available of the tiers tried", need.why)
                    : fmt::format("the policy names executor {}", policy::to_string(e));
     break;
@@ -348,7 +387,7 @@ Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& p, const HostFact
     // Landlock too where the kernel has it: a second wall behind the mount namespace.
     if (f.landlock_abi >= 3) plan.landlock = landlock_plan(p, f);
     plan.seccomp = seccomp_plan(p);
-    plan.namespaces = namespaces_plan();
+    plan.namespaces = namespaces_plan(p, f);
     int version = *cgroup_version(f);
     CgroupPlan cg;
     cg.version = version;
@@ -438,6 +477,7 @@ Json to_json(const ExecutionPlan& p) {
   }
   if (p.namespaces) {
     j["namespaces"] = {{"ro_binds", p.namespaces->ro_binds},
+                       {"masked", p.namespaces->masked},
                        {"dev_nodes", p.namespaces->dev_nodes},
                        {"proc_masked", p.namespaces->proc_masked},
                        {"proc_read_only", p.namespaces->proc_read_only},

@@ -65,6 +65,7 @@ struct NamespacesPlan {
   std::vector<std::string> dev_nodes;     // host device nodes bound into a fresh /dev
   std::vector<std::string> proc_masked;   // /proc entries covered by /dev/null
   std::vector<std::string> proc_read_only;  // /proc subtrees made read-only
+  std::vector<std::string> masked;        // host files (credentials) beneath a bind, covered by /dev/null
   std::string hostname = "airlock";
   bool loopback_only = true;
 };

@@ -39,9 +39,9 @@ bool identity_available(Identity id, std::string* why) {
   return true;
 }
 
-TempDir::TempDir(std::optional<uid_t> owner) {
-  char tmpl[] = "/tmp/airlock-test.XXXXXX";
-  if (!::mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
+TempDir::TempDir(std::optional<uid_t> owner, const std::string& base) {
+  std::string tmpl = base + "/airlock-test.XXXXXX";
+  if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
   path_ = tmpl;
   ::chmod(path_.c_str(), 0755);
   if (owner) (void)!::chown(path_.c_str(), *owner, *owner);
@@ -57,6 +57,13 @@ std::string read_text(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+std::vector<nlohmann::json> read_receipts(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<nlohmann::json> out;
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
 }
 
 bool exists(const std::string& path) {
