@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "base/custody.h"
 #include "base/fs.h"
 #include "linux/probe.h"
 
@@ -40,6 +41,7 @@ Result<std::string> resolve_state_dir(const std::string& flag) {
   if (::stat(dir.c_str(), &st) < 0 || !S_ISDIR(st.st_mode))
     return fail(Code::ConfigError, fmt::format("state directory {} is not a directory", dir));
   if (st.st_uid == ::geteuid() && (st.st_mode & 077)) ::chmod(dir.c_str(), 0700);
+  TRY(check_directory_custody(dir, ::geteuid()));
   return dir;
 }
 

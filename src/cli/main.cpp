@@ -1,11 +1,24 @@
 // airlock: the command-line entry point. Parses global options and hands off to one verb.
+#include <unistd.h>
+
 #include <cstdio>
 #include <exception>
+#include <string_view>
+
+#include "base/custody.h"
 
 #include "cli/verbs.h"
 
 int main(int argc, char** argv) {
   using namespace airlock::cli;
+  // Custody first, before a flag is parsed: an executable someone else could replace is not
+  // airlock's to run. The hidden `__probe` is exempt: it is the escape suite's scenario program,
+  // run inside sandboxes where the file's owner shows as the overflow id; it trusts nothing.
+  if (argc < 2 || std::string_view(argv[1]) != "__probe")
+    if (auto custody = airlock::check_executable_custody("/proc/self/exe", ::geteuid()); !custody) {
+      refuse(custody.error(), false);
+      return kRefusedExit;
+    }
   CLI::App app{"airlock: a governed execution engine for AI agents"};
   app.require_subcommand(1);
   Globals g;
