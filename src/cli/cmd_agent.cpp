@@ -131,6 +131,7 @@ int agent_run(Globals& g, AgentOptions& o) {
     o.run.command = argv;
 
     o.run.scrub_env = policy::credential_variables();
+    o.run.private_tmpdir = true;
     std::vector<std::string> scrubbed;
     for (const auto& name : o.pass_env) {
       if (std::find(o.run.scrub_env.begin(), o.run.scrub_env.end(), name) != o.run.scrub_env.end()) {
@@ -144,11 +145,11 @@ int agent_run(Globals& g, AgentOptions& o) {
     if (!o.no_credential) {
       auto cred = TRY(find_credential(*profile, home));
       if (cred) {
-        credential_fd = TRY(exec::secret_pipe((*cred)->secret));
-        ::explicit_bzero((*cred)->secret.data(), (*cred)->secret.size());
+        credential_fd = TRY(exec::secret_pipe(cred->secret));
+        ::explicit_bzero(cred->secret.data(), cred->secret.size());
         o.run.pass_fd = credential_fd.get();
         o.run.env.push_back("AIRLOCK_CREDENTIALS_FD=3");
-        credential = {{"source", (*cred)->source}, {"delivery", "a pipe inherited as descriptor 3 (AIRLOCK_CREDENTIALS_FD)"}};
+        credential = {{"source", cred->source}, {"delivery", "a pipe inherited as descriptor 3 (AIRLOCK_CREDENTIALS_FD)"}};
       }
     }
     o.run.agent = {
@@ -165,6 +166,7 @@ int agent_run(Globals& g, AgentOptions& o) {
         {"credential", credential},
         {"credential_files_hidden", engine ? Json(start.facts.credential_files) : Json::array()},
         {"env_scrubbed", o.run.scrub_env},
+        {"tmpdir", "a fresh directory in the scratch directory, made by the agent's process once confined"},
         {"pass_env_refused", scrubbed},
     };
     for (const auto& name : scrubbed)

@@ -93,6 +93,7 @@ int run_confined(Globals& g, RunOptions& o, const std::function<Result<void>(Ses
   command.env = o.env;
   command.pass_fd = o.pass_fd;
   command.scrub_env = o.scrub_env;
+  command.private_tmpdir = o.private_tmpdir;
   auto outcome = s.run_command(command);
   uint64_t one = 1;
   (void)!::write(donefd.get(), &one, sizeof one);

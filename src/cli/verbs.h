@@ -23,6 +23,7 @@ struct RunOptions {
   std::vector<std::string> env;        // NAME=value added to the executor's environment
   std::vector<std::string> scrub_env;  // names removed from it, whatever added them
   int pass_fd = -1;                    // inherited as descriptor 3
+  bool private_tmpdir = false;         // TMPDIR made by the command once confined
   Json agent;                          // the agent run, for the first receipt (null: none)
 };
 

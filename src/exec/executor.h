@@ -28,6 +28,9 @@ struct Command {
   // Variable names removed from the final environment, whatever put them there (the plan's
   // pass-through, `env` above): credential variables never reach the command by name.
   std::vector<std::string> scrub_env;
+  // TMPDIR is a fresh directory in the scratch directory that the command makes itself once
+  // confined (linux::LaunchSpec::make_tmpdir), instead of the scratch directory itself.
+  bool private_tmpdir = false;
 };
 
 struct RunOutcome {

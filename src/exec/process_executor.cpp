@@ -129,6 +129,11 @@ class ProcessExecutor final : public Executor {
     spec.stdout_fd = cmd.stdout_fd;
     spec.stderr_fd = cmd.stderr_fd;
     spec.fd3 = cmd.pass_fd;
+    if (cmd.private_tmpdir) {
+      spec.make_tmpdir = fmt::format("{}/tmp.{}", plan_.namespaces ? "/tmp" : dirs_.scratch, runs_ + 1);
+      for (auto& kv : spec.env)
+        if (kv.starts_with("TMPDIR=")) kv = "TMPDIR=" + spec.make_tmpdir;
+    }
 
     // The namespaces tier limits the sandbox as a whole; root on the Landlock tier, where
     // RLIMIT_NPROC does not bind, gets a pids cgroup per run.

@@ -13,6 +13,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -52,6 +53,7 @@ std::string_view to_string(Step s) {
     case Step::Loopback: return "loopback";
     case Step::DropCapabilities: return "drop_capabilities";
     case Step::Init: return "init";
+    case Step::Tmpdir: return "tmpdir";
   }
   return "?";
 }
@@ -117,6 +119,9 @@ pid_t clone_with_pidfd(int* pidfd, uint64_t extra_flags = 0) noexcept {
     if (int e = apply_landlock(ruleset)) report_and_exit(errfd, Step::Landlock, e);
   if (s.seccomp)
     if (int e = apply_seccomp(s.seccomp)) report_and_exit(errfd, Step::Seccomp, e);
+  // After every confinement step: made by the confined process, under the jail's own rules.
+  if (!s.make_tmpdir.empty() && ::mkdir(s.make_tmpdir.c_str(), 0700) < 0)
+    report_and_exit(errfd, Step::Tmpdir, errno);
   ::execve(s.path.c_str(), argv, envp);
   report_and_exit(errfd, Step::Exec, errno);
 }

@@ -262,6 +262,8 @@ Result<int> get_positive_int32(const Json& v, const std::string& path) {
   return static_cast<int>(TRY(get_positive_int(v, path, std::numeric_limits<int>::max())));
 }
 
+}  // namespace
+
 Result<std::vector<std::string>> get_string_array(const Json& v, const std::string& path) {
   if (!v.is_array())
     return invalid(path, fmt::format("{} must be an array of strings, got {}", path, show(v)));
@@ -269,6 +271,8 @@ Result<std::vector<std::string>> get_string_array(const Json& v, const std::stri
   for (size_t i = 0; i < v.size(); ++i) out.push_back(TRY(get_string(v[i], path_join(path, i))));
   return out;
 }
+
+namespace {
 
 template <typename E, size_t N>
 Result<E> get_enum(const Json& v, const std::string& path, const std::array<E, N>& all) {

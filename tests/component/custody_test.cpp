@@ -102,11 +102,11 @@ TEST(StateDirCustody, SymlinkedOrForeignStateDirectoryIsRefused) {
   ::mkdir(real.c_str(), 0700);
   ::symlink(real.c_str(), link.c_str());
   Copy c;
-  auto r = c.run({"--state-dir", link, "receipts", "list"});
+  auto r = c.run({"--state-dir", link, "run", "--", "/bin/true"});
   expect_custody_refusal(r, "the state directory " + link + " is a symlink", "export AIRLOCK_STATE_DIR='" + real + "'");
   if (::geteuid() == 0) {
     ASSERT_EQ(::chown(real.c_str(), kNobody, kNobody), 0);
-    r = c.run({"--state-dir", real, "receipts", "list"});
+    r = c.run({"--state-dir", real, "run", "--", "/bin/true"});
     expect_custody_refusal(r, "the state directory " + real + " is owned by nobody", "chown root '" + real + "'");
   }
 }
