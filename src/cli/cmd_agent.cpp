@@ -13,6 +13,7 @@
 
 #include "base/fs.h"
 #include "base/hash.h"
+#include "base/relpath.h"
 #include "base/unique_fd.h"
 #include "cli/verbs.h"
 #include "exec/tool_program.h"
@@ -33,10 +34,6 @@ struct AgentOptions {
 std::string real_path(const std::string& p) {
   char buf[PATH_MAX];
   return ::realpath(p.c_str(), buf) ? std::string(buf) : p;
-}
-
-bool beneath(const std::string& path, const std::string& dir) {
-  return path == dir || dir == "/" || path.starts_with(dir + "/");
 }
 
 std::string operator_home() {
@@ -102,7 +99,7 @@ int agent_run(Globals& g, AgentOptions& o) {
     if (engine) {
       std::vector<std::string> visible = {"/usr", "/bin", "/sbin", "/lib", "/lib64"};
       visible.insert(visible.end(), pol.read_only_paths.begin(), pol.read_only_paths.end());
-      if (std::none_of(visible.begin(), visible.end(), [&](const auto& d) { return beneath(exe, d); }))
+      if (!under_any(exe, visible))
         return fail(Code::PolicyInvalid,
                     fmt::format("the agent executable {} is not beneath anything the sandbox may read; add its "
                                 "install directory to the policy's read_only_paths",
@@ -116,7 +113,7 @@ int agent_run(Globals& g, AgentOptions& o) {
     std::optional<std::string> ws = o.run.workspace ? o.run.workspace : pol.workspace;
     if (ws)
       for (const auto& c : start.facts.credential_files)
-        if (beneath(c, real_path(absolute_path(*ws))) || beneath(c, absolute_path(*ws)))
+        if (is_under(c, real_path(absolute_path(*ws))) || is_under(c, absolute_path(*ws)))
           return fail(Code::PathDenied,
                       fmt::format("the workspace {} holds the credential file {}, which its view would copy", *ws, c),
                       {{"workspace", *ws}, {"credential_file", c}});

@@ -5,6 +5,8 @@
 
 #include <fmt/ranges.h>
 
+#include "base/relpath.h"
+
 namespace airlock::plan {
 
 using policy::ExecutorKind;
@@ -115,16 +117,12 @@ std::optional<int> cgroup_version(const HostFacts& f) {
   return std::nullopt;
 }
 
-bool beneath(const std::string& path, const std::string& dir) {
-  return path == dir || dir == "/" || path.starts_with(dir + "/");
-}
-
 // The first credential file a readable host path would show, as {file, readable path}.
 std::optional<std::pair<std::string, std::string>> exposed_credential(const std::vector<std::string>& readable,
                                                                       const HostFacts& f) {
   for (const auto& c : f.credential_files)
     for (const auto& r : readable)
-      if (beneath(c, r)) return std::pair{c, r};
+      if (is_under(c, r)) return std::pair{c, r};
   return std::nullopt;
 }
 
@@ -142,7 +140,7 @@ NamespacesPlan namespaces_plan(const policy::TaskPolicy& p, const HostFacts& f) 
   n.ro_binds = landlock_host_paths(p);
   // Credential files beneath a bind are covered, so no route inside reaches their bytes.
   for (const auto& c : f.credential_files)
-    if (std::any_of(n.ro_binds.begin(), n.ro_binds.end(), [&](const auto& b) { return beneath(c, b); }))
+    if (under_any(c, n.ro_binds))
       n.masked.push_back(c);
   n.dev_nodes = {"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"};
   n.proc_masked = {"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug", "/proc/sysrq-trigger",
