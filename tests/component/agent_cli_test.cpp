@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 // Tries every route to the operator's credentials: a direct read, a search, a script it writes,
 // a hard link, the environment of a sibling (and of every process it can see), its own
 // environment; then reads the credential airlock handed it on descriptor 3.
-constexpr const char* kStandIn = R"(#!/bin/sh
+constexpr const char* kStandIn = R"sh(#!/bin/sh
 h="$1"
 echo "TMPDIR=$TMPDIR"
 for f in .claude/.credentials.json .claude.json .codex/auth.json .codex/config.toml .gemini/oauth_creds.json notes.txt; do
@@ -38,7 +38,7 @@ for e in /proc/[0-9]*/environ; do tr '\0' '\n' < "$e"; done 2>/dev/null
 kill $s
 echo "env:"; env
 echo "FD3=$(cat <&3)"
-)";
+)sh";
 
 struct Planted {
   std::map<std::string, std::string> canaries;  // relative path -> its secret
@@ -87,7 +87,7 @@ class AgentRun : public ::testing::TestWithParam<Identity> {
                            {"LC_ALL", "C.UTF-8"}});
   }
 
-  bool tier_unavailable(const CliResult& r, const std::string& tier) {
+  bool tier_unavailable(const CliResult& r) {
     if (r.status != 125 || r.err.find("AIRLOCK_EXECUTOR_UNAVAILABLE") == std::string::npos) return false;
     bool by_design = GetParam() == Identity::Nobody && r.err.find("no cgroup we may write") != std::string::npos;
     if (require_all_tiers() && !by_design) ADD_FAILURE() << "AIRLOCK_REQUIRE_ALL_TIERS=1 but: " << r.err;
@@ -116,7 +116,7 @@ class AgentRun : public ::testing::TestWithParam<Identity> {
 
 TEST_P(AgentRun, NamespacesTierMasksEveryProfilesCredentialsAgainstEveryRoute) {
   auto r = run({"--", home_->path()}, policy("namespaces", true));
-  if (tier_unavailable(r, "namespaces")) GTEST_SKIP() << r.err;
+  if (tier_unavailable(r)) GTEST_SKIP() << r.err;
   ASSERT_EQ(r.status, 0) << r.err << r.out;
   expect_blinded(r);
   // The home is readable inside: what hides the credentials is the mask, not the home's absence.
@@ -148,7 +148,7 @@ TEST_P(AgentRun, LandlockTierRefusesWhatItCannotHideAndHidesTheRest) {
   EXPECT_NE(refused.err.find("Landlock cannot hide the credential file " + home_->path()), std::string::npos)
       << refused.err;
   auto r = run({"--", home_->path()}, policy("landlock", false));
-  if (tier_unavailable(r, "landlock")) GTEST_SKIP() << r.err;
+  if (tier_unavailable(r)) GTEST_SKIP() << r.err;
   ASSERT_EQ(r.status, 0) << r.err << r.out;
   expect_blinded(r);
 }
@@ -243,8 +243,9 @@ TEST_F(RealAgentCli, EveryBypassArgumentOfEveryProfileIsInItsHelp) {
     for (const auto& b : p.bypass_values) {
       EXPECT_NE(help.find(b.flag), std::string::npos) << p.name << " " << b.flag;
       // A value that is a config assignment (codex -c) names a key its help does not list.
-      if (b.values[0].find('=') == std::string::npos)
+      if (b.values[0].find('=') == std::string::npos) {
         EXPECT_NE(help.find(b.values[0]), std::string::npos) << p.name << " " << b.values[0];
+      }
     }
     for (const auto& m : p.model_flags) EXPECT_NE(help.find(m), std::string::npos) << p.name << " " << m;
     for (const auto& f : p.resume_flags) EXPECT_NE(help.find(f), std::string::npos) << p.name << " " << f;
