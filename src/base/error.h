@@ -48,7 +48,9 @@ namespace airlock {
   X(ApprovalRequired, "AIRLOCK_APPROVAL_REQUIRED", "the action needs a person's approval")  \
   X(WriteBackRefused, "AIRLOCK_WRITE_BACK_REFUSED",                                         \
     "the session view holds an entry write-back refuses")                                  \
-  X(NotFound, "AIRLOCK_NOT_FOUND", "the path or tool named does not exist")
+  X(NotFound, "AIRLOCK_NOT_FOUND", "the path or tool named does not exist")                \
+  X(SessionUnknown, "AIRLOCK_SESSION_UNKNOWN", "no session has this id")                  \
+  X(RequestTooLarge, "AIRLOCK_REQUEST_TOO_LARGE", "the request body is larger than allowed")
 
 enum class Code {
 #define AIRLOCK_X(e, name, meaning) e,

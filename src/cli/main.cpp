@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   add_receipts(app, g, run);
   add_broker_suite(app, g, run);
   add_probe(app, g, run);
+  add_serve(app, g, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

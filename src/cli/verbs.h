@@ -19,6 +19,9 @@ void add_escape_suite(CLI::App& app, Globals& g, Action& run);
 void add_session(CLI::App& app, Globals& g, Action& run);
 void add_receipts(CLI::App& app, Globals& g, Action& run);
 void add_broker_suite(CLI::App& app, Globals& g, Action& run);
+void add_serve(CLI::App& app, Globals& g, Action& run);
+// The doctor's report as JSON (`airlock doctor --json`, GET /v1/executors).
+Json doctor_report(plan::Profile profile, const plan::HostFacts& facts);
 // Hidden: `__probe`, the escape suite's scenario programs.
 void add_probe(CLI::App& app, Globals& g, Action& run);
 
