@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   add_broker_suite(app, g, run);
   add_probe(app, g, run);
   add_serve(app, g, run);
+  add_mcp(app, g, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

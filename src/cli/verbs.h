@@ -20,6 +20,7 @@ void add_session(CLI::App& app, Globals& g, Action& run);
 void add_receipts(CLI::App& app, Globals& g, Action& run);
 void add_broker_suite(CLI::App& app, Globals& g, Action& run);
 void add_serve(CLI::App& app, Globals& g, Action& run);
+void add_mcp(CLI::App& app, Globals& g, Action& run);
 // The doctor's report as JSON (`airlock doctor --json`, GET /v1/executors).
 Json doctor_report(plan::Profile profile, const plan::HostFacts& facts);
 // Hidden: `__probe`, the escape suite's scenario programs.
