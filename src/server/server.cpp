@@ -374,6 +374,9 @@ Result<void> Server::bind_unix(const std::string& path) {
 
 Result<int> Server::bind_tcp(const ListenAddress& at, std::string token) {
   Listener& l = impl_->add_listener(fmt::format("tcp:{}:{}", at.host, at.port));
+  // httplib writes headers and body separately: without TCP_NODELAY, Nagle and delayed ACKs
+  // add ~40 ms to every kept-alive request.
+  l.http->set_tcp_nodelay(true);
   // Compared as digests with CRYPTO_memcmp: the time taken says nothing about the token.
   std::string want = sha256_hex(token);
   l.http->set_pre_routing_handler([want](const httplib::Request& req, httplib::Response& res) {
