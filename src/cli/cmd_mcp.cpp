@@ -13,11 +13,7 @@
 namespace airlock::cli {
 namespace {
 
-struct McpCliOptions {
-  std::optional<std::string> policy_file, defaults, workspace;
-};
-
-int mcp_verb(Globals& g, McpCliOptions& o) {
+int mcp_verb(Globals& g, SessionCliOptions& o) {
   auto start = prepare_session(g, o.defaults, o.policy_file);
   if (!start) return refuse(start.error(), false);
   sigset_t mask = block_stop_signals();
@@ -57,11 +53,9 @@ int mcp_verb(Globals& g, McpCliOptions& o) {
 }  // namespace
 
 void add_mcp(CLI::App& app, Globals& g, Action& run) {
-  static McpCliOptions o;
+  static SessionCliOptions o;
   auto* cmd = app.add_subcommand("mcp", "an MCP server over stdio: one session's actions as tools");
-  cmd->add_option("--policy", o.policy_file, "task policy (JSON)")->required();
-  cmd->add_option("--defaults", o.defaults, "worker default policy");
-  cmd->add_option("--workspace", o.workspace, "workspace directory (overrides the policy's)");
+  add_session_options(cmd, o)->required();
   cmd->callback([&g, &run] { run = [&g] { return mcp_verb(g, o); }; });
 }
 

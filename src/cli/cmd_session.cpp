@@ -13,10 +13,6 @@
 namespace airlock::cli {
 namespace {
 
-struct SessionCliOptions {
-  std::optional<std::string> policy_file, defaults, workspace;
-};
-
 int session_verb(Globals& g, SessionCliOptions& o) {
   auto start = prepare_session(g, o.defaults, o.policy_file);
   if (!start) return refuse(start.error(), g.json);
@@ -74,10 +70,15 @@ void add_session(CLI::App& app, Globals& g, Action& run) {
   static SessionCliOptions o;
   auto* cmd = app.add_subcommand(
       "session", "open a broker session and speak the action protocol: JSON lines on stdin and stdout");
-  cmd->add_option("--policy", o.policy_file, "task policy (JSON); the built-in default when absent");
+  add_session_options(cmd, o);
+  cmd->callback([&g, &run] { run = [&g] { return session_verb(g, o); }; });
+}
+
+CLI::Option* add_session_options(CLI::App* cmd, SessionCliOptions& o) {
+  auto* policy = cmd->add_option("--policy", o.policy_file, "task policy (JSON); the built-in default when absent");
   cmd->add_option("--defaults", o.defaults, "worker default policy");
   cmd->add_option("--workspace", o.workspace, "workspace directory (overrides the policy's)");
-  cmd->callback([&g, &run] { run = [&g] { return session_verb(g, o); }; });
+  return policy;
 }
 
 }  // namespace airlock::cli

@@ -17,6 +17,12 @@ void add_plan(CLI::App& app, Globals& g, Action& run);
 void add_run(CLI::App& app, Globals& g, Action& run);
 void add_escape_suite(CLI::App& app, Globals& g, Action& run);
 void add_session(CLI::App& app, Globals& g, Action& run);
+// --policy, --defaults, --workspace: what a verb that opens one session takes (session, mcp).
+struct SessionCliOptions {
+  std::optional<std::string> policy_file, defaults, workspace;
+};
+// Adds the three options to `cmd`; returns --policy (a verb may make it required).
+CLI::Option* add_session_options(CLI::App* cmd, SessionCliOptions& o);
 void add_receipts(CLI::App& app, Globals& g, Action& run);
 void add_broker_suite(CLI::App& app, Globals& g, Action& run);
 void add_serve(CLI::App& app, Globals& g, Action& run);

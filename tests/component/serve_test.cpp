@@ -126,7 +126,7 @@ TEST_F(Serve, SessionLifecycleOverTheUnixSocket) {
 }
 
 TEST_F(Serve, EachBadRequestGetsItsOwnAnswer) {
-  start({"--max-body-bytes", "4096"});
+  start({"--max-body-bytes", "4096", "--max-sessions", "1"});
   HttpClient c(srv->unix_endpoint());
   auto code = [](const HttpReply& r) { return r.json()["error"]["code"].get<std::string>(); };
 
@@ -153,6 +153,10 @@ TEST_F(Serve, EachBadRequestGetsItsOwnAnswer) {
   if (skipped) GTEST_SKIP() << "no executor for the policy here";
   ASSERT_FALSE(id.empty());
   std::string base = "/v1/sessions/" + id;
+  auto full = must(c.request("POST", "/v1/sessions", policy_json(*f)));
+  EXPECT_EQ(full.status, 503);
+  EXPECT_EQ(code(full), "AIRLOCK_CAPACITY_EXHAUSTED");
+  EXPECT_EQ(full.json()["error"]["facts"]["max_sessions"], 1);
   auto malformed = must(c.request("POST", base + "/read_file", "{\"path\": "));
   EXPECT_EQ(malformed.status, 400);
   EXPECT_EQ(code(malformed), "AIRLOCK_PROTOCOL_ERROR");
