@@ -239,9 +239,11 @@ struct Server::Impl {
     auto body = body_object(req);
     if (body) {
       for (const char* key : {"action", "id"})
-        if (body->contains(key))
+        if (body->contains(key)) {
           body = fail(Code::ProtocolError, fmt::format("$.{} is not an argument: the route names the action", key),
                       {{"path", fmt::format("$.{}", key)}});
+          break;
+        }
     }
     if (!body) {
       // Refused before the adapter saw it: recorded like the pipe records an unreadable line.

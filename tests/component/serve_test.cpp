@@ -165,7 +165,7 @@ TEST_F(Serve, EachBadRequestGetsItsOwnAnswer) {
   EXPECT_EQ(unknown_field.status, 400);
   EXPECT_EQ(code(unknown_field), "AIRLOCK_PROTOCOL_ERROR");
   EXPECT_EQ(unknown_field.json()["error"]["facts"]["path"], "$.bogus");
-  auto smuggled = must(c.post(base + "/read_file", {{"path", "reports/x"}, {"action", "write_file"}}));
+  auto smuggled = must(c.post(base + "/read_file", {{"path", "reports/x"}, {"action", "write_file"}, {"id", 7}}));
   EXPECT_EQ(smuggled.status, 400);
   EXPECT_EQ(smuggled.json()["error"]["facts"]["path"], "$.action");
   auto not_object = must(c.request("POST", base + "/list_dir", "[1]"));
