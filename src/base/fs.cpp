@@ -28,20 +28,33 @@ Result<std::string> read_file(const std::string& path, Code code) {
   return out;
 }
 
+Result<void> write_all(int fd, std::string_view bytes, Code code, const std::string& what) {
+  size_t off = 0;
+  while (off < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail_errno(code, what, errno);
+    off += static_cast<size_t>(n);
+  }
+  return {};
+}
+
+Result<void> append_record(int fd, std::string_view bytes, Code code, const std::string& what) {
+  ssize_t n;
+  do {
+    n = ::write(fd, bytes.data(), bytes.size());
+  } while (n < 0 && errno == EINTR);
+  if (n != static_cast<ssize_t>(bytes.size())) return fail_errno(code, what, n < 0 ? errno : ENOSPC);
+  return {};
+}
+
 Result<void> write_file_atomic(const std::string& path, std::string_view bytes, unsigned mode) {
   std::string tmp = path + ".tmp-" + random_id().substr(0, 12);
   UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode));
   if (!fd) return fail_errno(Code::ConfigError, "cannot create " + tmp, errno);
-  size_t off = 0;
-  while (off < bytes.size()) {
-    ssize_t n = ::write(fd.get(), bytes.data() + off, bytes.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int e = errno;
-      ::unlink(tmp.c_str());
-      return fail_errno(Code::ConfigError, "cannot write " + tmp, e);
-    }
-    off += static_cast<size_t>(n);
+  if (auto w = write_all(fd.get(), bytes, Code::ConfigError, "cannot write " + tmp); !w) {
+    ::unlink(tmp.c_str());
+    return w;
   }
   if (::rename(tmp.c_str(), path.c_str()) < 0) {
     int e = errno;

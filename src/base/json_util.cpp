@@ -16,6 +16,7 @@ Result<Json> parse_json(std::string_view text, Code code, std::string_view what)
   }
 }
 
+
 std::string path_join(std::string_view base, std::string_view key) {
   return fmt::format("{}.{}", base, key);
 }

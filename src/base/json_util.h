@@ -19,6 +19,7 @@ std::string canonical_json(const Json& j);
 // Parses JSON text; a syntax error is `code` with the byte offset in facts.
 Result<Json> parse_json(std::string_view text, Code code, std::string_view what);
 
+
 // Appends a JSON-pointer-like path segment: path_join("$.tools", 2) == "$.tools[2]".
 std::string path_join(std::string_view base, std::string_view key);
 std::string path_join(std::string_view base, size_t index);

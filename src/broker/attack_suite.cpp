@@ -1,8 +1,7 @@
 // The broker attack suite: each attack through a Session, then the same call through plain APIs.
 #include "broker/attack_suite.h"
 
-#include <curl/curl.h>
-#include <httplib.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -18,7 +17,9 @@
 #include "base/child_process.h"
 #include "base/fs.h"
 #include "base/hash.h"
+#include "broker/loopback_http.h"
 #include "broker/session.h"
+#include "egress/curl_api.h"
 
 namespace airlock::broker {
 
@@ -32,48 +33,33 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Two loopback servers on one port: the allowed one on 127.0.0.1, the one an attack wants to
-// reach on 127.0.0.2. Each counts the requests it was sent.
+// Three loopback servers: the allowed one on 127.0.0.1, the one an attack wants to reach on
+// 127.0.0.2 (same port), and one on another port that only the wildcard rule names. Each
+// counts the requests it was sent.
 class Servers {
  public:
   Result<void> start() {
-    good_.Get("/", [this](const httplib::Request&, httplib::Response& res) {
-      ++good_hits;
-      res.set_content("good", "text/plain");
-    });
-    good_.Get("/redirect", [this](const httplib::Request&, httplib::Response& res) {
-      ++good_hits;
-      res.set_redirect(fmt::format("http://evil.test:{}/", port));
-    });
-    good_.Get("/big", [this](const httplib::Request&, httplib::Response& res) {
-      ++good_hits;
-      res.set_content(std::string(kBigBytes, 'x'), "application/octet-stream");
-    });
-    evil_.Get(R"(/.*)", [this](const httplib::Request&, httplib::Response& res) {
-      ++evil_hits;
-      res.set_content("evil", "text/plain");
-    });
-    any_.Get("/", [this](const httplib::Request&, httplib::Response& res) {
+    auto a = TRY(LoopbackHttp::start("127.0.0.1", 0, [this](const HttpRequest&) {
       ++any_hits;
-      res.set_content("good", "text/plain");
-    });
-    any_port = any_.bind_to_any_port("127.0.0.1");
-    if (any_port <= 0) return fail(Code::ConfigError, "cannot listen on 127.0.0.1");
-    port = good_.bind_to_any_port("127.0.0.1");
-    if (port <= 0) return fail(Code::ConfigError, "cannot listen on 127.0.0.1");
-    if (!evil_.bind_to_port("127.0.0.2", port))
-      return fail(Code::ConfigError, fmt::format("cannot listen on 127.0.0.2 port {}", port));
-    tg_ = std::thread([this] { good_.listen_after_bind(); });
-    te_ = std::thread([this] { evil_.listen_after_bind(); });
-    ta_ = std::thread([this] { any_.listen_after_bind(); });
+      return HttpReply{200, {}, "good"};
+    }));
+    any_ = std::move(a);
+    any_port = any_->port();
+    auto g = TRY(LoopbackHttp::start("127.0.0.1", 0, [this](const HttpRequest& req) {
+      const std::string& path = req.path;
+      ++good_hits;
+      if (path == "/redirect") return HttpReply{302, {{"Location", fmt::format("http://evil.test:{}/", port)}}, ""};
+      if (path == "/big") return HttpReply{200, {}, std::string(kBigBytes, 'x')};
+      return HttpReply{200, {}, "good"};
+    }));
+    good_ = std::move(g);
+    port = good_->port();
+    auto e = TRY(LoopbackHttp::start("127.0.0.2", port, [this](const HttpRequest&) {
+      ++evil_hits;
+      return HttpReply{200, {}, "evil"};
+    }));
+    evil_ = std::move(e);
     return {};
-  }
-  ~Servers() {
-    good_.stop();
-    evil_.stop();
-    any_.stop();
-    for (auto* t : {&tg_, &te_, &ta_})
-      if (t->joinable()) t->join();
   }
   static constexpr size_t kBigBytes = 1 << 20;
   int port = 0;      // good (127.0.0.1) and evil (127.0.0.2)
@@ -81,8 +67,7 @@ class Servers {
   std::atomic<int> good_hits = 0, evil_hits = 0, any_hits = 0;
 
  private:
-  httplib::Server good_, evil_, any_;
-  std::thread tg_, te_, ta_;
+  std::unique_ptr<LoopbackHttp> good_, evil_, any_;
 };
 
 // The baseline's network API: libcurl as a program would use it, told where names resolve.
@@ -100,23 +85,29 @@ size_t plain_body(char* p, size_t size, size_t n, void* ud) {
 
 Plain plain_fetch(const std::string& url, const std::vector<std::string>& resolve, bool follow) {
   Plain out;
-  CURL* h = curl_easy_init();
+  auto api = egress::curl_api();
+  if (!api) {
+    out.error = api.error().message;
+    return out;
+  }
+  const egress::CurlApi& c = **api;
+  CURL* h = c.easy_init();
   curl_slist* res = nullptr;
-  for (const auto& r : resolve) res = curl_slist_append(res, r.c_str());
-  curl_easy_setopt(h, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(h, CURLOPT_RESOLVE, res);
-  curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, follow ? 1L : 0L);
-  curl_easy_setopt(h, CURLOPT_PROXY, "");
-  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 10000L);
-  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, plain_body);
-  curl_easy_setopt(h, CURLOPT_WRITEDATA, &out.body);
-  CURLcode rc = curl_easy_perform(h);
+  for (const auto& r : resolve) res = c.slist_append(res, r.c_str());
+  c.easy_setopt(h, CURLOPT_URL, url.c_str());
+  c.easy_setopt(h, CURLOPT_RESOLVE, res);
+  c.easy_setopt(h, CURLOPT_FOLLOWLOCATION, follow ? 1L : 0L);
+  c.easy_setopt(h, CURLOPT_PROXY, "");
+  c.easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  c.easy_setopt(h, CURLOPT_TIMEOUT_MS, 10000L);
+  c.easy_setopt(h, CURLOPT_WRITEFUNCTION, plain_body);
+  c.easy_setopt(h, CURLOPT_WRITEDATA, &out.body);
+  CURLcode rc = c.easy_perform(h);
   out.ok = rc == CURLE_OK;
-  if (!out.ok) out.error = curl_easy_strerror(rc);
-  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &out.status);
-  curl_slist_free_all(res);
-  curl_easy_cleanup(h);
+  if (!out.ok) out.error = c.easy_strerror(rc);
+  c.easy_getinfo(h, CURLINFO_RESPONSE_CODE, &out.status);
+  c.slist_free_all(res);
+  c.easy_cleanup(h);
   return out;
 }
 

@@ -262,6 +262,14 @@ Result<ToolResult> Session::run_tool(const std::string& name, const std::vector<
     auto tool = std::find_if(policy_.tools.begin(), policy_.tools.end(), [&](const auto& t) { return t.name == name; });
     if (tool == policy_.tools.end())
       return fail(Code::ToolNotDeclared, fmt::format("the policy declares no tool \"{}\"", name), {{"tool", name}});
+    // A json-protocol tool needs its call line, key and effect ledger: `airlock tool call`
+    // dispatches those; a session does not yet, and says so rather than run it as argv.
+    if (tool->protocol == policy::ToolProtocol::Json)
+      return fail(Code::ProtocolError,
+                  fmt::format("the tool \"{}\" speaks the json protocol, which sessions do not dispatch yet; "
+                              "use `airlock tool call`",
+                              name),
+                  {{"tool", name}});
     if (!args.empty() && !tool->allow_args)
       return fail(Code::ToolArgsDenied, fmt::format("the tool \"{}\" takes no arguments", name),
                   {{"tool", name}, {"args", args.size()}});
@@ -280,12 +288,13 @@ Result<ToolResult> Session::run_tool(const std::string& name, const std::vector<
       }
     }
     cmd.timeout_ms = timeout;
-    auto run = TRY(exec::run_captured(*executor_, cmd, "", static_cast<size_t>(policy_.limits.max_output_bytes)));
+    // The tool's own cap, never more than the policy's limit for any tool.
+    auto cap = static_cast<size_t>(std::min(tool->max_output_bytes, policy_.limits.max_output_bytes));
+    auto run = TRY(exec::run_captured(*executor_, cmd, "", cap));
     Json facts = {{"tool", name}, {"outcome", run.outcome.to_json()}};
     if (run.output_limited)
       return fail(Code::OutputLimit,
-                  fmt::format("the tool \"{}\" wrote more than {} bytes and was stopped", name,
-                              policy_.limits.max_output_bytes),
+                  fmt::format("the tool \"{}\" wrote more than {} bytes and was stopped", name, cap),
                   facts);
     if (run.outcome.stopped && killed_) return fail(Code::SessionKilled, "the session was killed", facts);
     if (run.outcome.timed_out && budget_binds)

@@ -90,6 +90,11 @@ class Session {
   // The receipts written so far, oldest first.
   Result<std::vector<Json>> receipts() const;
   bool killed() const { return killed_; }
+  // Closed or killed: no action will be admitted again.
+  bool ended() const {
+    std::lock_guard lk(mu_);
+    return ended_;
+  }
   // Test seam for the attack suite (see PathGuard::before_open).
   PathGuard& path_guard() { return *guard_; }
 

@@ -15,6 +15,7 @@
 
 #include "base/unique_fd.h"
 #include "broker/session.h"
+#include "cli/store_support.h"
 #include "cli/verbs.h"
 
 namespace airlock::cli {
@@ -23,6 +24,7 @@ namespace {
 struct RunOptions {
   std::optional<std::string> policy_file, defaults, workspace;
   bool quiet = false;
+  std::string slot = store::kDefaultSlot;
   std::vector<std::string> command;
 };
 
@@ -47,10 +49,22 @@ int run_verb(Globals& g, RunOptions& o) {
   // SIGINT/SIGTERM/SIGHUP stop the command (and everything it started); a thread waits for them.
   sigset_t mask = block_stop_signals();
 
+  // A seat in the slot before anything is prepared; released (with the outcome) on every path.
+  // After the mask: the seat's heartbeat thread must not take the signals the waiter reads.
+  auto held = reserve_seat(g, start->state_dir, o.slot, policy::digest(start->policy));
+  if (!held) return refuse(held.error(), g.json);
+  store::Seat& seat = *held->seat;
+  auto refuse_run = [&](const Error& e) {
+    seat.release(std::string(to_name(e.code)));
+    return refuse(e, g.json);
+  };
+
   broker::SessionOptions so(start->state_dir, start->profile, o.workspace);
   auto session = broker::Session::open(start->policy, start->facts, so);
-  if (!session) return refuse(session.error(), g.json);
+  if (!session) return refuse_run(session.error());
   auto& s = **session;
+  (void)seat.record_enforcement(std::string(policy::to_string(s.plan().executor)), s.plan().tier,
+                                plan::to_json(start->facts));
   if (!o.quiet && !g.json)
     std::fprintf(stderr, "airlock: %s tier (%s), session %s\n", std::string(policy::to_string(s.plan().executor)).c_str(),
                  enforced_summary(s.enforced()).c_str(), s.id().c_str());
@@ -79,12 +93,12 @@ int run_verb(Globals& g, RunOptions& o) {
   waiter.join();
   if (!outcome) {
     (void)s.kill();
-    return refuse(outcome.error(), g.json);
+    return refuse_run(outcome.error());
   }
   bool success = outcome->status.shell_status() == 0 && !outcome->timed_out && !outcome->stopped;
   // A spent budget ends the session the way the kill switch does: nothing is written back.
   auto wb = s.close(success);
-  if (!wb) return refuse(wb.error(), g.json);
+  if (!wb) return refuse_run(wb.error());
 
   int rc = outcome->status.shell_status();
   std::vector<Error> refusals;
@@ -135,6 +149,9 @@ int run_verb(Globals& g, RunOptions& o) {
                    static_cast<long long>(outcome->descendants_killed));
     std::fprintf(stderr, "airlock: receipts %s\n", s.receipts_path().c_str());
   }
+  seat.release(!refusals.empty()           ? std::string(to_name(refusals.front().code))
+               : outcome->status.signaled ? fmt::format("signal {}", outcome->status.signal)
+                                          : fmt::format("exit {}", outcome->status.code));
   if (!refusals.empty()) return kRefusedExit;
   return rc;
 }
@@ -148,6 +165,7 @@ void add_run(CLI::App& app, Globals& g, Action& run) {
   cmd->add_option("--defaults", o.defaults, "worker default policy");
   cmd->add_option("--workspace", o.workspace, "workspace directory (overrides the policy's)");
   cmd->add_flag("--json", g.json, "print a JSON summary as the last line of stdout");
+  cmd->add_option("--slot", o.slot, "the slot whose seat the run takes: NAME or MACHINE:NAME (default: default)");
   cmd->add_flag("-q,--quiet", o.quiet, "print nothing of airlock's own unless refused");
   cmd->add_option("command", o.command, "the command and its arguments, after --")->required();
   cmd->callback([&g, &run] { run = [&g] { return run_verb(g, o); }; });

@@ -8,24 +8,40 @@
 #include "broker/protocol.h"
 #include "broker/session.h"
 #include "cli/line_reader.h"
+#include "cli/store_support.h"
 #include "cli/verbs.h"
 
 namespace airlock::cli {
 namespace {
 
-int session_verb(Globals& g, SessionCliOptions& o) {
+// The session verb takes what every one-session verb takes, and the seat it sits in.
+struct SessionVerbOptions : SessionCliOptions {
+  std::string slot = store::kDefaultSlot;
+};
+
+int session_verb(Globals& g, SessionVerbOptions& o) {
   auto start = prepare_session(g, o.defaults, o.policy_file);
   if (!start) return refuse(start.error(), g.json);
   sigset_t mask = block_stop_signals();
   ::signal(SIGPIPE, SIG_IGN);  // a reader that went away is an EOF, not a crash
 
+  // A seat in the slot, as for `airlock run`: released with how the session ended.
+  auto held = reserve_seat(g, start->state_dir, o.slot, policy::digest(start->policy));
+  if (!held) {
+    emit_line({{"id", nullptr}, {"ok", false}, {"error", held.error().to_json()}});
+    return refuse(held.error(), false);
+  }
+  store::Seat& seat = *held->seat;
   broker::SessionOptions so(start->state_dir, start->profile, o.workspace);
   auto session = broker::Session::open(start->policy, start->facts, so);
   if (!session) {
+    seat.release(std::string(to_name(session.error().code)));
     emit_line({{"id", nullptr}, {"ok", false}, {"error", session.error().to_json()}});
     return refuse(session.error(), false);
   }
   auto& s = **session;
+  (void)seat.record_enforcement(std::string(policy::to_string(s.plan().executor)), s.plan().tier,
+                                plan::to_json(start->facts));
   // The first line says what was enforced, before any action is read.
   emit_line({{"id", nullptr},
         {"ok", true},
@@ -58,19 +74,24 @@ int session_verb(Globals& g, SessionCliOptions& o) {
     emit_line(broker::handle_request(s, *req));
   }
   // End of input without "close": the kill switch's rules, nothing written back.
+  // A session closed on request ends "closed"; one killed (by request, signal, budget, or
+  // the end of input) ends AIRLOCK_SESSION_KILLED.
+  bool closed = s.ended() && !s.killed();
   (void)s.kill("end of input");
   // The reader has returned (EOF or a signal): both close the inbox.
   reader.join();
+  seat.release(closed ? "closed" : std::string(to_name(Code::SessionKilled)));
   return 0;
 }
 
 }  // namespace
 
 void add_session(CLI::App& app, Globals& g, Action& run) {
-  static SessionCliOptions o;
+  static SessionVerbOptions o;
   auto* cmd = app.add_subcommand(
       "session", "open a broker session and speak the action protocol: JSON lines on stdin and stdout");
   add_session_options(cmd, o);
+  cmd->add_option("--slot", o.slot, "the slot whose seat the session takes: NAME or MACHINE:NAME (default: default)");
   cmd->callback([&g, &run] { run = [&g] { return session_verb(g, o); }; });
 }
 

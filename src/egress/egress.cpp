@@ -1,6 +1,8 @@
 // Egress: URL parsing, allow-list admission with address classes, and the pinned libcurl fetch.
 #include "egress/egress.h"
 
+#include "egress/curl_api.h"
+
 #include <arpa/inet.h>
 #include <curl/curl.h>
 #include <netdb.h>
@@ -10,7 +12,6 @@
 #include <cstring>
 #include <chrono>
 #include <memory>
-#include <mutex>
 
 #include "base/encoding.h"
 #include "base/hash.h"
@@ -28,21 +29,12 @@ std::unexpected<Error> denied(std::string message, Json facts) {
   return fail(Code::EgressDenied, std::move(message), std::move(facts));
 }
 
-struct UrlDeleter {
-  void operator()(CURLU* u) const { curl_url_cleanup(u); }
-};
-
-std::optional<std::string> url_part(CURLU* u, CURLUPart part, unsigned flags = 0) {
+std::optional<std::string> url_part(const CurlApi& c, CURLU* u, CURLUPart part, unsigned flags = 0) {
   char* out = nullptr;
-  if (curl_url_get(u, part, &out, flags) != CURLUE_OK || !out) return std::nullopt;
+  if (c.url_get(u, part, &out, flags) != CURLUE_OK || !out) return std::nullopt;
   std::string s(out);
-  curl_free(out);
+  c.free(out);
   return s;
-}
-
-void global_init() {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
 }
 
 }  // namespace
@@ -77,21 +69,22 @@ Resolver system_resolver() {
 }
 
 Result<Target> parse_target(std::string_view url) {
-  global_init();
-  std::unique_ptr<CURLU, UrlDeleter> u(curl_url());
+  const CurlApi& c = *TRY(curl_api());
+  auto deleter = [&c](CURLU* u) { c.url_cleanup(u); };
+  std::unique_ptr<CURLU, decltype(deleter)> u(c.url(), deleter);
   std::string text(url);
   Json facts = {{"url", text}};
-  if (curl_url_set(u.get(), CURLUPART_URL, text.c_str(), 0) != CURLUE_OK)
+  if (c.url_set(u.get(), CURLUPART_URL, text.c_str(), 0) != CURLUE_OK)
     return denied(fmt::format("\"{}\" is not an absolute URL", text), facts);
   Target t;
-  t.scheme = lower(url_part(u.get(), CURLUPART_SCHEME).value_or(""));
+  t.scheme = lower(url_part(c, u.get(), CURLUPART_SCHEME).value_or(""));
   if (t.scheme != "http" && t.scheme != "https")
     return denied(fmt::format("the scheme \"{}\" is not fetched (http and https only)", t.scheme), facts);
-  if (url_part(u.get(), CURLUPART_USER) || url_part(u.get(), CURLUPART_PASSWORD))
+  if (url_part(c, u.get(), CURLUPART_USER) || url_part(c, u.get(), CURLUPART_PASSWORD))
     return denied("a URL with credentials in it (user@host) is refused: it names one host and reaches another",
                   facts);
-  if (url_part(u.get(), CURLUPART_ZONEID)) return denied("an IPv6 zone id is refused", facts);
-  auto host = url_part(u.get(), CURLUPART_HOST);
+  if (url_part(c, u.get(), CURLUPART_ZONEID)) return denied("an IPv6 zone id is refused", facts);
+  auto host = url_part(c, u.get(), CURLUPART_HOST);
   if (!host || host->empty()) return denied("the URL has no host", facts);
   std::string h = lower(*host);
   if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
@@ -103,10 +96,10 @@ Result<Target> parse_target(std::string_view url) {
     h = lit->to_string();
   }
   t.host = h;
-  auto port = url_part(u.get(), CURLUPART_PORT, CURLU_DEFAULT_PORT);
+  auto port = url_part(c, u.get(), CURLUPART_PORT, CURLU_DEFAULT_PORT);
   if (!port) return denied("the URL has no port", facts);
   t.port = std::atoi(port->c_str());
-  t.url = url_part(u.get(), CURLUPART_URL).value_or(text);
+  t.url = url_part(c, u.get(), CURLUPART_URL).value_or(text);
   return t;
 }
 
@@ -272,63 +265,59 @@ curl_socket_t on_open_socket(void* ud, curlsocktype purpose, curl_sockaddr* addr
   return ::socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
 }
 
-struct CurlDeleter {
-  void operator()(CURL* c) const { curl_easy_cleanup(c); }
-};
-struct SlistDeleter {
-  void operator()(curl_slist* s) const { curl_slist_free_all(s); }
-};
 
 }  // namespace
 
 Result<FetchResponse> fetch_pinned(const Admission& adm, const FetchRequest& req, const FetchLimits& limits) {
-  global_init();
-  std::unique_ptr<CURL, CurlDeleter> c(curl_easy_init());
+  const CurlApi& api = *TRY(curl_api());
+  auto easy_deleter = [&api](CURL* h) { api.easy_cleanup(h); };
+  auto slist_deleter = [&api](curl_slist* l) { api.slist_free_all(l); };
+  std::unique_ptr<CURL, decltype(easy_deleter)> c(api.easy_init(), easy_deleter);
   if (!c) return fail(Code::ConfigError, "libcurl could not make a handle");
   Transfer tr{&adm, limits.max_response_bytes, {}, {}, false, false, {}};
   const Target& t = adm.target;
   std::string pin_addr = adm.pinned.v6 ? "[" + adm.pinned.to_string() + "]" : adm.pinned.to_string();
-  std::unique_ptr<curl_slist, SlistDeleter> resolve(
-      curl_slist_append(nullptr, fmt::format("{}:{}:{}", t.host, t.port, pin_addr).c_str()));
-  std::unique_ptr<curl_slist, SlistDeleter> headers;
+  std::unique_ptr<curl_slist, decltype(slist_deleter)> resolve(
+      api.slist_append(nullptr, fmt::format("{}:{}:{}", t.host, t.port, pin_addr).c_str()), slist_deleter);
+  std::unique_ptr<curl_slist, decltype(slist_deleter)> headers(nullptr, slist_deleter);
   for (const auto& [k, v] : req.headers) {
     if (k.find_first_of(":\r\n") != std::string::npos || v.find_first_of("\r\n") != std::string::npos)
       return fail(Code::EgressDenied, fmt::format("the header \"{}\" is malformed", k), {{"header", k}});
-    headers.reset(curl_slist_append(headers.release(), fmt::format("{}: {}", k, v).c_str()));
+    headers.reset(api.slist_append(headers.release(), fmt::format("{}: {}", k, v).c_str()));
   }
   CURL* h = c.get();
-  curl_easy_setopt(h, CURLOPT_URL, t.url.c_str());
-  curl_easy_setopt(h, CURLOPT_RESOLVE, resolve.get());
-  curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
-  curl_easy_setopt(h, CURLOPT_OPENSOCKETDATA, &tr);
-  curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
-  curl_easy_setopt(h, CURLOPT_PROXY, "");  // never a proxy from the environment
-  curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
-  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 1L);
-  curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 2L);
-  if (!limits.ca_file.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, limits.ca_file.c_str());
-  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(limits.timeout_ms));
-  curl_easy_setopt(h, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(limits.max_response_bytes));
-  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
-  curl_easy_setopt(h, CURLOPT_WRITEDATA, &tr);
-  curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
-  curl_easy_setopt(h, CURLOPT_HEADERDATA, &tr);
-  curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers.get());
+  api.easy_setopt(h, CURLOPT_URL, t.url.c_str());
+  api.easy_setopt(h, CURLOPT_RESOLVE, resolve.get());
+  api.easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
+  api.easy_setopt(h, CURLOPT_OPENSOCKETDATA, &tr);
+  api.easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+  api.easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+  api.easy_setopt(h, CURLOPT_PROXY, "");  // never a proxy from the environment
+  api.easy_setopt(h, CURLOPT_NOPROXY, "*");
+  api.easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  api.easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 1L);
+  api.easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 2L);
+  if (!limits.ca_file.empty()) api.easy_setopt(h, CURLOPT_CAINFO, limits.ca_file.c_str());
+  api.easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(limits.timeout_ms));
+  api.easy_setopt(h, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(limits.max_response_bytes));
+  api.easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+  api.easy_setopt(h, CURLOPT_WRITEDATA, &tr);
+  api.easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+  api.easy_setopt(h, CURLOPT_HEADERDATA, &tr);
+  api.easy_setopt(h, CURLOPT_HTTPHEADER, headers.get());
   std::string method = req.method;
   for (char& ch : method) ch = static_cast<char>(ch >= 'a' && ch <= 'z' ? ch - 'a' + 'A' : ch);
   if (method == "HEAD") {
-    curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+    api.easy_setopt(h, CURLOPT_NOBODY, 1L);
   } else if (method != "GET" || !req.body.empty()) {
     if (!req.body.empty() || method == "POST") {
-      curl_easy_setopt(h, CURLOPT_POSTFIELDS, req.body.data());
-      curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(req.body.size()));
+      api.easy_setopt(h, CURLOPT_POSTFIELDS, req.body.data());
+      api.easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(req.body.size()));
     }
-    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method.c_str());
+    api.easy_setopt(h, CURLOPT_CUSTOMREQUEST, method.c_str());
   }
   auto started = std::chrono::steady_clock::now();
-  CURLcode rc = curl_easy_perform(h);
+  CURLcode rc = api.easy_perform(h);
   double elapsed = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   Json facts = {{"url", t.url}, {"pinned_address", adm.pinned.to_string()}, {"elapsed_ms", elapsed}};
   if (tr.wrong_address)
@@ -348,14 +337,14 @@ Result<FetchResponse> fetch_pinned(const Admission& adm, const FetchRequest& req
     return fail(Code::ToolTimeout, fmt::format("{} did not answer within {} ms", t.host, limits.timeout_ms), facts);
   }
   if (rc != CURLE_OK) {
-    facts["curl"] = curl_easy_strerror(rc);
+    facts["curl"] = api.easy_strerror(rc);
     Code code = rc == CURLE_COULDNT_CONNECT ? Code::EgressDenied : Code::ToolFailed;
-    return fail(code, fmt::format("fetching {} failed: {}", t.url, curl_easy_strerror(rc)), facts);
+    return fail(code, fmt::format("fetching {} failed: {}", t.url, api.easy_strerror(rc)), facts);
   }
   FetchResponse resp;
-  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp.status);
+  api.easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp.status);
   char* location = nullptr;
-  if (curl_easy_getinfo(h, CURLINFO_REDIRECT_URL, &location) == CURLE_OK && location) resp.redirect_to = location;
+  if (api.easy_getinfo(h, CURLINFO_REDIRECT_URL, &location) == CURLE_OK && location) resp.redirect_to = location;
   resp.headers = std::move(tr.headers);
   resp.body = std::move(tr.body);
   resp.pinned_address = adm.pinned.to_string();

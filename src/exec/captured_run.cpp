@@ -13,6 +13,7 @@
 #include <optional>
 #include <thread>
 
+#include "base/fs.h"
 #include "base/unique_fd.h"
 
 namespace airlock::exec {
@@ -24,13 +25,7 @@ namespace {
 Result<UniqueFd> stdin_memfd(std::string_view data) {
   UniqueFd fd(::memfd_create("airlock-stdin", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!fd) return fail_errno(Code::ExecutorUnavailable, "memfd_create for the command's stdin", errno);
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::write(fd.get(), data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return fail_errno(Code::ExecutorUnavailable, "write the command's stdin", errno);
-    done += static_cast<size_t>(n);
-  }
+  TRY(write_all(fd.get(), data, Code::ExecutorUnavailable, "write the command's stdin"));
   // Sealed, so the command reads exactly what was given.
   (void)::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL);
   if (::lseek(fd.get(), 0, SEEK_SET) < 0) return fail_errno(Code::ExecutorUnavailable, "lseek stdin", errno);

@@ -18,6 +18,13 @@ struct Command {
   std::vector<std::string> argv;  // argv[0]: absolute, or resolved against the trusted PATH
   int stdin_fd = -1, stdout_fd = -1, stderr_fd = -1;  // -1: inherit
   std::optional<uint64_t> timeout_ms;                 // narrower than the plan's, never wider
+  // The working directory, as a host path inside the session's view or scratch directory (the
+  // executor shows it where the sandbox sees those); "" is the view's root.
+  std::string cwd;
+  // Variables ("NAME=value") added to the executor's own allow-listed environment.
+  std::vector<std::string> env;
+  // A descriptor the command inherits as fd 3 (-1: none), e.g. a pipe carrying credentials.
+  int pass_fd = -1;
 };
 
 struct RunOutcome {

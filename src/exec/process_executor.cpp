@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <optional>
 
 #include "base/fs.h"
 #include "exec/executor.h"
@@ -102,8 +103,9 @@ class ProcessExecutor final : public Executor {
     linux::LaunchSpec spec;
     spec.path = TRY(resolve_program(cmd.argv[0], dirs_.view));
     spec.argv = cmd.argv;
-    spec.env = environment();
-    spec.cwd = inside_;
+    spec.cwd = TRY(visible_path(cmd.cwd));
+    spec.env = environment(spec.cwd);
+    spec.env.insert(spec.env.end(), cmd.env.begin(), cmd.env.end());
     if (plan_.namespaces) {
       spec.mounts = &mounts_;
       spec.id_maps = &id_maps_;
@@ -121,6 +123,7 @@ class ProcessExecutor final : public Executor {
     spec.stdin_fd = cmd.stdin_fd;
     spec.stdout_fd = cmd.stdout_fd;
     spec.stderr_fd = cmd.stderr_fd;
+    spec.fd3 = cmd.pass_fd;
 
     // The namespaces tier limits the sandbox as a whole; root on the Landlock tier, where
     // RLIMIT_NPROC does not bind, gets a pids cgroup per run.
@@ -136,12 +139,17 @@ class ProcessExecutor final : public Executor {
     }
     for (size_t i = 0; i < cg.procs.size() && i < spec.cgroup_procs.size(); ++i) spec.cgroup_procs[i] = cg.procs[i].get();
 
+    {
+      // Output cannot exist before the launch, so no stop_run() for this run can come earlier.
+      std::lock_guard lock(mu_);
+      run_stop_requested_ = false;
+    }
     auto t0 = std::chrono::steady_clock::now();
     linux::Launched launched = TRY(linux::launch(spec));
     {
       std::lock_guard lock(mu_);
       running_ = &launched;
-      if (stop_requested_) (void)linux::stop(launched);
+      if (stop_requested_ || run_stop_requested_) (void)linux::stop(launched);
     }
     auto rep = linux::wait_report(launched);
     {
@@ -191,6 +199,12 @@ class ProcessExecutor final : public Executor {
     if (running_) (void)linux::stop(*running_);
   }
 
+  void stop_run() override {
+    std::lock_guard lock(mu_);
+    run_stop_requested_ = true;
+    if (running_) (void)linux::stop(*running_);
+  }
+
  private:
   bool confined() const { return plan_.executor != policy::ExecutorKind::Host; }
 
@@ -200,11 +214,29 @@ class ProcessExecutor final : public Executor {
     return !text || text->find(" " + path) != std::string::npos;
   }
 
-  std::vector<std::string> environment() const {
+  // Where a host path in the view or scratch directory appears inside the sandbox: the
+  // namespaces tier mounts the scratch directory at /tmp and the view at inside_; the other
+  // tiers see host paths as they are. Anything else is not visible in the sandbox at all.
+  Result<std::string> visible_path(const std::string& host) const {
+    if (host.empty()) return inside_;
+    auto beneath = [&](const std::string& dir) -> std::optional<std::string> {
+      if (host == dir) return std::string();
+      if (host.starts_with(dir + "/") && host.find("/..") == std::string::npos) return host.substr(dir.size());
+      return std::nullopt;
+    };
+    if (auto rest = beneath(dirs_.scratch)) return plan_.namespaces ? "/tmp" + *rest : host;
+    if (auto rest = beneath(dirs_.view)) return plan_.namespaces ? inside_ + *rest : host;
+    return fail(Code::PolicyInvalid,
+                fmt::format("the working directory {} is neither in the session's view nor in its scratch directory",
+                            host),
+                {{"cwd", host}});
+  }
+
+  std::vector<std::string> environment(const std::string& pwd) const {
     std::string tmp = plan_.namespaces ? "/tmp" : dirs_.scratch;
     std::vector<std::string> env = {std::string("PATH=") + std::string(policy::kTrustedPath),
                                     "HOME=" + inside_, "TMPDIR=" + tmp,
-                                    "PWD=" + inside_, "AIRLOCK_SESSION=" + session_id_};
+                                    "PWD=" + pwd, "AIRLOCK_SESSION=" + session_id_};
     for (const auto& name : plan_.env_passthrough)
       if (const char* v = ::getenv(name.c_str())) env.push_back(name + "=" + v);
     return env;
@@ -224,6 +256,7 @@ class ProcessExecutor final : public Executor {
   std::mutex mu_;
   linux::Launched* running_ = nullptr;
   bool stop_requested_ = false;
+  bool run_stop_requested_ = false;  // stop_run(): this run only
 };
 
 }  // namespace

@@ -43,13 +43,9 @@ Result<Json> ReceiptLog::append(std::string_view kind, Json body) {
   std::string line = canonical_json(r);
   std::string hash = sha256_hex(line);
   line.push_back('\n');
-  ssize_t n;
-  do {
-    n = ::write(fd_.get(), line.data(), line.size());
-  } while (n < 0 && errno == EINTR);
-  if (n != static_cast<ssize_t>(line.size())) {
+  if (auto w = append_record(fd_.get(), line, Code::LedgerWriteFailed, "cannot append to " + path_); !w) {
     broken_ = true;
-    return fail_errno(Code::LedgerWriteFailed, "cannot append to " + path_, n < 0 ? errno : EIO);
+    return std::unexpected(std::move(w).error());
   }
   prev_ = std::move(hash);
   ++seq_;

@@ -93,15 +93,28 @@ pid_t clone_with_pidfd(int* pidfd, uint64_t extra_flags = 0) noexcept {
   // Its own process group, so a stop or the deadline can signal the command's whole group.
   if (::setpgid(0, 0) < 0) report_and_exit(errfd, Step::NewSession, errno);
   if (!s.cwd.empty() && ::chdir(s.cwd.c_str()) < 0) report_and_exit(errfd, Step::Chdir, errno);
-  if (int e = apply_fds(s.stdin_fd, s.stdout_fd, s.stderr_fd)) report_and_exit(errfd, Step::Fds, e);
+  // Descriptor 3 is about to receive the passed descriptor: what the later steps still use
+  // moves off it first.
+  int ruleset = s.landlock_ruleset;
+  if (s.fd3 >= 0 && s.fd3 != 3) {
+    if (errfd == 3) {
+      errfd = ::fcntl(3, F_DUPFD_CLOEXEC, 4);
+      if (errfd < 0) ::_exit(127);  // no pipe left to report on; the supervisor sees no exec
+    }
+    if (ruleset == 3) {
+      ruleset = ::fcntl(3, F_DUPFD_CLOEXEC, 4);
+      if (ruleset < 0) report_and_exit(errfd, Step::Landlock, errno);
+    }
+  }
+  if (int e = apply_fds(s.stdin_fd, s.stdout_fd, s.stderr_fd, s.fd3)) report_and_exit(errfd, Step::Fds, e);
   if (s.rlimits)
     if (int e = apply_rlimits(*s.rlimits)) report_and_exit(errfd, Step::Rlimits, e);
   if (s.drop_capabilities)
     if (int e = apply_drop_capabilities()) report_and_exit(errfd, Step::DropCapabilities, e);
   if (s.no_new_privs && ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
     report_and_exit(errfd, Step::NoNewPrivs, errno);
-  if (s.landlock_ruleset >= 0)
-    if (int e = apply_landlock(s.landlock_ruleset)) report_and_exit(errfd, Step::Landlock, e);
+  if (ruleset >= 0)
+    if (int e = apply_landlock(ruleset)) report_and_exit(errfd, Step::Landlock, e);
   if (s.seccomp)
     if (int e = apply_seccomp(s.seccomp)) report_and_exit(errfd, Step::Seccomp, e);
   ::execve(s.path.c_str(), argv, envp);

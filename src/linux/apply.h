@@ -64,6 +64,7 @@ struct LaunchSpec {
   uint64_t wall_timeout_ms = 0;     // 0: none
   uint64_t kill_grace_ms = 2000;
   int stdin_fd = -1, stdout_fd = -1, stderr_fd = -1;  // -1: inherit
+  int fd3 = -1;                                       // inherited as descriptor 3; -1: none
 };
 
 // The supervisor's one report. Fixed size: written with one write(2).

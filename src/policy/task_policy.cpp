@@ -45,6 +45,14 @@ std::string_view to_string(ExecutorKind e) {
   return "unknown";
 }
 
+std::string_view to_string(ToolProtocol p) {
+  switch (p) {
+    case ToolProtocol::Argv: return "argv";
+    case ToolProtocol::Json: return "json";
+  }
+  return "?";
+}
+
 std::string_view to_string(NetworkMode m) {
   switch (m) {
     case NetworkMode::Off: return "off";
@@ -61,6 +69,7 @@ constexpr std::array kTenancies = {Tenancy::SingleTenant, Tenancy::MultiTenant};
 constexpr std::array kExecutors = {ExecutorKind::Auto,       ExecutorKind::Host,    ExecutorKind::Landlock,
                                    ExecutorKind::Namespaces, ExecutorKind::Microvm, ExecutorKind::Container};
 constexpr std::array kNetworkModes = {NetworkMode::Off, NetworkMode::Allowlist};
+constexpr std::array kToolProtocols = {ToolProtocol::Argv, ToolProtocol::Json};
 
 template <typename E, size_t N>
 std::optional<E> enum_from_string(const std::array<E, N>& all, std::string_view s) {
@@ -148,7 +157,8 @@ constexpr std::array<std::string_view, 14> kTopKeys = {
     "read_only_paths", "tools",        "limits",    "denied_names"};
 constexpr std::array<std::string_view, 2> kCodeNetworkKeys = {"mode", "rules"};
 constexpr std::array<std::string_view, 5> kEgressKeys = {"host", "cidr", "ports", "schemes", "allow_private"};
-constexpr std::array<std::string_view, 4> kToolKeys = {"name", "argv", "allow_args", "timeout_seconds"};
+constexpr std::array<std::string_view, 7> kToolKeys = {"name",     "argv", "allow_args",      "timeout_seconds",
+                                                       "protocol", "env",  "max_output_bytes"};
 constexpr std::array<std::string_view, 12> kLimitKeys = {
     "memory_mb",          "cpu_seconds",      "max_processes",      "command_timeout_seconds",
     "session_budget_seconds", "max_actions_per_minute", "max_read_bytes",   "max_write_bytes",
@@ -425,6 +435,20 @@ bool valid_tool_name(std::string_view s) {
   });
 }
 
+// Why a name cannot be on a tool's environment allow-list, if it cannot: what the executor sets
+// itself is never taken from the host.
+std::optional<std::string> env_name_problem(const std::string& name) {
+  bool shaped = !name.empty() && !(name[0] >= '0' && name[0] <= '9') &&
+                std::all_of(name.begin(), name.end(), [](char c) {
+                  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+                });
+  if (!shaped) return fmt::format("\"{}\" is not a variable name (letters, digits, '_')", name);
+  for (const char* own : {"PATH", "HOME", "TMPDIR", "PWD"})
+    if (name == own) return fmt::format("{} is set by the executor, never passed through", name);
+  if (name.starts_with("AIRLOCK_")) return fmt::format("{}: AIRLOCK_ variables are airlock's own", name);
+  return std::nullopt;
+}
+
 Result<Tool> parse_tool(const Json& v, const std::string& path) {
   TRY(require_object(v, path));
   TRY(check_keys(v, path, kToolKeys));
@@ -457,6 +481,20 @@ Result<Tool> parse_tool(const Json& v, const std::string& path) {
   if (v.contains("allow_args")) t.allow_args = TRY(get_bool(v["allow_args"], path_join(path, "allow_args")));
   if (v.contains("timeout_seconds"))
     t.timeout_seconds = TRY(get_positive_int32(v["timeout_seconds"], path_join(path, "timeout_seconds")));
+  if (v.contains("protocol")) t.protocol = TRY(get_enum(v["protocol"], path_join(path, "protocol"), kToolProtocols));
+  // A json tool takes its arguments as JSON on stdin; argv it has none to allow.
+  if (t.protocol == ToolProtocol::Json && t.allow_args)
+    return invalid(path_join(path, "allow_args"),
+                   fmt::format("{} is true, but a tool with protocol \"json\" takes its arguments on stdin",
+                               path_join(path, "allow_args")));
+  if (v.contains("env")) {
+    std::string env_path = path_join(path, "env");
+    t.env = TRY(get_string_array(v["env"], env_path));
+    for (size_t i = 0; i < t.env.size(); ++i)
+      if (auto why = env_name_problem(t.env[i])) return invalid(path_join(env_path, i), fmt::format("{}: {}", path_join(env_path, i), *why));
+  }
+  if (v.contains("max_output_bytes"))
+    t.max_output_bytes = TRY(get_positive_int(v["max_output_bytes"], path_join(path, "max_output_bytes"), int64_t{1} << 30));
   return t;
 }
 
@@ -676,11 +714,15 @@ Json to_json(const std::vector<EgressRule>& rules) {
 
 Json to_json(const TaskPolicy& p) {
   Json tools = Json::array();
-  for (const auto& t : p.tools)
-    tools.push_back({{"name", t.name},
-                     {"argv", t.argv},
-                     {"allow_args", t.allow_args},
-                     {"timeout_seconds", t.timeout_seconds}});
+  for (const auto& t : p.tools) {
+    Json tool = {{"name", t.name}, {"argv", t.argv}, {"allow_args", t.allow_args}, {"timeout_seconds", t.timeout_seconds}};
+    // Written only when not the default: a policy that does not use them keeps the digest
+    // it had before these fields existed (recorded receipts and plans name that digest).
+    if (t.protocol != ToolProtocol::Argv) tool["protocol"] = to_string(t.protocol);
+    if (!t.env.empty()) tool["env"] = t.env;
+    if (t.max_output_bytes != Tool{}.max_output_bytes) tool["max_output_bytes"] = t.max_output_bytes;
+    tools.push_back(std::move(tool));
+  }
   return {
       {"schema_version", kSchemaVersion},
       {"task_id", p.task_id},

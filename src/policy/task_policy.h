@@ -19,11 +19,15 @@ enum class Workload { TrustedToolchain, UntrustedCode };
 enum class Tenancy { SingleTenant, MultiTenant };
 enum class ExecutorKind { Auto, Host, Landlock, Namespaces, Microvm, Container };
 enum class NetworkMode { Off, Allowlist };
+// How airlock talks to a tool: plain argv/stdout, or the tool-program protocol (one JSON line
+// on stdin, the JSON result on stdout; see exec/tool_program.h).
+enum class ToolProtocol { Argv, Json };
 
 std::string_view to_string(Workload w);
 std::string_view to_string(Tenancy t);
 std::string_view to_string(ExecutorKind e);
 std::string_view to_string(NetworkMode m);
+std::string_view to_string(ToolProtocol p);
 std::optional<ExecutorKind> executor_from_string(std::string_view s);
 
 // One allow-list rule: a host name or a CIDR range, with ports and schemes.
@@ -45,6 +49,9 @@ struct Tool {
   std::vector<std::string> argv;  // argv[0] is the absolute path resolved at load
   bool allow_args = false;
   int timeout_seconds = 300;
+  ToolProtocol protocol = ToolProtocol::Argv;
+  std::vector<std::string> env = {};  // host variables passed through by name, if set
+  int64_t max_output_bytes = 1 << 20;  // stdout and stderr together; more stops the tool
 };
 
 struct Limits {

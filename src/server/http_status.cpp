@@ -40,6 +40,7 @@ int http_status(Code code) {
     case Code::KeyDerivationUnknown:
     case Code::ConfigError:
     case Code::CustodyUnsafe:
+    case Code::StoreSchemaNewer:
       return 500;
     case Code::ExecutorUnavailable:
     case Code::ConfinementBelowFloor:

@@ -2,7 +2,8 @@
 // switch, receipts, the pinned fetch, the protocol adapter, and the attack suite.
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <httplib.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 
 #include "base/fs.h"
 #include "broker/attack_suite.h"
+#include "broker/loopback_http.h"
 #include "broker/protocol.h"
 #include "broker/session.h"
 #include "cli_support.h"
@@ -311,21 +313,17 @@ class FetchTest : public BrokerTest {
  protected:
   void SetUp() override {
     BrokerTest::SetUp();
-    svr.Get("/", [](const httplib::Request& req, httplib::Response& res) {
-      res.set_content("hello " + req.get_header_value("X-Test"), "text/plain");
+    auto s = LoopbackHttp::start("127.0.0.1", 0, [](const HttpRequest& req) {
+      if (req.path == "/moved") return HttpReply{302, {{"Location", "http://elsewhere.test/"}}, ""};
+      if (req.path == "/slow") {
+        std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+        return HttpReply{200, {}, "late"};
+      }
+      return HttpReply{200, {}, "hello " + req.header("X-Test")};
     });
-    svr.Get("/moved", [](const httplib::Request&, httplib::Response& res) { res.set_redirect("http://elsewhere.test/"); });
-    svr.Get("/slow", [](const httplib::Request&, httplib::Response& res) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(3000));
-      res.set_content("late", "text/plain");
-    });
-    port = svr.bind_to_any_port("127.0.0.1");
-    ASSERT_GT(port, 0);
-    thread = std::thread([this] { svr.listen_after_bind(); });
-  }
-  void TearDown() override {
-    svr.stop();
-    if (thread.joinable()) thread.join();
+    ASSERT_TRUE(s) << s.error().message;
+    svr = std::move(*s);
+    port = svr->port();
   }
   egress::Resolver resolver() {
     return [](const std::string& host) -> Result<std::vector<egress::IpAddress>> {
@@ -338,9 +336,8 @@ class FetchTest : public BrokerTest {
                           "limits": {{"fetch_timeout_seconds": 1}})",
                        port, allow_private ? "true" : "false");
   }
-  httplib::Server svr;
+  std::unique_ptr<LoopbackHttp> svr;
   int port = 0;
-  std::thread thread;
 };
 
 TEST_F(FetchTest, FetchesFromThePinnedCheckedAddress) {
@@ -379,26 +376,45 @@ TEST_F(FetchTest, SlowResponsesTimeOut) {
 }
 
 TEST_F(FetchTest, TlsCertificatesAreVerified) {
-  // A server with a self-signed certificate for the right name: not trusted, so refused.
+  // A real TLS server (openssl s_server) with a self-signed certificate for the right name:
+  // not trusted, so refused.
   TempDir tls;
   std::string cmd = fmt::format(
       "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=svc.test -addext subjectAltName=DNS:svc.test "
       "-keyout {0}/key.pem -out {0}/cert.pem >/dev/null 2>&1",
       tls.path());
   ASSERT_EQ(std::system(cmd.c_str()), 0);
-  httplib::SSLServer tls_svr((tls / "cert.pem").c_str(), (tls / "key.pem").c_str());
-  tls_svr.Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content("secure", "text/plain"); });
-  int tls_port = tls_svr.bind_to_any_port("127.0.0.1");
-  ASSERT_GT(tls_port, 0);
-  std::thread t([&] { tls_svr.listen_after_bind(); });
+  // A free port: bind one, note it, let it go for s_server.
+  auto probe = LoopbackHttp::start("127.0.0.1", 0, [](const HttpRequest&) { return HttpReply{}; });
+  ASSERT_TRUE(probe);
+  int tls_port = (*probe)->port();
+  probe->reset();
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int devnull = ::open("/dev/null", O_RDWR);
+    ::dup2(devnull, 0);
+    ::dup2(devnull, 1);
+    ::dup2(devnull, 2);
+    std::string accept = fmt::format("127.0.0.1:{}", tls_port);
+    ::execlp("openssl", "openssl", "s_server", "-accept", accept.c_str(), "-cert", (tls / "cert.pem").c_str(), "-key",
+             (tls / "key.pem").c_str(), "-www", "-naccept", "1", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ASSERT_GT(pid, 0);
   std::string extra = fmt::format(R"(, "egress": [{{"host": "svc.test", "ports": [{}], "allow_private": true}}])", tls_port);
   auto s = open(extra, nullptr, resolver());
   ASSERT_TRUE(s);
-  auto r = s->http_fetch({"GET", fmt::format("https://svc.test:{}/", tls_port), {}, {}});
-  tls_svr.stop();
-  t.join();
+  Result<egress::FetchResponse> r = fail(Code::ConfigError, "not fetched");
+  // s_server needs a moment to listen: a refused connection is retried, nothing else is.
+  for (int i = 0; i < 50; ++i) {
+    r = s->http_fetch({"GET", fmt::format("https://svc.test:{}/", tls_port), {}, {}});
+    if (r || r.error().code != Code::EgressDenied) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
   ASSERT_FALSE(r);
-  EXPECT_EQ(r.error().code, Code::ToolFailed);
+  EXPECT_EQ(r.error().code, Code::ToolFailed) << r.error().message;
   EXPECT_NE(r.error().message.find("certificate"), std::string::npos) << r.error().message;
 }
 

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <thread>
@@ -14,6 +15,7 @@ namespace airlock::testing {
 namespace {
 
 using Json = nlohmann::json;
+namespace fs = std::filesystem;
 using server::HttpClient;
 using server::HttpReply;
 
@@ -63,6 +65,21 @@ class Serve : public ::testing::Test {
   std::unique_ptr<ServeProcess> srv;
   bool skipped = false;
 };
+
+// `airlock serve` is airlock-serve beside airlock; without it, a named refusal, and --help is its.
+TEST_F(Serve, TheServeVerbRunsItsSiblingOrRefusesByName) {
+  auto help = f->run({"serve", "--help"});
+  EXPECT_EQ(help.status, 0) << help.err;
+  EXPECT_NE(help.out.find("--token-file"), std::string::npos) << help.out;
+  TempDir alone;
+  std::string lone = alone.path() + "/airlock";
+  fs::copy_file(f->binary(), lone);
+  ::chmod(alone.path().c_str(), 0755);
+  auto r = f->run_program({lone, "--state-dir", f->state_dir(), "serve"});
+  EXPECT_EQ(r.status, 125) << r.err;
+  EXPECT_NE(r.err.find("AIRLOCK_CONFIG_ERROR"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(alone.path() + "/airlock-serve"), std::string::npos) << r.err;
+}
 
 TEST_F(Serve, SessionLifecycleOverTheUnixSocket) {
   start();

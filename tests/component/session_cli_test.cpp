@@ -68,6 +68,14 @@ this is not json
   EXPECT_EQ(v[7]["error"]["code"], "AIRLOCK_SESSION_CLOSED");
   EXPECT_EQ(read_text(f->workspace() + "/reports/r.txt"), "done\n");
 
+  // The session held a seat in the store, and gave it back with how it ended.
+  auto runs = f->run({"runs", "list", "--json"});
+  ASSERT_EQ(runs.status, 0) << runs.err;
+  auto rj = Json::parse(runs.out);
+  ASSERT_EQ(rj["runs"].size(), 1u) << runs.out;
+  EXPECT_EQ(rj["runs"][0]["outcome"], "closed");
+  EXPECT_FALSE(rj["runs"][0]["executor"].is_null());
+
   // The receipts: a chain that verifies, a table a person can read, and a break that is found.
   auto files = f->receipts();
   ASSERT_EQ(files.size(), 1u);
@@ -89,6 +97,9 @@ TEST_P(SessionCli, EndOfInputWithoutCloseWritesNothingBack) {
   ASSERT_EQ(v.size(), 2u);
   EXPECT_EQ(v[1]["ok"], true);
   EXPECT_FALSE(exists(f->workspace() + "/reports/r.txt"));
+  auto runs = Json::parse(f->run({"runs", "list", "--json"}).out);
+  ASSERT_EQ(runs["runs"].size(), 1u);
+  EXPECT_EQ(runs["runs"][0]["outcome"], "AIRLOCK_SESSION_KILLED");
 }
 
 TEST_P(SessionCli, KillRefusesWhatFollows) {

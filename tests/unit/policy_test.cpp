@@ -266,6 +266,13 @@ const std::map<std::string, std::string>& invalid_expectations() {
       {"tool_absolute_directory.json", "$.tools[0].argv[0]"},
       {"tool_timeout_zero.json", "$.tools[0].timeout_seconds"},
       {"tool_allow_args_not_bool.json", "$.tools[0].allow_args"},
+      {"tool_protocol_unknown.json", "$.tools[0].protocol"},
+      {"tool_json_protocol_allow_args.json", "$.tools[0].allow_args"},
+      {"tool_env_not_array.json", "$.tools[0].env"},
+      {"tool_env_bad_name.json", "$.tools[0].env[1]"},
+      {"tool_env_airlock_own.json", "$.tools[0].env[0]"},
+      {"tool_env_path.json", "$.tools[0].env[0]"},
+      {"tool_max_output_zero.json", "$.tools[0].max_output_bytes"},
   };
   return kExpected;
 }
@@ -719,6 +726,63 @@ TEST(Digest, ToJsonParsesBackToTheSamePolicy) {
     ASSERT_TRUE(again.has_value()) << file << ": " << again.error().message;
     EXPECT_EQ(digest(*again), digest(*p)) << file;
   }
+}
+
+TEST(BrokerFields, DeniedNamesAddToTheDefaultsAndNeverRemoveThem) {
+  auto p = parse(R"({"schema_version":"airlock.task_policy.v1","denied_names":["secrets.yaml", ".env"]})");
+  ASSERT_TRUE(p.has_value()) << p.error().message;
+  EXPECT_EQ(p->denied_names, (std::vector<std::string>{".env", ".git", ".netrc", ".ssh", "secrets.yaml"}));
+  EXPECT_EQ(builtin_default().denied_names, (std::vector<std::string>{".env", ".git", ".netrc", ".ssh"}));
+  for (std::string_view bad : {R"(["a/b"])", R"([".."])", R"([""])", R"([1])"}) {
+    auto q = parse(fmt::format(R"({{"schema_version":"airlock.task_policy.v1","denied_names":{}}})", bad));
+    ASSERT_FALSE(q.has_value()) << bad;
+    EXPECT_EQ(q.error().code, Code::PolicyInvalid) << bad;
+  }
+}
+
+TEST(BrokerFields, ActionLimitsParseAndRefuseNonsense) {
+  auto p = parse(R"({"schema_version":"airlock.task_policy.v1","limits":{"max_read_bytes":10,"max_list_entries":5,
+                     "fetch_timeout_seconds":2,"max_output_bytes":100}})");
+  ASSERT_TRUE(p.has_value()) << p.error().message;
+  EXPECT_EQ(p->limits.max_read_bytes, 10);
+  EXPECT_EQ(p->limits.max_list_entries, 5);
+  EXPECT_EQ(p->limits.fetch_timeout_seconds, 2);
+  EXPECT_EQ(p->limits.max_output_bytes, 100);
+  EXPECT_EQ(p->limits.max_write_bytes, 1 << 20);  // untouched: the default
+  auto q = parse(R"({"schema_version":"airlock.task_policy.v1","limits":{"max_response_bytes":-1}})");
+  ASSERT_FALSE(q.has_value());
+  EXPECT_EQ(q.error().facts["path"], "$.limits.max_response_bytes");
+}
+
+TEST(BrokerFields, EgressHostWildcards) {
+  auto p = parse(R"({"schema_version":"airlock.task_policy.v1","egress":[
+    {"host":"*","ports":[443]},{"host":"*.Example.COM.","ports":[443]}]})");
+  ASSERT_TRUE(p.has_value()) << p.error().message;
+  EXPECT_EQ(*p->egress[0].host, "*");
+  EXPECT_EQ(*p->egress[1].host, "*.example.com");
+  for (std::string_view bad : {"*example.com", "a.*.com", "**"}) {
+    auto q = parse(fmt::format(R"({{"schema_version":"airlock.task_policy.v1","egress":[{{"host":"{}","ports":[443]}}]}})", bad));
+    EXPECT_FALSE(q.has_value()) << bad;
+  }
+}
+
+TEST(ToolProtocol, AJsonToolParsesAndRoundTripsWhileArgvToolsKeepTheirDigest) {
+  auto p = parse_layer_text(R"({"schema_version": "airlock.task_policy.v1", "tools": [
+      {"name": "pay", "argv": ["/bin/sh"], "protocol": "json", "env": ["PAY_REGION"], "max_output_bytes": 4096}]})",
+                            builtin_default(), "test");
+  ASSERT_TRUE(p) << p.error().message;
+  EXPECT_EQ(p->tools[0].protocol, ToolProtocol::Json);
+  EXPECT_EQ(p->tools[0].env, std::vector<std::string>{"PAY_REGION"});
+  EXPECT_EQ(p->tools[0].max_output_bytes, 4096);
+  Json j = to_json(*p);
+  EXPECT_EQ(j["tools"][0]["protocol"], "json");
+  auto again = parse_layer(j, builtin_default());
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_EQ(digest(*again), digest(*p));
+  // The default protocol is argv, and a policy that does not name the new fields has the
+  // digest it had before they existed.
+  EXPECT_EQ(builtin_default().tools[0].protocol, ToolProtocol::Argv);
+  EXPECT_FALSE(to_json(builtin_default())["tools"][0].contains("protocol"));
 }
 
 }  // namespace

@@ -1,0 +1,279 @@
+// `airlock machine probe|list`, `airlock slot set|list`, `airlock runs list|show`: the run store.
+#include <fmt/ranges.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <ctime>
+
+#include "cli/store_support.h"
+#include "cli/verbs.h"
+#include "linux/probe.h"
+
+namespace airlock::cli {
+namespace {
+
+struct StoreOptionsCli {
+  bool live = false;
+  std::string run_id, slot;
+  std::optional<int> max_sessions;
+};
+
+std::string utc(int64_t ms) {
+  if (ms <= 0) return "-";
+  std::time_t t = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// Columns padded to their widest cell; the last column is not padded.
+void print_table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const auto& r : rows)
+    for (size_t i = 0; i < r.size(); ++i) {
+      if (width.size() <= i) width.push_back(0);
+      width[i] = std::max(width[i], r[i].size());
+    }
+  for (const auto& r : rows) {
+    std::string line;
+    for (size_t i = 0; i < r.size(); ++i)
+      line += i + 1 == r.size() ? r[i] : fmt::format("{:<{}}  ", r[i], width[i]);
+    std::printf("%s\n", line.c_str());
+  }
+}
+
+// A machine row is believed only if its facts parse as this build's host facts and claim no
+// Landlock ABI above what this build knows: a row is data anyone with the database could write.
+struct Judgement {
+  bool believed = true;
+  std::string reason_name, reason;
+  std::optional<plan::HostFacts> facts;
+};
+
+Judgement judge(const store::MachineRecord& m) {
+  Judgement j;
+  int abi = m.landlock_abi;
+  auto hf = plan::host_facts_from_json(m.facts);
+  if (hf) {
+    j.facts = *hf;
+    abi = std::max(abi, hf->landlock_abi);
+  }
+  if (abi > plan::kLandlockAbiKnown) {
+    j = {false, "landlock_abi_above_known",
+         fmt::format("claims Landlock ABI {}; this build knows up to {}", abi, plan::kLandlockAbiKnown),
+         std::nullopt};
+  } else if (!hf) {
+    j = {false, "facts_invalid", hf.error().message, std::nullopt};
+  } else if (hf->landlock_abi != m.landlock_abi) {
+    j = {false, "facts_inconsistent",
+         fmt::format("the row says Landlock ABI {} but its facts say {}", m.landlock_abi, hf->landlock_abi),
+         std::nullopt};
+  }
+  return j;
+}
+
+std::string cgroup_text(const plan::HostFacts& f) {
+  if (!f.cgroup_v2_controllers.empty()) return fmt::format("v2 {}", fmt::join(f.cgroup_v2_controllers, "+"));
+  if (!f.cgroup_v1_writable.empty()) return fmt::format("v1 {}", fmt::join(f.cgroup_v1_writable, "+"));
+  return "none";
+}
+
+Json machine_json(const store::MachineRecord& m, const Judgement& j) {
+  Json out = {{"id", m.id},       {"hostname", m.hostname},         {"landlock_abi", m.landlock_abi},
+              {"facts", m.facts}, {"probed_at_ms", m.probed_at_ms}, {"believed", j.believed}};
+  if (!j.believed) out["not_believed"] = {{"reason", j.reason_name}, {"message", j.reason}};
+  return out;
+}
+
+std::vector<std::string> machine_row(const store::MachineRecord& m, const Judgement& j) {
+  if (!j.believed)
+    return {m.id,
+            m.hostname,
+            "-",
+            "-",
+            "-",
+            "-",
+            utc(m.probed_at_ms),
+            fmt::format("NOT BELIEVED ({}: {})", j.reason_name, j.reason)};
+  const auto& f = *j.facts;
+  return {m.id,
+          m.hostname,
+          fmt::format("{}", f.landlock_abi),
+          yes_no(f.user_namespaces),
+          cgroup_text(f),
+          yes_no(f.kvm_usable),
+          utc(m.probed_at_ms),
+          "ok"};
+}
+
+// `{"KEY": [...]}` with --json, else the table.
+int emit(const Globals& g, const char* key, const Json& arr,
+         const std::vector<std::vector<std::string>>& rows) {
+  if (g.json)
+    std::printf("%s\n", Json({{key, arr}}).dump(2).c_str());
+  else
+    print_table(rows);
+  return 0;
+}
+
+const std::vector<std::string> kMachineHeader = {"MACHINE", "HOSTNAME", "LANDLOCK", "USERNS",
+                                                 "CGROUP",  "KVM",      "PROBED",   "STATUS"};
+
+int machine_probe(Globals& g) {
+  auto st = open_store(g);
+  if (!st) return refuse(st.error(), g.json);
+  // Every fact measured here; none can be typed in.
+  plan::HostFacts facts = linux::probe_host();
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  store::MachineRecord m{machine_identity(g), host, facts.landlock_abi, plan::to_json(facts),
+                         store::now_ms()};
+  if (auto r = (*st)->put_machine(m); !r) return refuse(r.error(), g.json);
+  Judgement j = judge(m);
+  if (g.json) {
+    std::printf("%s\n", machine_json(m, j).dump(2).c_str());
+  } else {
+    print_table({kMachineHeader, machine_row(m, j)});
+    std::fprintf(stderr, "airlock: machine %s recorded in %s\n", m.id.c_str(), (*st)->url().c_str());
+  }
+  return 0;
+}
+
+int machine_list(Globals& g) {
+  auto st = open_store(g);
+  if (!st) return refuse(st.error(), g.json);
+  auto ms = (*st)->machines();
+  if (!ms) return refuse(ms.error(), g.json);
+  Json arr = Json::array();
+  std::vector<std::vector<std::string>> rows = {kMachineHeader};
+  for (const auto& m : *ms) {
+    Judgement j = judge(m);
+    arr.push_back(machine_json(m, j));
+    rows.push_back(machine_row(m, j));
+  }
+  return emit(g, "machines", arr, rows);
+}
+
+int slot_set(Globals& g, const StoreOptionsCli& o) {
+  auto ref = parse_slot_ref(g, o.slot);
+  if (!ref) return refuse(ref.error(), g.json);
+  auto st = open_store(g);
+  if (!st) return refuse(st.error(), g.json);
+  store::SlotRecord s{ref->machine_id, ref->name, o.max_sessions};
+  if (auto r = (*st)->set_slot(s); !r) return refuse(r.error(), g.json);
+  if (g.json)
+    std::printf(
+        "%s\n",
+        Json({{"machine", s.machine_id}, {"slot", s.name}, {"max_sessions", s.seats()}}).dump().c_str());
+  else
+    std::printf("slot %s on machine %s: %d seat(s)%s\n", s.name.c_str(), s.machine_id.c_str(), s.seats(),
+                s.max_sessions ? "" : " (no max_sessions declared)");
+  return 0;
+}
+
+int slot_list(Globals& g) {
+  auto st = open_store(g);
+  if (!st) return refuse(st.error(), g.json);
+  auto slots = (*st)->slots();
+  if (!slots) return refuse(slots.error(), g.json);
+  auto live = (*st)->runs(true);
+  if (!live) return refuse(live.error(), g.json);
+  Json arr = Json::array();
+  std::vector<std::vector<std::string>> rows = {{"MACHINE", "SLOT", "LIVE", "MAX_SESSIONS"}};
+  for (const auto& s : *slots) {
+    size_t n = std::count_if(live->begin(), live->end(),
+                             [&](const auto& r) { return r.machine_id == s.machine_id && r.slot == s.name; });
+    arr.push_back({{"machine", s.machine_id}, {"slot", s.name}, {"live", n}, {"max_sessions", s.seats()}});
+    rows.push_back({s.machine_id, s.name, std::to_string(n), std::to_string(s.seats())});
+  }
+  return emit(g, "slots", arr, rows);
+}
+
+int runs_list(Globals& g, const StoreOptionsCli& o) {
+  auto st = open_store(g);
+  if (!st) return refuse(st.error(), g.json);
+  auto runs = (*st)->runs(o.live);
+  if (!runs) return refuse(runs.error(), g.json);
+  Json arr = Json::array();
+  std::vector<std::vector<std::string>> rows = {
+      {"RUN", "MACHINE", "SLOT", "SEAT", "EXECUTOR", "TIER", "HOLDER", "STARTED", "FINISHED", "OUTCOME"}};
+  for (const auto& r : *runs) {
+    arr.push_back(r.to_json());
+    rows.push_back({r.id, r.machine_id, r.slot, std::to_string(r.ordinal),
+                    r.executor.empty() ? "-" : r.executor, r.tier ? std::to_string(*r.tier) : "-",
+                    fmt::format("{}@{}", r.holder.pid, r.holder.machine_id), utc(r.started_at_ms),
+                    r.finished_at_ms ? utc(*r.finished_at_ms) : "live", r.outcome.empty() ? "-" : r.outcome});
+  }
+  return emit(g, "runs", arr, rows);
+}
+
+int runs_show(Globals& g, const StoreOptionsCli& o) {
+  auto st = open_store(g);
+  if (!st) return refuse(st.error(), g.json);
+  auto run = (*st)->run(o.run_id);
+  if (!run) return refuse(run.error(), g.json);
+  if (!*run)
+    return refuse(
+        {Code::ConfigError, fmt::format("no run {} in {}", o.run_id, (*st)->url()), {{"run", o.run_id}}},
+        g.json);
+  const auto& r = **run;
+  if (g.json) {
+    std::printf("%s\n", r.to_json().dump(2).c_str());
+    return 0;
+  }
+  print_table({{"run", r.id},
+               {"machine", r.machine_id},
+               {"slot", fmt::format("{} (seat {})", r.slot, r.ordinal)},
+               {"policy", fmt::format("sha256 {}", r.policy_digest)},
+               {"executor", r.executor.empty() ? "-" : r.executor},
+               {"tier", r.tier ? std::to_string(*r.tier) : "-"},
+               {"holder", fmt::format("pid {} (start time {}) on {}", r.holder.pid, r.holder.start_time,
+                                      r.holder.machine_id)},
+               {"started", utc(r.started_at_ms)},
+               {"heartbeat", utc(r.heartbeat_at_ms)},
+               {"finished", r.finished_at_ms ? utc(*r.finished_at_ms) : "live"},
+               {"outcome", r.outcome.empty() ? "-" : r.outcome},
+               {"facts", r.kernel_facts.is_null() ? "-" : r.kernel_facts.dump()}});
+  return 0;
+}
+
+}  // namespace
+
+void add_store_verbs(CLI::App& app, Globals& g, Action& run) {
+  static StoreOptionsCli o;
+  auto* machine = app.add_subcommand("machine", "this machine's measured capabilities in the run store");
+  machine->require_subcommand(1);
+  auto* probe = machine->add_subcommand("probe", "measure this machine and record it as its row");
+  probe->add_flag("--json", g.json, "print JSON");
+  probe->callback([&g, &run] { run = [&g] { return machine_probe(g); }; });
+  auto* mlist = machine->add_subcommand("list", "the machines recorded, each judged against this build");
+  mlist->add_flag("--json", g.json, "print JSON");
+  mlist->callback([&g, &run] { run = [&g] { return machine_list(g); }; });
+
+  auto* slot = app.add_subcommand("slot", "slots and their capacity");
+  slot->require_subcommand(1);
+  auto* sset = slot->add_subcommand("set", "declare a slot (NAME or MACHINE:NAME) and its max_sessions");
+  sset->add_option("name", o.slot, "slot name")->required();
+  sset->add_option("--max-sessions", o.max_sessions, "how many runs the slot may carry (absent: one)")
+      ->check(CLI::Range(1, 1'000'000));
+  sset->add_flag("--json", g.json, "print JSON");
+  sset->callback([&g, &run] { run = [&g] { return slot_set(g, o); }; });
+  auto* slist = slot->add_subcommand("list", "the declared slots and how many live runs each carries");
+  slist->add_flag("--json", g.json, "print JSON");
+  slist->callback([&g, &run] { run = [&g] { return slot_list(g); }; });
+
+  auto* runs = app.add_subcommand("runs", "runs recorded in the store");
+  runs->require_subcommand(1);
+  auto* rlist = runs->add_subcommand("list", "every run, oldest first");
+  rlist->add_flag("--live", o.live, "only runs not finished");
+  rlist->add_flag("--json", g.json, "print JSON");
+  rlist->callback([&g, &run] { run = [&g] { return runs_list(g, o); }; });
+  auto* rshow = runs->add_subcommand("show", "one run");
+  rshow->add_option("id", o.run_id, "run id")->required();
+  rshow->add_flag("--json", g.json, "print JSON");
+  rshow->callback([&g, &run] { run = [&g] { return runs_show(g, o); }; });
+}
+
+}  // namespace airlock::cli

@@ -1,0 +1,34 @@
+// OwnedExecutor: plan, directories and a prepared executor, torn down together.
+#include "exec/owned_executor.h"
+
+#include "base/fs.h"
+#include "base/hash.h"
+#include "linux/cgroup.h"
+
+namespace airlock::exec {
+
+OwnedExecutor::OwnedExecutor(OwnedExecutor&& o) noexcept
+    : id(std::move(o.id)), plan(std::move(o.plan)), dirs(std::exchange(o.dirs, {})), executor(std::move(o.executor)) {}
+
+OwnedExecutor::~OwnedExecutor() {
+  if (executor) executor->stop();
+  executor.reset();
+  if (!dirs.root.empty()) (void)remove_session_dirs(dirs);
+}
+
+Result<OwnedExecutor> open_owned_executor(const policy::TaskPolicy& policy, const plan::HostFacts& facts,
+                                          plan::Profile profile, const std::string& state_dir,
+                                          const std::optional<std::string>& workspace) {
+  OwnedExecutor o;
+  o.plan = TRY(plan::plan_execution(policy, facts, profile));
+  TRY(make_dirs(state_dir, 0700));
+  linux::release_abandoned_cgroups(sweep_abandoned_sessions(state_dir));
+  o.id = random_id();
+  o.dirs = TRY(make_session_dirs(state_dir, o.id));
+  std::string ws = workspace ? absolute_path(*workspace) : std::string();
+  TRY(create_view(ws, o.dirs.view, o.plan.view_paths, o.plan.write_back_paths));
+  o.executor = TRY(make_executor(o.plan, o.dirs, o.id, ws));
+  return o;
+}
+
+}  // namespace airlock::exec

@@ -1,0 +1,418 @@
+// Store: the schema, its migrations, and the capacity logic shared by both backends.
+#include "store/store.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+
+#include "base/hash.h"
+#include "store/backends.h"
+
+namespace airlock::store {
+namespace {
+
+// Migrations, oldest first. Each runs once, in one exclusive transaction with the version
+// bump, so a reader never sees half a schema. The statements are valid in both dialects.
+struct Migration {
+  int version;
+  std::vector<const char*> statements;
+};
+
+const std::vector<Migration>& migrations() {
+  static const std::vector<Migration> m = {
+      {1,
+       {
+           "CREATE TABLE machines (id TEXT PRIMARY KEY, hostname TEXT NOT NULL, landlock_abi INTEGER NOT "
+           "NULL,"
+           " facts TEXT NOT NULL, probed_at BIGINT NOT NULL)",
+           "CREATE TABLE slots (machine_id TEXT NOT NULL, name TEXT NOT NULL, max_sessions INTEGER,"
+           " PRIMARY KEY (machine_id, name))",
+           "CREATE TABLE runs (id TEXT PRIMARY KEY, machine_id TEXT NOT NULL, slot TEXT NOT NULL,"
+           " ordinal INTEGER NOT NULL, policy_digest TEXT NOT NULL, executor TEXT NOT NULL DEFAULT '',"
+           " tier INTEGER, kernel_facts TEXT, holder_machine TEXT NOT NULL, holder_pid BIGINT NOT NULL,"
+           " holder_start_time BIGINT NOT NULL, started_at BIGINT NOT NULL, heartbeat_at BIGINT NOT NULL,"
+           " finished_at BIGINT, outcome TEXT NOT NULL DEFAULT '')",
+           // Capacity itself: one live run per seat. Reservations insert against this index.
+           "CREATE UNIQUE INDEX runs_live_seat ON runs (machine_id, slot, ordinal) WHERE finished_at IS NULL",
+           "CREATE INDEX runs_started ON runs (started_at)",
+       }},
+  };
+  return m;
+}
+
+constexpr const char* kRunColumns =
+    "id, machine_id, slot, ordinal, policy_digest, executor, tier, kernel_facts, holder_machine, holder_pid,"
+    " holder_start_time, started_at, heartbeat_at, finished_at, outcome";
+
+int64_t to_i64(const std::optional<std::string>& s) { return s ? std::stoll(*s) : 0; }
+
+std::string redact(const std::string& url) {
+  // postgresql://user:secret@host/db → postgresql://user:***@host/db
+  auto scheme = url.find("://");
+  if (scheme == std::string::npos) return url;
+  auto at = url.find('@', scheme + 3);
+  auto slash = url.find('/', scheme + 3);
+  if (at == std::string::npos || (slash != std::string::npos && slash < at)) return url;
+  auto colon = url.find(':', scheme + 3);
+  if (colon == std::string::npos || colon > at) return url;
+  return url.substr(0, colon + 1) + "***" + url.substr(at);
+}
+
+}  // namespace
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::optional<int64_t> process_start_time(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // The command name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
+  auto close = text.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream rest(text.substr(close + 1));
+  std::string state;
+  rest >> state;                                          // field 3
+  if (state == "Z" || state == "X") return std::nullopt;  // a zombie holds nothing
+  std::string field;
+  for (int i = 4; i <= 22; ++i)
+    if (!(rest >> field)) return std::nullopt;
+  return std::stoll(field);
+}
+
+Holder Holder::self(const std::string& machine_id) {
+  pid_t pid = ::getpid();
+  return {machine_id, pid, process_start_time(pid).value_or(0)};
+}
+
+bool holder_alive(const RunRecord& run, const std::string& self_machine, int64_t now, int64_t expiry_ms) {
+  if (run.holder.machine_id == self_machine) {
+    auto st = process_start_time(static_cast<pid_t>(run.holder.pid));
+    return st && *st == run.holder.start_time;
+  }
+  return now - run.heartbeat_at_ms < expiry_ms;
+}
+
+Json RunRecord::to_json() const {
+  Json j = {
+      {"id", id},
+      {"machine", machine_id},
+      {"slot", slot},
+      {"ordinal", ordinal},
+      {"policy_digest", policy_digest},
+      {"executor", executor.empty() ? Json(nullptr) : Json(executor)},
+      {"tier", tier ? Json(*tier) : Json(nullptr)},
+      {"kernel_facts", kernel_facts},
+      {"holder", {{"machine", holder.machine_id}, {"pid", holder.pid}, {"start_time", holder.start_time}}},
+      {"started_at_ms", started_at_ms},
+      {"heartbeat_at_ms", heartbeat_at_ms},
+      {"finished_at_ms", finished_at_ms ? Json(*finished_at_ms) : Json(nullptr)},
+      {"outcome", outcome},
+      {"live", live()}};
+  return j;
+}
+
+Result<std::unique_ptr<Store>> Store::open(const std::string& url, const StoreOptions& options) {
+  std::unique_ptr<Store> s;
+  if (url.starts_with("postgresql://") || url.starts_with("postgres://")) {
+    s = TRY(open_postgresql(url, redact(url), options));
+  } else if (url.starts_with("sqlite:")) {
+    std::string path = url.substr(7);
+    if (path.starts_with("//")) path = path.substr(2);
+    if (path.empty())
+      return fail(Code::ConfigError, fmt::format("store URL \"{}\" names no file", url), {{"store", url}});
+    s = TRY(open_sqlite(path, options));
+  } else if (url.starts_with("/")) {
+    s = TRY(open_sqlite(url, options));
+  } else {
+    return fail(
+        Code::ConfigError,
+        fmt::format("store URL \"{}\" is neither postgresql://... nor sqlite:PATH nor an absolute path",
+                    redact(url)),
+        {{"store", redact(url)}});
+  }
+  if (auto m = s->migrate(); !m) return std::unexpected(std::move(m).error().fact("store", s->url()));
+  return s;
+}
+
+Result<Store::Rows> Store::exec_locked(const std::string& sql, const std::vector<Param>& params) {
+  std::lock_guard lock(mu_);
+  return exec(sql, params);
+}
+
+Result<int> Store::schema_version() {
+  std::lock_guard lock(mu_);
+  if (!TRY(has_table("airlock_schema"))) return 0;
+  auto r = TRY(exec("SELECT version FROM airlock_schema"));
+  return r.rows.empty() ? 0 : static_cast<int>(to_i64(r.rows[0][0]));
+}
+
+Result<void> Store::migrate() {
+  std::lock_guard lock(mu_);
+  // The common case takes no lock: the schema is already current.
+  if (TRY(schema_version()) == kSchemaVersion) return {};
+  TRY(begin_exclusive());
+  auto body = [&]() -> Result<void> {
+    if (!TRY(has_table("airlock_schema"))) {
+      TRY(exec("CREATE TABLE airlock_schema (version INTEGER NOT NULL)"));
+      TRY(exec("INSERT INTO airlock_schema (version) VALUES (0)"));
+    }
+    auto r = TRY(exec("SELECT version FROM airlock_schema"));
+    int have = r.rows.empty() ? 0 : static_cast<int>(to_i64(r.rows[0][0]));
+    if (have > kSchemaVersion)
+      return fail(
+          Code::StoreSchemaNewer,
+          fmt::format(
+              "the store's schema is version {}; this build knows versions up to {}: use a newer airlock",
+              have, kSchemaVersion),
+          {{"schema_version", have}, {"known", kSchemaVersion}});
+    for (const auto& m : migrations()) {
+      if (m.version <= have) continue;
+      for (const char* sql : m.statements)
+        if (auto e = exec(sql); !e)
+          return std::unexpected(std::move(e).error().context(fmt::format("migration {}", m.version)));
+      TRY(exec("UPDATE airlock_schema SET version = ?", {int64_t{m.version}}));
+    }
+    return {};
+  };
+  if (auto b = body(); !b) {
+    (void)exec("ROLLBACK");
+    return b;
+  }
+  TRY(exec("COMMIT"));
+  return {};
+}
+
+Result<void> Store::put_machine(const MachineRecord& m) {
+  TRY(exec_locked(
+      "INSERT INTO machines (id, hostname, landlock_abi, facts, probed_at) VALUES (?, ?, ?, ?, ?)"
+      " ON CONFLICT (id) DO UPDATE SET hostname = excluded.hostname, landlock_abi = excluded.landlock_abi,"
+      " facts = excluded.facts, probed_at = excluded.probed_at",
+      {m.id, m.hostname, int64_t{m.landlock_abi}, m.facts.dump(), m.probed_at_ms}));
+  return {};
+}
+
+Result<std::vector<MachineRecord>> Store::machines() {
+  auto r = TRY(exec_locked("SELECT id, hostname, landlock_abi, facts, probed_at FROM machines ORDER BY id"));
+  std::vector<MachineRecord> out;
+  for (const auto& row : r.rows) {
+    MachineRecord m{row[0].value_or(""), row[1].value_or(""), static_cast<int>(to_i64(row[2])), nullptr,
+                    to_i64(row[4])};
+    // Kept as text when it is not JSON: the reader judges it, the store does not repair it.
+    m.facts = Json::parse(row[3].value_or("null"), nullptr, false);
+    if (m.facts.is_discarded()) m.facts = row[3].value_or("");
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+Result<void> Store::set_slot(const SlotRecord& s) {
+  if (s.max_sessions && *s.max_sessions < 1)
+    return fail(Code::ConfigError, fmt::format("max_sessions must be at least 1, not {}", *s.max_sessions),
+                {{"slot", s.name}, {"max_sessions", *s.max_sessions}});
+  Param max = s.max_sessions ? Param{int64_t{*s.max_sessions}} : Param{nullptr};
+  TRY(
+      exec_locked("INSERT INTO slots (machine_id, name, max_sessions) VALUES (?, ?, ?)"
+                  " ON CONFLICT (machine_id, name) DO UPDATE SET max_sessions = excluded.max_sessions",
+                  {s.machine_id, s.name, max}));
+  return {};
+}
+
+Result<std::vector<SlotRecord>> Store::slots() {
+  auto r = TRY(exec_locked("SELECT machine_id, name, max_sessions FROM slots ORDER BY machine_id, name"));
+  std::vector<SlotRecord> out;
+  for (const auto& row : r.rows) {
+    SlotRecord s{row[0].value_or(""), row[1].value_or(""), std::nullopt};
+    if (row[2]) s.max_sessions = static_cast<int>(to_i64(row[2]));
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+Result<SlotRecord> Store::slot(const std::string& machine_id, const std::string& name) {
+  std::lock_guard lock(mu_);
+  const std::string select = "SELECT max_sessions FROM slots WHERE machine_id = ? AND name = ?";
+  auto r = TRY(exec(select, {machine_id, name}));
+  if (r.rows.empty() && name == kDefaultSlot) {
+    TRY(
+        exec("INSERT INTO slots (machine_id, name, max_sessions) VALUES (?, ?, ?) ON CONFLICT (machine_id, "
+             "name) DO NOTHING",
+             {machine_id, name, int64_t{kDefaultSlotMaxSessions}}));
+    r = TRY(exec(select, {machine_id, name}));
+  }
+  SlotRecord s{machine_id, name, std::nullopt};
+  if (!r.rows.empty() && r.rows[0][0]) s.max_sessions = static_cast<int>(to_i64(r.rows[0][0]));
+  return s;
+}
+
+Result<std::vector<RunRecord>> Store::select_runs(const std::string& where,
+                                                  const std::vector<Param>& params) {
+  auto r = TRY(exec(fmt::format("SELECT {} FROM runs {}", kRunColumns, where), params));
+  std::vector<RunRecord> out;
+  for (const auto& row : r.rows) {
+    RunRecord run;
+    run.id = row[0].value_or("");
+    run.machine_id = row[1].value_or("");
+    run.slot = row[2].value_or("");
+    run.ordinal = static_cast<int>(to_i64(row[3]));
+    run.policy_digest = row[4].value_or("");
+    run.executor = row[5].value_or("");
+    if (row[6]) run.tier = static_cast<int>(to_i64(row[6]));
+    if (row[7]) {
+      run.kernel_facts = Json::parse(*row[7], nullptr, false);
+      if (run.kernel_facts.is_discarded()) run.kernel_facts = *row[7];
+    }
+    run.holder = {row[8].value_or(""), to_i64(row[9]), to_i64(row[10])};
+    run.started_at_ms = to_i64(row[11]);
+    run.heartbeat_at_ms = to_i64(row[12]);
+    if (row[13]) run.finished_at_ms = to_i64(row[13]);
+    run.outcome = row[14].value_or("");
+    out.push_back(std::move(run));
+  }
+  return out;
+}
+
+Result<std::optional<RunRecord>> Store::live_run_at(const std::string& machine_id, const std::string& slot,
+                                                    int ordinal) {
+  auto runs = TRY(select_runs("WHERE machine_id = ? AND slot = ? AND ordinal = ? AND finished_at IS NULL",
+                              {machine_id, slot, int64_t{ordinal}}));
+  if (runs.empty()) return std::nullopt;
+  return runs.front();
+}
+
+Result<RunRecord> Store::reserve(const RunRequest& req) {
+  if (req.slot.empty() || req.machine_id.empty())
+    return fail(Code::ConfigError, "a reservation needs a machine and a slot name");
+  SlotRecord slot = TRY(this->slot(req.machine_id, req.slot));
+  int seats = slot.seats();
+  std::lock_guard lock(mu_);
+  std::vector<RunRecord> holders;
+  for (int ordinal = 0; ordinal < seats; ++ordinal) {
+    std::optional<RunRecord> blocker;
+    // At most two inserts per seat: the second only after the blocking run was finalised
+    // (its holder dead) or had finished on its own between the insert and the read.
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      std::string id = random_id();
+      int64_t now = now_ms();
+      auto ins = TRY(
+          exec("INSERT INTO runs (id, machine_id, slot, ordinal, policy_digest, holder_machine, holder_pid,"
+               " holder_start_time, started_at, heartbeat_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+               " ON CONFLICT (machine_id, slot, ordinal) WHERE finished_at IS NULL DO NOTHING",
+               {id, req.machine_id, req.slot, int64_t{ordinal}, req.policy_digest, req.holder.machine_id,
+                req.holder.pid, req.holder.start_time, now, now}));
+      if (ins.affected == 1) {
+        auto runs = TRY(select_runs("WHERE id = ?", {id}));
+        if (runs.empty()) return fail(Code::ConfigError, fmt::format("run {} vanished after its insert", id));
+        return runs.front();
+      }
+      blocker = TRY(live_run_at(req.machine_id, req.slot, ordinal));
+      if (!blocker || attempt == 1) break;
+      if (holder_alive(*blocker, req.holder.machine_id, now_ms(), options_.heartbeat_expiry_ms)) break;
+      // The holder is gone (a crash releases nothing): finalise its run by id, then retry once.
+      TRY(exec("UPDATE runs SET finished_at = ?, outcome = ? WHERE id = ? AND finished_at IS NULL",
+               {now_ms(), std::string("holder_dead"), blocker->id}));
+      blocker.reset();
+    }
+    if (blocker) holders.push_back(std::move(*blocker));
+  }
+  Json hj = Json::array();
+  std::string names;
+  for (const auto& h : holders) {
+    hj.push_back(
+        {{"run", h.id}, {"ordinal", h.ordinal}, {"machine", h.holder.machine_id}, {"pid", h.holder.pid}});
+    names += fmt::format("{}run {} (pid {} on {})", names.empty() ? "" : ", ", h.id, h.holder.pid,
+                         h.holder.machine_id);
+  }
+  return fail(Code::CapacityExhausted,
+              fmt::format("slot \"{}\" on machine {} carries {} of {} runs{}{}", req.slot, req.machine_id,
+                          holders.size(), seats, names.empty() ? "" : "; held by ", names),
+              {{"slot", req.slot},
+               {"machine", req.machine_id},
+               {"carries", holders.size()},
+               {"may", seats},
+               {"holders", hj}});
+}
+
+Result<void> Store::record_enforcement(const std::string& run_id, const std::string& executor, int tier,
+                                       const Json& kernel_facts) {
+  TRY(exec_locked("UPDATE runs SET executor = ?, tier = ?, kernel_facts = ? WHERE id = ?",
+                  {executor, int64_t{tier}, kernel_facts.dump(), run_id}));
+  return {};
+}
+
+Result<void> Store::heartbeat(const std::string& run_id) {
+  TRY(exec_locked("UPDATE runs SET heartbeat_at = ? WHERE id = ? AND finished_at IS NULL",
+                  {now_ms(), run_id}));
+  return {};
+}
+
+Result<bool> Store::finish(const std::string& run_id, const std::string& outcome) {
+  auto r =
+      TRY(exec_locked("UPDATE runs SET finished_at = ?, outcome = ? WHERE id = ? AND finished_at IS NULL",
+                      {now_ms(), outcome, run_id}));
+  return r.affected == 1;
+}
+
+Result<std::vector<RunRecord>> Store::runs(bool live_only) {
+  std::lock_guard lock(mu_);
+  return select_runs(
+      live_only ? "WHERE finished_at IS NULL ORDER BY started_at, id" : "ORDER BY started_at, id", {});
+}
+
+Result<std::optional<RunRecord>> Store::run(const std::string& id) {
+  std::lock_guard lock(mu_);
+  auto runs = TRY(select_runs("WHERE id = ?", {id}));
+  if (runs.empty()) return std::nullopt;
+  return runs.front();
+}
+
+// ---------------------------------------------------------------- Seat
+
+Result<std::unique_ptr<Seat>> Seat::reserve(Store& store, const RunRequest& req) {
+  auto run = TRY(store.reserve(req));
+  return std::unique_ptr<Seat>(new Seat(store, std::move(run)));
+}
+
+Seat::Seat(Store& store, RunRecord run) : store_(store), run_(std::move(run)) {
+  heartbeat_ = std::thread([this] { beat(); });
+}
+
+void Seat::beat() {
+  auto interval = std::chrono::milliseconds(std::max<int64_t>(store_.options().heartbeat_expiry_ms / 4, 10));
+  std::unique_lock lock(mu_);
+  while (!cv_.wait_for(lock, interval, [this] { return stop_; })) {
+    lock.unlock();
+    // A failed beat is not fatal here: the seat stays held; another machine may finalise it
+    // once the heartbeat expires, which is the rule for a holder it cannot see.
+    (void)store_.heartbeat(run_.id);
+    lock.lock();
+  }
+}
+
+Result<void> Seat::record_enforcement(const std::string& executor, int tier, const Json& kernel_facts) {
+  run_.executor = executor;
+  run_.tier = tier;
+  run_.kernel_facts = kernel_facts;
+  return store_.record_enforcement(run_.id, executor, tier, kernel_facts);
+}
+
+void Seat::release(const std::string& outcome) {
+  {
+    std::lock_guard lock(mu_);
+    if (released_) return;
+    released_ = true;
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (heartbeat_.joinable()) heartbeat_.join();
+  run_.outcome = outcome;
+  (void)store_.finish(run_.id, outcome);
+}
+
+Seat::~Seat() { release("released"); }
+
+}  // namespace airlock::store

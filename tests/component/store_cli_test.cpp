@@ -1,0 +1,213 @@
+// The run store through the real `airlock` binary: runs recorded, slots refused past capacity,
+// a killed holder finalised, machine rows judged, and two machines sharing one PostgreSQL.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "cli_support.h"
+#include "store_backend.h"
+
+namespace airlock::testing {
+namespace {
+
+using Json = nlohmann::json;
+
+// `airlock ARGS...` started in the background as the fixture's identity (self), its stderr to
+// `log`. The fixture's run() blocks; these tests need holders that outlive the call.
+pid_t spawn(const CliFixture& fx, const std::vector<std::string>& args, const std::string& log) {
+  std::vector<std::string> argv = {fx.binary(), "--state-dir", fx.state_dir()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    ::dup2(null, 0);
+    ::dup2(null, 1);
+    ::dup2(fd, 2);
+    std::vector<char*> av;
+    for (auto& a : argv) av.push_back(a.data());
+    av.push_back(nullptr);
+    char env0[] = "PATH=/usr/bin:/bin";
+    char* ev[] = {env0, nullptr};
+    ::execve(av[0], av.data(), ev);
+    ::_exit(123);
+  }
+  return pid;
+}
+
+Json runs_json(CliFixture& fx, const std::vector<std::string>& pre, bool live) {
+  std::vector<std::string> args = pre;
+  for (const char* a : {"runs", "list", "--json"}) args.push_back(a);
+  if (live) args.push_back("--live");
+  auto r = fx.run(args);
+  EXPECT_EQ(r.status, 0) << r.err;
+  Json j = Json::parse(r.out, nullptr, false);
+  return j.is_discarded() ? Json{{"runs", Json::array()}} : j;
+}
+
+// Waits (bounded) until the store shows `n` live runs whose session has said what enforced.
+bool wait_live(CliFixture& fx, const std::vector<std::string>& pre, size_t n) {
+  for (int i = 0; i < 600; ++i) {
+    Json j = runs_json(fx, pre, true);
+    size_t enforced = 0;
+    for (const auto& r : j["runs"]) enforced += !r["executor"].is_null();
+    if (j["runs"].size() == n && enforced == n) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+TEST(StoreCli, ARunRecordsItsSeatWhatEnforcedAndItsOutcome) {
+  CliFixture fx(Identity::Self);
+  auto r = fx.run({"run", "-q", "--", "/bin/sh", "-c", "exit 3"});
+  ASSERT_EQ(r.status, 3) << r.err;
+  Json all = runs_json(fx, {}, false);
+  ASSERT_EQ(all["runs"].size(), 1u) << all.dump();
+  const Json& run = all["runs"][0];
+  EXPECT_EQ(run["slot"], "default");
+  EXPECT_EQ(run["ordinal"], 0);
+  EXPECT_EQ(run["outcome"], "exit 3");
+  EXPECT_EQ(run["live"], false);
+  EXPECT_FALSE(run["executor"].is_null());
+  EXPECT_EQ(run["policy_digest"].get<std::string>().size(), 64u);
+  EXPECT_TRUE(run["kernel_facts"].contains("landlock_abi"));
+  EXPECT_EQ(runs_json(fx, {}, true)["runs"].size(), 0u);
+  auto show = fx.run({"runs", "show", run["id"].get<std::string>()});
+  ASSERT_EQ(show.status, 0) << show.err;
+  EXPECT_NE(show.out.find("exit 3"), std::string::npos) << show.out;
+  auto missing = fx.run({"runs", "show", "no-such-run"});
+  EXPECT_EQ(missing.status, 125);
+  EXPECT_NE(missing.err.find("AIRLOCK_CONFIG_ERROR"), std::string::npos);
+}
+
+TEST(StoreCli, ADeclaredSlotRefusesPastCapacityAndAKilledHolderIsFinalised) {
+  CliFixture fx(Identity::Self);
+  TempDir logs;
+  ASSERT_EQ(fx.run({"slot", "set", "one", "--max-sessions", "1"}).status, 0);
+  pid_t holder = spawn(fx, {"run", "-q", "--slot", "one", "--", "sleep", "30"}, logs / "holder.log");
+  ASSERT_TRUE(wait_live(fx, {}, 1)) << read_text(logs / "holder.log");
+  std::string held = runs_json(fx, {}, true)["runs"][0]["id"];
+
+  auto refused = fx.run({"run", "-q", "--slot", "one", "--", "true"});
+  EXPECT_EQ(refused.status, 125);
+  EXPECT_NE(refused.err.find("AIRLOCK_CAPACITY_EXHAUSTED"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("carries 1 of 1 runs"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find(held), std::string::npos) << "the current holder is named: " << refused.err;
+
+  // airlock dies outright: it releases nothing; the next reservation finds it dead.
+  ::kill(holder, SIGKILL);
+  ::waitpid(holder, nullptr, 0);
+  auto next = fx.run({"run", "-q", "--slot", "one", "--", "true"});
+  EXPECT_EQ(next.status, 0) << next.err;
+  auto show = fx.run({"runs", "show", "--json", held});
+  Json old = Json::parse(show.out, nullptr, false);
+  EXPECT_EQ(old["outcome"], "holder_dead") << show.out;
+  EXPECT_EQ(runs_json(fx, {}, true)["runs"].size(), 0u);
+}
+
+TEST(StoreCli, MachineProbeRecordsMeasuredFactsAndATamperedRowIsNotBelieved) {
+  CliFixture fx(Identity::Self);
+  auto probe = fx.run({"machine", "probe", "--json"});
+  ASSERT_EQ(probe.status, 0) << probe.err;
+  Json row = Json::parse(probe.out);
+  EXPECT_EQ(row["believed"], true);
+  EXPECT_EQ(row["facts"]["landlock_abi"], row["landlock_abi"]);
+
+  auto r = fx.run({"machine", "list", "--json"});
+  ASSERT_EQ(r.status, 0);
+  EXPECT_EQ(Json::parse(r.out)["machines"][0]["believed"], true);
+  // Someone with the database claims a Landlock ABI this build does not know.
+  sqlite_exec(fx.state_dir() + "/airlock.db",
+              "UPDATE machines SET landlock_abi = 99, facts = json_set(facts, '$.landlock_abi', 99)");
+  r = fx.run({"machine", "list", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  Json m = Json::parse(r.out)["machines"][0];
+  EXPECT_EQ(m["believed"], false);
+  EXPECT_EQ(m["not_believed"]["reason"], "landlock_abi_above_known");
+  auto text = fx.run({"machine", "list"});
+  EXPECT_NE(text.out.find("NOT BELIEVED (landlock_abi_above_known"), std::string::npos) << text.out;
+}
+
+TEST(StoreCli, ABadStoreUrlIsAConfigError) {
+  CliFixture fx(Identity::Self);
+  auto r = fx.run({"--store", "mysql://db", "runs", "list"});
+  EXPECT_EQ(r.status, 125);
+  EXPECT_NE(r.err.find("AIRLOCK_CONFIG_ERROR"), std::string::npos) << r.err;
+  auto run = fx.run({"--store", "postgresql:///x?host=/nonexistent-airlock-dir", "run", "--", "true"});
+  EXPECT_EQ(run.status, 125);
+  EXPECT_NE(run.err.find("AIRLOCK_CONFIG_ERROR: cannot connect"), std::string::npos) << run.err;
+}
+
+TEST(StoreCli, TwoMachinesSharingOnePostgresqlNeverOverAdmit) {
+  std::string why;
+  auto db = BackendDb::make("postgresql", &why);
+  if (!db) {
+    if (require_all_tiers()) FAIL() << "postgresql required (AIRLOCK_REQUIRE_ALL_TIERS=1): " << why;
+    GTEST_SKIP() << "postgresql unavailable: " << why;
+  }
+  CliFixture fx(Identity::Self);
+  TempDir logs;
+  std::vector<std::string> store = {"--store", db->url()};
+  auto as = [&](const std::string& machine, std::vector<std::string> args) {
+    std::vector<std::string> all = store;
+    all.insert(all.end(), {"--machine-id", machine});
+    all.insert(all.end(), args.begin(), args.end());
+    return all;
+  };
+  ASSERT_EQ(fx.run(as("m-a", {"slot", "set", "gpu", "--max-sessions", "2"})).status, 0);
+  // Six dispatchers, three acting as m-a and three as m-b, all for m-a's slot `gpu`.
+  std::vector<pid_t> pids;
+  for (int i = 0; i < 6; ++i)
+    pids.push_back(spawn(fx,
+                         as(i % 2 ? "m-b" : "m-a", {"run", "-q", "--slot", "m-a:gpu", "--", "sleep", "30"}),
+                         logs / ("d" + std::to_string(i) + ".log")));
+  // The losers are refused at once; the winners hold their seats for 30 s, so no seat frees
+  // while the others try: exactly two may be admitted.
+  std::vector<pid_t> refused, running = pids;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(40);
+  while (refused.size() < 4 && std::chrono::steady_clock::now() < deadline) {
+    for (auto it = running.begin(); it != running.end();) {
+      int st = 0;
+      if (::waitpid(*it, &st, WNOHANG) == *it) {
+        EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 125);
+        refused.push_back(*it);
+        it = running.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(refused.size(), 4u);
+  EXPECT_EQ(running.size(), 2u);
+  for (pid_t p : refused) {
+    size_t i = static_cast<size_t>(std::find(pids.begin(), pids.end(), p) - pids.begin());
+    std::string err = read_text(logs / ("d" + std::to_string(i) + ".log"));
+    EXPECT_NE(err.find("AIRLOCK_CAPACITY_EXHAUSTED: slot \"gpu\" on machine m-a carries 2 of 2 runs"),
+              std::string::npos)
+        << err;
+  }
+  EXPECT_TRUE(wait_live(fx, store, 2));
+  Json live = runs_json(fx, store, true);
+  EXPECT_EQ(live["runs"].size(), 2u) << live.dump();
+  // A signal stops the winners; each releases its seat with that outcome.
+  for (pid_t p : running) ::kill(p, SIGTERM);
+  for (pid_t p : running) {
+    int st = 0;
+    ::waitpid(p, &st, 0);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 125);
+  }
+  EXPECT_EQ(runs_json(fx, store, true)["runs"].size(), 0u);
+  Json all = runs_json(fx, store, false);
+  EXPECT_EQ(all["runs"].size(), 2u);
+  for (const auto& r : all["runs"]) EXPECT_EQ(r["outcome"], "AIRLOCK_SESSION_KILLED");
+}
+
+}  // namespace
+}  // namespace airlock::testing
