@@ -54,8 +54,13 @@ int refuse(const Error& e, bool json) {
 }
 
 Result<policy::TaskPolicy> load_policy(const std::optional<std::string>& defaults_file,
-                                       const std::optional<std::string>& policy_file) {
-  return policy::load_effective(defaults_file, policy_file);
+                                       const std::optional<std::string>& policy_file, bool agent_run) {
+  auto pol = TRY(policy::load_effective(defaults_file, policy_file));
+  if (pol.confinement == policy::Confinement::Vendor && !agent_run)
+    return fail(Code::PolicyInvalid,
+                "confinement vendor applies to `airlock agent run` only; this verb always confines",
+                {{"path", "$.confinement"}});
+  return pol;
 }
 
 std::string yes_no(bool b) { return b ? "yes" : "no"; }
@@ -63,11 +68,7 @@ std::string yes_no(bool b) { return b ? "yes" : "no"; }
 Result<SessionStart> prepare_session(const Globals& g, const std::optional<std::string>& defaults_file,
                                      const std::optional<std::string>& policy_file, bool agent_run) {
   auto profile = TRY(parse_profile(g.profile));
-  auto pol = TRY(load_policy(defaults_file, policy_file));
-  if (pol.confinement == policy::Confinement::Vendor && !agent_run)
-    return fail(Code::PolicyInvalid,
-                "confinement vendor applies to `airlock agent run` only; this verb always confines",
-                {{"path", "$.confinement"}});
+  auto pol = TRY(load_policy(defaults_file, policy_file, agent_run));
   auto state = TRY(resolve_state_dir(g.state_dir));
   plan::HostFacts facts = linux::probe_host(plan::fact_needs(pol));
   return SessionStart{profile, std::move(state), std::move(pol), std::move(facts)};
