@@ -373,6 +373,7 @@ TEST_F(DoorTest, CurlAndPythonOverHttpsThroughConnect) {
   ::getsockname(probe.get(), reinterpret_cast<sockaddr*>(&sin), &len);
   int port = ntohs(sin.sin_port);
   probe.reset();
+  std::string accept = fmt::format("127.0.0.1:{}", port);  // made before fork: the child only execs
   pid_t server = ::fork();
   if (server == 0) {
     ::chdir(root.path().c_str());
@@ -380,7 +381,7 @@ TEST_F(DoorTest, CurlAndPythonOverHttpsThroughConnect) {
     ::dup2(devnull, 0);
     ::dup2(devnull, 1);
     ::dup2(devnull, 2);
-    ::execlp("openssl", "openssl", "s_server", "-quiet", "-accept", fmt::format("127.0.0.1:{}", port).c_str(), "-cert",
+    ::execlp("openssl", "openssl", "s_server", "-quiet", "-accept", accept.c_str(), "-cert",
              "srv.pem", "-key", "srv.key", "-www", nullptr);
     ::_exit(127);
   }
