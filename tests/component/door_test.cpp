@@ -254,8 +254,11 @@ TEST_F(DoorTest, ANameThatRebindsToAForbiddenAddressIsRefused) {
   EXPECT_EQ(decision_of(rec, fmt::format("http://rebind.test:{}/two", port)), "refused");
   // One answer in range and one outside: refused.
   EXPECT_EQ(decision_of(rec, fmt::format("http://both.test:{}/three", port)), "refused");
-  for (const auto& x : rec)
-    if (x["target"] == fmt::format("http://rebind.test:{}/two", port)) EXPECT_EQ(x["addresses"][0]["address"], "127.0.0.2");
+  for (const auto& x : rec) {
+    if (x["target"] == fmt::format("http://rebind.test:{}/two", port)) {
+      EXPECT_EQ(x["addresses"][0]["address"], "127.0.0.2");
+    }
+  }
 }
 
 TEST_F(DoorTest, NoResolverInsideAndNoWayAroundTheDoor) {
