@@ -106,33 +106,24 @@ struct Stream {
       if (!wait_for(fd, POLLIN, stop)) return false;
     }
   }
-  // A head ending in an empty line; nullopt at EOF or past kMaxHead (*too_large).
-  std::optional<std::string> head(bool* too_large) {
+  // Everything up to and including `delim`; nullopt at EOF or past kMaxHead (then *too_large).
+  std::optional<std::string> until(std::string_view delim, bool* too_large = nullptr) {
     for (;;) {
-      size_t end = buf.find("\r\n\r\n");
+      size_t end = buf.find(delim);
       if (end != std::string::npos) {
-        std::string h = buf.substr(0, end + 4);
-        buf.erase(0, end + 4);
+        std::string h = buf.substr(0, end + delim.size());
+        buf.erase(0, end + delim.size());
         return h;
       }
       if (buf.size() > kMaxHead) {
-        *too_large = true;
+        if (too_large) *too_large = true;
         return std::nullopt;
       }
       if (!fill()) return std::nullopt;
     }
   }
-  std::optional<std::string> line() {
-    for (;;) {
-      size_t end = buf.find("\r\n");
-      if (end != std::string::npos) {
-        std::string l = buf.substr(0, end + 2);
-        buf.erase(0, end + 2);
-        return l;
-      }
-      if (buf.size() > kMaxHead || !fill()) return std::nullopt;
-    }
-  }
+  std::optional<std::string> head(bool* too_large) { return until("\r\n\r\n", too_large); }
+  std::optional<std::string> line() { return until("\r\n"); }
   // Copies exactly n bytes to `to`.
   bool relay(int to, uint64_t n, uint64_t* counted) {
     while (n > 0) {

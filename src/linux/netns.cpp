@@ -29,6 +29,25 @@ int apply_loopback_up() noexcept {
   return rc;
 }
 
+namespace {
+
+// One byte of data carrying room for one descriptor: what the door channel sends and receives.
+struct FdMessage {
+  char byte = 'd';
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  FdMessage() {
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+  }
+  FdMessage(const FdMessage&) = delete;
+};
+
+}  // namespace
+
 Result<DoorChannel> prepare_door_channel() {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
@@ -49,20 +68,13 @@ int apply_door_listener(int channel, const char* address, uint16_t port) noexcep
   if (rc == 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&sin), sizeof sin) < 0) rc = errno;
   if (rc == 0 && ::listen(fd, 128) < 0) rc = errno;
   if (rc == 0) {
-    char byte = 'd';
-    iovec iov{&byte, 1};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    FdMessage m;
+    cmsghdr* c = CMSG_FIRSTHDR(&m.msg);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
     c->cmsg_len = CMSG_LEN(sizeof(int));
     std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
-    if (::sendmsg(channel, &msg, MSG_NOSIGNAL) < 0) rc = errno;
+    if (::sendmsg(channel, &m.msg, MSG_NOSIGNAL) < 0) rc = errno;
   }
   ::close(fd);
   ::close(channel);
@@ -70,20 +82,13 @@ int apply_door_listener(int channel, const char* address, uint16_t port) noexcep
 }
 
 Result<UniqueFd> receive_door_listener(int channel) {
-  char byte = 0;
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
+  FdMessage m;
   ssize_t n;
   do {
-    n = ::recvmsg(channel, &msg, MSG_CMSG_CLOEXEC);
+    n = ::recvmsg(channel, &m.msg, MSG_CMSG_CLOEXEC);
   } while (n < 0 && errno == EINTR);
   if (n < 0) return fail_errno(Code::ExecutorUnavailable, "receiving the network door's socket", errno);
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  cmsghdr* c = CMSG_FIRSTHDR(&m.msg);
   if (n == 0 || !c || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
     return fail(Code::ExecutorUnavailable, "the sandbox's init sent no listening socket for the network door");
   int fd = -1;

@@ -169,12 +169,7 @@ class DoorTest : public ::testing::Test {
   }                                                                                               \
   ASSERT_TRUE(var)
 
-  TempDir root, state;
-  struct Ws {
-    std::string p;
-    std::string operator/(const std::string& rel) const { return p + "/" + rel; }
-    const std::string& path() const { return p; }
-  } ws{root / "ws"};
+  TempDir root, state, ws;
   std::unique_ptr<Server> allowed_, forbidden_;
   FakeDns dns_;
   std::string unavailable_;
