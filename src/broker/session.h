@@ -87,6 +87,9 @@ class Session {
   // policy's output cap.
   Result<ToolResult> run_tool(const std::string& name, const std::vector<std::string>& args);
 
+  // Records one request through the network door (called from the door's threads).
+  void record_door(Json body);
+
   // Records a request refused before it reached an action (a malformed protocol request).
   Result<void> note_refusal(std::string_view kind, const Json& args, const Error& e);
 

@@ -1,6 +1,7 @@
 // Executor: runs one command under a session's plan. The broker knows executors only through this.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -9,6 +10,7 @@
 #include "base/child_process.h"
 #include "base/error.h"
 #include "base/json_util.h"
+#include "base/unique_fd.h"
 #include "exec/session_view.h"
 #include "plan/plan.h"
 
@@ -64,11 +66,19 @@ class Executor {
   virtual void stop_run() { stop(); }
 };
 
+// Serves a plan's network door: given the listening socket made inside the sandbox's network
+// namespace, starts serving it and returns a handle whose destruction stops serving (every
+// connection closed, every thread joined). The broker supplies it; the executor knows only that
+// a socket needs a server.
+using DoorStarter = std::function<Result<std::shared_ptr<void>>(UniqueFd listener)>;
+
 // Prepares the executor the plan chose for this session. Fails closed: an executor this
 // build cannot apply, or one whose kernel mechanism fails to prepare, is refused.
 // `workspace` is the workspace's host path ("" for none): the namespaces tier shows the view there.
+// A plan with a door needs `door`; without one it is refused, never run with the door missing.
 Result<std::unique_ptr<Executor>> make_executor(const plan::ExecutionPlan& plan, const SessionDirs& dirs,
-                                                const std::string& session_id, const std::string& workspace);
+                                                const std::string& session_id, const std::string& workspace,
+                                                DoorStarter door = {});
 
 // Resolves a program name against policy::kTrustedPath (names with a slash are kept).
 Result<std::string> resolve_program(const std::string& name, const std::string& cwd);

@@ -18,6 +18,7 @@
 #include "linux/apply.h"
 #include "linux/cgroup.h"
 #include "linux/landlock.h"
+#include "linux/netns.h"
 #include "linux/rlimits.h"
 #include "linux/seccomp.h"
 #include "policy/task_policy.h"
@@ -40,8 +41,9 @@ std::string workspace_inside(const std::string& workspace) {
 
 class ProcessExecutor final : public Executor {
  public:
-  ProcessExecutor(const plan::ExecutionPlan& plan, SessionDirs dirs, std::string session_id, std::string workspace)
-      : plan_(plan), dirs_(std::move(dirs)), session_id_(std::move(session_id)) {
+  ProcessExecutor(const plan::ExecutionPlan& plan, SessionDirs dirs, std::string session_id, std::string workspace,
+                  DoorStarter door)
+      : plan_(plan), dirs_(std::move(dirs)), session_id_(std::move(session_id)), door_(std::move(door)) {
     inside_ = plan_.namespaces ? workspace_inside(workspace) : dirs_.view;
   }
 
@@ -90,7 +92,16 @@ class ProcessExecutor final : public Executor {
     enforced_["no_new_privs"] = confined();
     enforced_["process_limit"] = plan::to_string(plan_.limits.process_mechanism);
     enforced_["wall_timeout_ms"] = plan_.limits.wall_timeout_ms;
-    enforced_["network"] = plan_.network ? "host" : "none";
+    if (plan_.door && (!plan_.namespaces || !door_))
+      return fail(Code::ExecutorUnavailable, "the plan has a network door, but nothing here can serve it",
+                  {{"executor", policy::to_string(plan_.executor)}});
+    enforced_["network"] = plan_.network ? "host" : plan_.door ? "door" : "none";
+    if (plan_.door)
+      enforced_["door"] = {{"listen", fmt::format("{}:{}", plan_.door->address, plan_.door->port)},
+                           {"inside", "a network namespace with only loopback; no resolver"},
+                           {"served_by", "airlock, outside the sandbox: CONNECT and plain HTTP, every request "
+                                         "admitted by the rules and pinned to the address checked"},
+                           {"rules", policy::to_json(plan_.door->rules)}};
     enforced_["environment"] = "replaced by an allow-list";
     enforced_["file_descriptors"] = "all but 0-2 closed at exec";
     enforced_["descendants"] = "killed when the command ends (child subreaper)";
@@ -149,6 +160,14 @@ class ProcessExecutor final : public Executor {
     }
     for (size_t i = 0; i < cg.procs.size() && i < spec.cgroup_procs.size(); ++i) spec.cgroup_procs[i] = cg.procs[i].get();
 
+    linux::DoorChannel door_channel;
+    if (plan_.door) {
+      door_channel = TRY(linux::prepare_door_channel());
+      spec.door_channel = door_channel.inside.get();
+      spec.door_address = plan_.door->address;
+      spec.door_port = static_cast<uint16_t>(plan_.door->port);
+    }
+
     {
       // Output cannot exist before the launch, so no stop_run() for this run can come earlier.
       std::lock_guard lock(mu_);
@@ -156,12 +175,31 @@ class ProcessExecutor final : public Executor {
     }
     auto t0 = std::chrono::steady_clock::now();
     linux::Launched launched = TRY(linux::launch(spec));
+    door_channel.inside.reset();  // the init's now: EOF on ours if it ends before sending
     {
       std::lock_guard lock(mu_);
       running_ = &launched;
       if (stop_requested_ || run_stop_requested_) (void)linux::stop(launched);
     }
+    // The door serves from before the command exists until after it has ended. If it cannot
+    // start, the command is stopped and the run refused: never a run whose door is missing.
+    std::shared_ptr<void> door_serving;
+    std::optional<Error> door_failed;
+    if (plan_.door) {
+      auto listener = linux::receive_door_listener(door_channel.outside.get());
+      if (listener) {
+        auto served = door_(std::move(*listener));
+        if (served)
+          door_serving = std::move(*served);
+        else
+          door_failed = served.error();
+      } else {
+        door_failed = listener.error();
+      }
+      if (door_failed) (void)linux::stop(launched);
+    }
     auto rep = linux::wait_report(launched);
+    door_serving.reset();
     {
       std::lock_guard lock(mu_);
       running_ = nullptr;
@@ -174,6 +212,12 @@ class ProcessExecutor final : public Executor {
     if (!mounts_gone)
       return fail(Code::ExecutorUnavailable, "the sandbox's root is still mounted on the host after teardown");
     if (!rep) return std::unexpected(rep.error());
+    if (door_failed && !rep->setup_failed) {
+      Error e = *door_failed;
+      e.code = Code::ExecutorUnavailable;
+      e.message = "the network door could not start: " + e.message;
+      return std::unexpected(std::move(e));
+    }
     if (rep->setup_failed) {
       auto step = linux::to_string(rep->step);
       Error e = rep->step == linux::Step::Exec
@@ -249,12 +293,15 @@ class ProcessExecutor final : public Executor {
                                     "PWD=" + pwd, "AIRLOCK_SESSION=" + session_id_};
     for (const auto& name : plan_.env_passthrough)
       if (const char* v = ::getenv(name.c_str())) env.push_back(name + "=" + v);
+    if (plan_.door)
+      for (auto& v : plan_.door->environment()) env.push_back(std::move(v));
     return env;
   }
 
   plan::ExecutionPlan plan_;
   SessionDirs dirs_;
   std::string session_id_;
+  DoorStarter door_;
   std::string inside_;  // where the view is, as the command sees it
   linux::MountProgram mounts_;
   linux::IdMaps id_maps_;
@@ -272,12 +319,13 @@ class ProcessExecutor final : public Executor {
 }  // namespace
 
 Result<std::unique_ptr<Executor>> make_executor(const plan::ExecutionPlan& plan, const SessionDirs& dirs,
-                                                const std::string& session_id, const std::string& workspace) {
+                                                const std::string& session_id, const std::string& workspace,
+                                                DoorStarter door) {
   switch (plan.executor) {
     case policy::ExecutorKind::Host:
     case policy::ExecutorKind::Landlock:
     case policy::ExecutorKind::Namespaces: {
-      auto ex = std::make_unique<ProcessExecutor>(plan, dirs, session_id, workspace);
+      auto ex = std::make_unique<ProcessExecutor>(plan, dirs, session_id, workspace, std::move(door));
       TRY(ex->prepare());
       return std::unique_ptr<Executor>(std::move(ex));
     }

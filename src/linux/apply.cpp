@@ -54,6 +54,7 @@ std::string_view to_string(Step s) {
     case Step::DropCapabilities: return "drop_capabilities";
     case Step::Init: return "init";
     case Step::Tmpdir: return "tmpdir";
+    case Step::Door: return "door";
   }
   return "?";
 }
@@ -151,6 +152,11 @@ struct CommandStatus {
   if (!s.hostname.empty() && ::sethostname(s.hostname.data(), s.hostname.size()) != 0)
     report_and_exit(errfd, Step::Hostname, errno);
   if (int e = apply_loopback_up()) report_and_exit(errfd, Step::Loopback, e);
+  // The door's listener belongs to this namespace, so only the sandbox can connect to it; it
+  // goes out to airlock before the command exists, and neither end stays open here.
+  if (s.door_channel >= 0)
+    if (int e = apply_door_listener(s.door_channel, s.door_address.c_str(), s.door_port))
+      report_and_exit(errfd, Step::Door, e);
   // The fresh /proc and the new root are inodes the parent could not name: /proc is readable,
   // and every directory of the new root (which holds only what the plan bound) may be listed.
   if (s.landlock_ruleset >= 0) {
@@ -295,6 +301,7 @@ void signal_group(pid_t command, int sig) noexcept {
     }
     ::close(gopipe[0]);
     ::close(statuspipe[1]);
+    if (s.door_channel >= 0) ::close(s.door_channel);  // the init's alone: its exit is airlock's EOF
     // Only the parent namespace may write the maps; the init waits for them on the go pipe.
     if (int e = apply_id_maps(cmd, *s.id_maps)) {
       ::kill(cmd, SIGKILL);
@@ -304,6 +311,7 @@ void signal_group(pid_t command, int sig) noexcept {
     (void)!::write(gopipe[1], "g", 1);
     ::close(gopipe[1]);
   } else {
+    if (s.door_channel >= 0) ::close(s.door_channel);  // no namespace, no door
     cmd = clone_with_pidfd(&cmd_pidfd);
     if (cmd < 0) finish(Step::CloneCommand, errno);
     if (cmd == 0) {

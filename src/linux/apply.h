@@ -41,6 +41,7 @@ enum class Step : int32_t {
   DropCapabilities,
   Init,
   Tmpdir,
+  Door,
 };
 std::string_view to_string(Step s);
 
@@ -61,6 +62,11 @@ struct LaunchSpec {
   const IdMaps* id_maps = nullptr;
   std::string hostname;
   bool drop_capabilities = false;
+  // The network door (namespaces tier only): the init's end of the door channel, and where the
+  // listening socket it sends out is bound inside. -1: no door.
+  int door_channel = -1;
+  std::string door_address;
+  uint16_t door_port = 0;
   bool no_new_privs = true;
   uint64_t wall_timeout_ms = 0;     // 0: none
   uint64_t kill_grace_ms = 2000;

@@ -50,6 +50,16 @@ std::string_view to_string(ProcessLimitMechanism m) {
   return "?";
 }
 
+std::string DoorPlan::url() const { return fmt::format("http://{}:{}", address, port); }
+
+std::vector<std::string> DoorPlan::environment() const {
+  std::vector<std::string> env;
+  // Both spellings: curl reads only the lower-case http_proxy, most other clients either.
+  for (const char* name : {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"})
+    env.push_back(fmt::format("{}={}", name, url()));
+  return env;
+}
+
 int isolation_level(ExecutorKind e) {
   switch (e) {
     case ExecutorKind::Host: return 0;
@@ -180,7 +190,10 @@ LandlockPlan landlock_plan(const policy::TaskPolicy& p, const HostFacts& f) {
   l.fs_rules.push_back({Anchor::View, ".", Access::Exec, false});
   for (const auto& w : p.write_back_paths) l.fs_rules.push_back({Anchor::View, w, Access::Write, false});
   l.fs_rules.push_back({Anchor::Scratch, ".", Access::Write, false});
-  l.restrict_tcp = f.landlock_abi >= 4 && p.code_network.mode == NetworkMode::Off;
+  // No TCP at all, or (with a door) connect to the door's port only: a second wall behind the
+  // network namespace, which holds only loopback.
+  l.restrict_tcp = f.landlock_abi >= 4;
+  if (p.code_network.mode == NetworkMode::Allowlist) l.tcp_connect_ports = {DoorPlan{}.port};
   l.restrict_ioctl_dev = f.landlock_abi >= 5;
   l.scope_abstract_unix = f.landlock_abi >= 6;
   l.scope_signal = f.landlock_abi >= 6;
@@ -336,11 +349,15 @@ Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& p, const HostFact
         c.reason = fmt::format("Landlock cannot hide the credential file {} beneath the readable {}", hit->first,
                                hit->second);
       }
-    // Network for code goes only through a door; without one, such a policy is refused, never
-    // run with the network open nor silently without the network it asked for.
-    if (c.available && p.code_network.mode == NetworkMode::Allowlist && e != ExecutorKind::Host) {
+    // Network for code goes only through a door, which only the namespaces tier has (a network
+    // namespace of its own to cut); any other tier is refused for such a policy, never run with
+    // the network open nor silently without the network it asked for. The development host
+    // executor is the exception the policy names: no isolation at all, recorded as a relaxation.
+    if (c.available && p.code_network.mode == NetworkMode::Allowlist && e != ExecutorKind::Host &&
+        e != ExecutorKind::Namespaces) {
       c.available = false;
-      c.reason = "the network door that code_network allowlist needs is not part of this build";
+      c.reason = fmt::format("the {} tier cannot cut the network, so it has no network door for code_network allowlist",
+                             policy::to_string(e));
     }
     plan.considered.push_back(c);
     considered.push_back({{"executor", policy::to_string(e)}, {"available", c.available}, {"reason", c.reason}});
@@ -377,6 +394,8 @@ Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& p, const HostFact
 
   if (plan.executor == ExecutorKind::Host) {
     plan.relaxations.push_back("executor: host");
+    if (p.code_network.mode == NetworkMode::Allowlist)
+      plan.relaxations.push_back("code_network: allowlist not enforced (the host's whole network)");
     plan.network = true;
     auto mechanism = process_mechanism(f);
     if (!mechanism) plan.relaxations.push_back("processes: not limited for uid 0");
@@ -397,6 +416,10 @@ Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& p, const HostFact
     plan.limits = limits_plan(p, version == 2 ? ProcessLimitMechanism::CgroupV2Pids : ProcessLimitMechanism::CgroupV1Pids);
     // RLIMIT_AS per process stays as a first line; the cgroup bounds the sum.
     plan.network = false;
+    if (p.code_network.mode == NetworkMode::Allowlist) {
+      plan.door = DoorPlan{};
+      plan.door->rules = p.code_network.rules;
+    }
   } else if (plan.executor == ExecutorKind::Landlock) {
     plan.landlock = landlock_plan(p, f);
     plan.seccomp = seccomp_plan(p);
@@ -458,6 +481,7 @@ Json to_json(const ExecutionPlan& p) {
                      {"abi_measured", p.landlock->abi_measured},
                      {"fs_rules", rules},
                      {"restrict_tcp", p.landlock->restrict_tcp},
+                     {"tcp_connect_ports", p.landlock->tcp_connect_ports},
                      {"restrict_ioctl_dev", p.landlock->restrict_ioctl_dev},
                      {"scope_abstract_unix", p.landlock->scope_abstract_unix},
                      {"scope_signal", p.landlock->scope_signal}};
@@ -495,6 +519,12 @@ Json to_json(const ExecutionPlan& p) {
   } else {
     j["cgroup"] = nullptr;
   }
+  if (p.door)
+    j["door"] = {{"listen", fmt::format("{}:{}", p.door->address, p.door->port)},
+                 {"proxy_url", p.door->url()},
+                 {"rules", policy::to_json(p.door->rules)}};
+  else
+    j["door"] = nullptr;
   j["limits"] = {{"memory_bytes", p.limits.memory_bytes},
                  {"cpu_seconds", p.limits.cpu_seconds},
                  {"max_processes", p.limits.max_processes},

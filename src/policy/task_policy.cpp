@@ -736,8 +736,6 @@ Result<TaskPolicy> load_effective(const std::optional<std::string>& defaults_fil
   return p;
 }
 
-namespace {
-
 Json to_json(const EgressRule& r) {
   Json j = {{"ports", r.ports}, {"schemes", r.schemes}, {"allow_private", r.allow_private}};
   // Exactly one of host/cidr exists (parse guarantees it); only that one is written so
@@ -752,8 +750,6 @@ Json to_json(const std::vector<EgressRule>& rules) {
   for (const auto& r : rules) j.push_back(to_json(r));
   return j;
 }
-
-}  // namespace
 
 Json to_json(const TaskPolicy& p) {
   Json tools = Json::array();

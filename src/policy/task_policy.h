@@ -128,6 +128,9 @@ Result<TaskPolicy> load_effective(const std::optional<std::string>& defaults_fil
 
 // The effective policy as canonical JSON (every field present), and its sha256.
 Json to_json(const TaskPolicy& p);
+// Rules as the policy writes them (they parse again as a policy's rules).
+Json to_json(const EgressRule& r);
+Json to_json(const std::vector<EgressRule>& rules);
 std::string digest(const TaskPolicy& p);
 
 // Resolves a program name against kTrustedPath (absolute paths are checked as given).
