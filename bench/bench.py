@@ -2,7 +2,7 @@
 """make bench: every benchmark in one run, airlock beside its peers. Writes a table per benchmark
 to OUT/latest.md and one PNG chart per benchmark (OUT/NAME.png), and prints the tables.
 
-Usage: bench/bench.py [--build DIR] [--peers DIR] [--only NAME,...] [--quick] [--out DIR] [--list]
+Usage: bench/bench.py [--build DIR] [--peers DIR] [--only NAME,...] [--quick] [--no-peers] [--out DIR] [--list]
 
 Every benchmark is a function registered with @benchmark below; `--only` runs some of them alone.
 A benchmark returns a Section: rows (one per variant: a median and a spread, or the reason it could
@@ -139,7 +139,7 @@ class Ctx:
                  [srt, "--settings", str(srt_settings), "--"],
                  "sandbox-runtime: bubblewrap + seccomp, network through its proxies (none allowed), no writes"),
         ]
-        self._peer_status = {}
+        self._peer_status = {p.name: "left out (--no-peers)" for p in self.peers} if args.no_peers else {}
 
     def close(self):
         shutil.rmtree(self.work, ignore_errors=True)
@@ -728,6 +728,7 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated benchmark names")
     ap.add_argument("--quick", action="store_true", help="a few rounds of each: checks the harness, not figures")
     ap.add_argument("--out", default=str(HERE / "results"))
+    ap.add_argument("--no-peers", action="store_true", help="airlock and the baselines only")
     ap.add_argument("--list", action="store_true")
     args = ap.parse_args()
     if args.list:
