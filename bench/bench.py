@@ -203,6 +203,8 @@ def spawn_rows(ctx, variants, unavailable, runas=(), rounds=200, budget=30):
     for (name, kind, cmd), d in zip(variants, data):
         row = Row(name, kind, d["median_ms"], d["p10_ms"], d["p90_ms"], d["samples_ms"], d["runs"],
                   extra={"command": " ".join(cmd)})
+        if "teardown_median_ms" in d:
+            row.extra["of which teardown ms"] = f"{d['teardown_median_ms']:.2f}"
         if d.get("unavailable"):
             row.unavailable = d["unavailable"]
         elif d["failures"]:
@@ -334,6 +336,12 @@ def tree(root, table):
     return pids
 
 
+def sleeper(cmd, marker):
+    """Whether a /proc cmdline is one of the benchmark's `sleep MARKER` (a launcher's own command
+    line may hold the marker too)."""
+    return cmd.split(b"\0")[:2] == [b"sleep", marker.encode()]
+
+
 def running(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -408,7 +416,7 @@ def teardown(ctx):
                 continue
             time.sleep(0.05)
             table = proc_table()
-            watched = tree(p.pid, table) | {pid for pid, (_, _, c) in table.items() if marker.encode() in c}
+            watched = tree(p.pid, table) | {pid for pid, (_, _, c) in table.items() if sleeper(c, marker)}
             watched.discard(p.pid)
             t0 = time.perf_counter()
             p.send_signal(signal.SIGTERM)
@@ -420,7 +428,7 @@ def teardown(ctx):
             ms = (time.perf_counter() - t0) * 1000
             left = [pid for pid in watched if running(pid)]
             left += [pid for pid, (_, st, c) in proc_table().items()
-                     if marker.encode() in c and st != "Z" and pid not in left]
+                     if sleeper(c, marker) and st != "Z" and pid not in left]
             if left or p.poll() is None:
                 survivors[name] += len(left)
                 for pid in left:
@@ -485,7 +493,7 @@ def memory(ctx):
                 continue
             time.sleep(0.3)  # let the launcher settle (node's heap, gVisor's sentry)
             table = proc_table()
-            procs = [pid for pid in tree(p.pid, table) if marker.encode() not in table.get(pid, (0, "", b""))[2]]
+            procs = [pid for pid in tree(p.pid, table) if not sleeper(table[pid][2], marker)]
             figures = [m for m in (smaps(pid) for pid in procs) if m]
             sup = [smaps(pid) for pid in procs if table[pid][0] == p.pid]  # the launcher's own children
             got[name].append({"pss": sum(m[0] for m in figures) / 1024, "uss": sum(m[1] for m in figures) / 1024,
@@ -547,8 +555,7 @@ def by_run(benchmarks):
 
 @benchmark("broker")
 def broker(ctx):
-    flags = ["--benchmark_repetitions=1"] if ctx.quick else []
-    runs = by_run(gbench(ctx, "broker_bench", *flags))
+    runs = by_run(gbench(ctx, "broker_bench"))
     names = {"BM_PlainRead": ("plain open/fstat/read/close", "baseline"),
              "BM_SessionReadFile": ("session read_file + receipt", "airlock library"),
              "BM_SessionReadFileRefused": ("session read_file refused (..) + receipt", "airlock library")}
@@ -567,7 +574,7 @@ def broker(ctx):
     ok = next((r for r in rows if r.name.startswith("session read_file +") and not r.unavailable), None)
     s.targets.append(Target("Broker read_file decision with its receipt: p99 under 100 µs in process",
                             f"p99 {ok.high:.1f} µs" if ok else "did not run", ok.high < 100 if ok else None))
-    s.notes.append("Every call is timed; 3 repetitions of 100,000 calls each (1 with --quick). The receipt is "
+    s.notes.append("Every call is timed; 3 repetitions of 100,000 calls each. The receipt is "
                    "appended to the session's hash-chained JSONL file on each call.")
     s.notes.append("Over the server: `airlock serve` is not on main yet, so it is not measured.")
     return s
@@ -652,7 +659,7 @@ def markdown(s):
             lines.append(f"| {r.name} | {r.kind} | not run: {r.unavailable} |" + " |" * (len(head) - 3))
             continue
         cells = [r.name, r.kind, fmt_num(r.median), f"{fmt_num(r.low)} – {fmt_num(r.high)}",
-                 *[r.extra.get(k, "") for k in extra_cols], str(r.runs)]
+                 *[str(r.extra.get(k, "")) for k in extra_cols], str(r.runs)]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     for t in s.targets:

@@ -35,6 +35,7 @@ struct Variant {
   std::optional<exec::OwnedExecutor> lib;  // set for a library variant
   std::string unavailable;                 // why it did not run (a library executor that did not open)
   std::vector<double> ms;
+  std::vector<double> teardown_ms;  // a library variant's own account of its teardown (cgroups removed)
   size_t runs = 0;  // planned timed runs (fewer than the rounds for a slow variant under --budget)
   int failures = 0;
   std::string last_failure;
@@ -66,6 +67,7 @@ double run_lib(Variant& v) {
     ++v.failures;
     v.last_failure = "exit status " + std::to_string(out->status.code);
   }
+  v.teardown_ms.push_back(out->teardown_ms);
   return ms;
 }
 
@@ -179,6 +181,7 @@ int main(int argc, char** argv) {
     if (budget_s > 0 && per_run_s > 0)
       v->runs = std::clamp(static_cast<size_t>(budget_s / per_run_s), std::min(min_runs, v->runs), v->runs);
     v->failures = 0;
+    v->teardown_ms.clear();
   }
   // Interleaved: every round runs every variant due in it, so drift on a noisy machine hits all alike.
   for (size_t r = 0; r < static_cast<size_t>(rounds); ++r)
@@ -198,6 +201,7 @@ int main(int argc, char** argv) {
                   v.failures);
       if (!v.unavailable.empty()) std::printf(",\"unavailable\":%s", json_text(v.unavailable).c_str());
       if (v.failures) std::printf(",\"last_failure\":%s", json_text(v.last_failure).c_str());
+      if (v.lib) std::printf(",\"teardown_median_ms\":%.4f", pct(v.teardown_ms, 0.5));
       std::printf(",\"median_ms\":%.4f,\"p10_ms\":%.4f,\"p90_ms\":%.4f,\"samples_ms\":[", med, pct(v.ms, 0.1), p90);
       for (size_t k = 0; k < v.ms.size(); ++k) std::printf("%s%.4f", k ? "," : "", v.ms[k]);
       std::printf("]}");

@@ -36,7 +36,9 @@ fi
 # A peer left out is listed with its reason, never dropped.
 grep -qE '^\| bwrap \| peer \| not run: left out \(--no-peers\) \|' "$md" || fail "bwrap is not listed as left out"
 # Teardown left nothing behind: the survivors column is 0 for every airlock row.
-if grep -E '^\| airlock-(landlock|namespaces) \| airlock CLI \|' "$md" | grep -vqE '\| 0 \| [0-9]+ \|$'; then
+teardown_rows=$(sed -n '/^## Kill to verified-empty/,/^## /p' "$md" | grep -E '^\| airlock-(landlock|namespaces) \| airlock CLI \|')
+[ -n "$teardown_rows" ] || fail "no teardown rows"
+if grep -vqE '\| 0 \| [0-9]+ \|$' <<<"$teardown_rows"; then
   fail "a sandbox left processes behind"
 fi
 # Every target is judged on this run's figures.
