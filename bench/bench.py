@@ -386,6 +386,23 @@ def start_sandbox(prefix, script, ready_timeout=30):
     return p
 
 
+def each_sandbox(label, variants, rounds, script, failed):
+    """Interleaved rounds over the sandbox variants that can run: yields (name, marker, Popen) for
+    each one started with `script` (its {m} a marker unique to the round) that reported ready. The
+    caller ends it. One that never reports ready is left out of later rounds, its reason in `failed`."""
+    log(f"{label}: {rounds} interleaved rounds")
+    for r in range(rounds):
+        for name, _, prefix, why in variants:
+            if why or failed[name]:
+                continue
+            marker = f"300.{os.getpid()}{r}"
+            p = start_sandbox(prefix, script.format(m=marker))
+            if p is None:
+                failed[name] = "the sandboxed command never reported ready"
+                continue
+            yield name, marker, p
+
+
 def end(p):
     try:
         os.killpg(p.pid, signal.SIGKILL)
@@ -396,49 +413,39 @@ def end(p):
 
 @benchmark("teardown")
 def teardown(ctx):
-    rounds = ctx.rounds(30)
     variants = sandbox_variants(ctx)
     times = {v[0]: [] for v in variants}
     survivors = {v[0]: 0 for v in variants}
     failed = {v[0]: "" for v in variants}
-    log(f"teardown: {rounds} interleaved rounds")
-    for r in range(rounds):
-        for name, kind, prefix, why in variants:
-            if why or failed[name]:
-                continue
-            marker = f"300.{os.getpid()}{r}"
-            # A forked tree: two sleepers in the command's group, two more escaped with setsid.
-            script = (f"(setsid sh -c 'sleep {marker} & sleep {marker} & wait' &) ; "
-                      f"sleep {marker} & sleep {marker} & echo ready; wait")
-            p = start_sandbox(prefix, script)
-            if p is None:
-                failed[name] = "the sandboxed tree never reported ready"
-                continue
-            time.sleep(0.05)
-            table = proc_table()
-            watched = tree(p.pid, table) | {pid for pid, (_, _, c) in table.items() if sleeper(c, marker)}
-            watched.discard(p.pid)
-            t0 = time.perf_counter()
-            p.send_signal(signal.SIGTERM)
-            deadline = t0 + 10
-            while time.perf_counter() < deadline:
-                if p.poll() is not None and not any(running(pid) for pid in watched):
-                    break
-                time.sleep(0.0002)
-            ms = (time.perf_counter() - t0) * 1000
-            left = [pid for pid in watched if running(pid)]
-            left += [pid for pid, (_, st, c) in proc_table().items()
-                     if sleeper(c, marker) and st != "Z" and pid not in left]
-            if left or p.poll() is None:
-                survivors[name] += len(left)
-                for pid in left:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-            else:
-                times[name].append(ms)
-            end(p)
+    # A forked tree: two sleepers in the command's group, two more escaped with setsid.
+    script = ("(setsid sh -c 'sleep {m} & sleep {m} & wait' &) ; "
+              "sleep {m} & sleep {m} & echo ready; wait")
+    for name, marker, p in each_sandbox("teardown", variants, ctx.rounds(30), script, failed):
+        time.sleep(0.05)
+        table = proc_table()
+        watched = tree(p.pid, table) | {pid for pid, (_, _, c) in table.items() if sleeper(c, marker)}
+        watched.discard(p.pid)
+        t0 = time.perf_counter()
+        p.send_signal(signal.SIGTERM)
+        deadline = t0 + 10
+        while time.perf_counter() < deadline:
+            if p.poll() is not None and not any(running(pid) for pid in watched):
+                break
+            time.sleep(0.0002)
+        ms = (time.perf_counter() - t0) * 1000
+        left = [pid for pid in watched if running(pid)]
+        left += [pid for pid, (_, st, c) in proc_table().items()
+                 if sleeper(c, marker) and st != "Z" and pid not in left]
+        if left or p.poll() is None:
+            survivors[name] += len(left)
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        else:
+            times[name].append(ms)
+        end(p)
     rows = []
     for name, kind, prefix, why in variants:
         t = times[name]
@@ -477,35 +484,25 @@ def smaps(pid):
 
 @benchmark("memory")
 def memory(ctx):
-    rounds = ctx.rounds(8)
     variants = sandbox_variants(ctx)
     got = {v[0]: [] for v in variants}
     failed = {v[0]: "" for v in variants}
-    log(f"memory: {rounds} interleaved rounds")
-    for r in range(rounds):
-        for name, kind, prefix, why in variants:
-            if why or failed[name]:
-                continue
-            marker = f"300.{os.getpid()}{r}9"
-            p = start_sandbox(prefix, f"echo ready; exec sleep {marker}")
-            if p is None:
-                failed[name] = "the sandbox never reported ready"
-                continue
-            time.sleep(0.3)  # let the launcher settle (node's heap, gVisor's sentry)
-            table = proc_table()
-            procs = [pid for pid in tree(p.pid, table) if not sleeper(table[pid][2], marker)]
-            figures = [m for m in (smaps(pid) for pid in procs) if m]
-            sup = [smaps(pid) for pid in procs if table[pid][0] == p.pid]  # the launcher's own children
-            got[name].append({"pss": sum(m[0] for m in figures) / 1024, "uss": sum(m[1] for m in figures) / 1024,
-                              "hwm": max(m[2] for m in figures) / 1024, "procs": len(figures),
-                              "child_hwm": max((m[2] for m in sup if m), default=0) / 1024,
-                              "child_pss": sum(m[0] for m in sup if m) / 1024})
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-            end(p)
+    for name, marker, p in each_sandbox("memory", variants, ctx.rounds(8), "echo ready; exec sleep {m}", failed):
+        time.sleep(0.3)  # let the launcher settle (node's heap, gVisor's sentry)
+        table = proc_table()
+        procs = [pid for pid in tree(p.pid, table) if not sleeper(table[pid][2], marker)]
+        figures = [m for m in (smaps(pid) for pid in procs) if m]
+        sup = [smaps(pid) for pid in procs if table[pid][0] == p.pid]  # the launcher's own children
+        got[name].append({"pss": sum(m[0] for m in figures) / 1024, "uss": sum(m[1] for m in figures) / 1024,
+                          "hwm": max(m[2] for m in figures) / 1024, "procs": len(figures),
+                          "child_hwm": max((m[2] for m in sup if m), default=0) / 1024,
+                          "child_pss": sum(m[0] for m in sup if m) / 1024})
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        end(p)
     rows = []
     for name, kind, prefix, why in variants:
         g = got[name]
@@ -645,6 +642,10 @@ def fmt_num(v):
     return "" if v is None else (f"{v:.3f}" if v < 10 else f"{v:.1f}" if v < 1000 else f"{v:,.0f}")
 
 
+def verdict(met):
+    return {True: "**met**", False: "**missed**", None: "not judged"}[met]
+
+
 def markdown(s):
     lines = [f"## {s.title}", ""]
     extra_cols = []
@@ -663,8 +664,7 @@ def markdown(s):
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     for t in s.targets:
-        verdict = {True: "**met**", False: "**missed**", None: "not judged"}[t.met]
-        lines.append(f"- Target: {t.text} — {t.measured}: {verdict}")
+        lines.append(f"- Target: {t.text} — {t.measured}: {verdict(t.met)}")
     if s.targets:
         lines.append("")
     for n in s.notes:
@@ -749,6 +749,7 @@ def main():
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     ctx = Ctx(args)
+    started = time.monotonic()
     sections = []
     try:
         for name, fn in BENCHMARKS:
@@ -760,7 +761,12 @@ def main():
                 sections.append(s)
     finally:
         ctx.close()
-    text = "\n".join(header() + [markdown(s) for s in sections])
+    summary = ["## Targets (the issue's, each judged on this run)", "", "| target | measured | verdict |", "|---|---|---|"]
+    summary += [f"| {t.text} | {t.measured} | {verdict(t.met)} |" for s in sections for t in s.targets]
+    took = time.monotonic() - started
+    trailer = [f"Load at the end: {' '.join(open('/proc/loadavg').read().split()[:3])}; the run took {took / 60:.1f} min.",
+               ""]
+    text = "\n".join(header() + summary + [""] + [markdown(s) for s in sections] + trailer)
     (out / "latest.md").write_text(text)
     print(text)
     missed = [t.text for s in sections for t in s.targets if t.met is False]
