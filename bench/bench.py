@@ -194,7 +194,10 @@ def spawn_rows(ctx, variants, unavailable, runas=(), rounds=200, budget=30):
     argv = [*runas, str(ctx.work / "spawn_bench"), "--rounds", str(ctx.rounds(rounds)),
             "--warmup", "3" if ctx.quick else "10", "--budget", str(budget / 10 if ctx.quick else budget),
             "--min-runs", "3" if ctx.quick else "15", "--state-dir", str(state), "--json", *specs]
-    r = subprocess.run(argv, capture_output=True, text=True, cwd=ctx.work)
+    # Every variant gets the same small environment: a peer or a plain run must not read more of
+    # it (a pyenv, site directories) than airlock, which replaces it with an allow-list.
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(ctx.work), "LANG": "C.UTF-8"}
+    r = subprocess.run(argv, capture_output=True, text=True, cwd=ctx.work, env=env)
     try:
         data = json.loads(r.stdout)
     except json.JSONDecodeError:
@@ -215,7 +218,7 @@ def spawn_rows(ctx, variants, unavailable, runas=(), rounds=200, budget=30):
 
 
 def spawn_section(ctx, name, cmd, title):
-    variants, unavailable = [("plain", "baseline", cmd)], []
+    variants, unavailable = [("plain", "baseline", cmd), ("plain-fork", "baseline", ["fork:", *cmd])], []
     for tier in ("host", "landlock", "namespaces"):
         why = ctx.tier_refusal(tier)
         for via in ("CLI", "library"):
@@ -250,10 +253,12 @@ def spawn_section(ctx, name, cmd, title):
         s.targets.append(ratio_target("Landlock tier via the CLI: under 3x plain /bin/true", "airlock-landlock-cli",
                                       3.0, plain))
         s.targets.append(ratio_target("Landlock tier via the library: under 1.3x a plain fork+exec",
-                                      "airlock-landlock-lib", 1.3, plain))
+                                      "airlock-landlock-lib", 1.3, by.get("plain-fork")))
     s.targets.append(ratio_target("Namespaces tier via the CLI: at most half of bubblewrap's median",
                                   "airlock-namespaces-cli", 0.5, by.get("bwrap"), inclusive=True))
-    s.notes.append("plain: spawn_bench's own posix_spawn+waitpid of the command. *-cli: a whole `airlock run` "
+    s.notes.append("plain: spawn_bench's own posix_spawn+waitpid of the command (vfork: no page tables copied); "
+                   "plain-fork: fork+exec+waitpid, a copy of spawn_bench's process as the supervisor is a copy of "
+                   "its host's. *-cli: a whole `airlock run` "
                    "(policy, plan, session view, receipts, store seat, supervisor, teardown). *-lib: "
                    "Executor::run on an executor opened once, as a C++ host holds it. Peers: bench/README.md "
                    "gives each command line and what it confines.")

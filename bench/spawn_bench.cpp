@@ -1,7 +1,8 @@
 // spawn_bench: times whole commands, interleaved round by round, and prints medians and ratios.
 // Usage: spawn_bench [--rounds N] [--warmup N] [--budget SECONDS] [--min-runs N] [--state-dir DIR]
 //                    [--json] NAME=COMMAND ...
-// COMMAND is split on spaces. `lib:POLICY ARGV...` runs ARGV through the library instead: one
+// COMMAND is split on spaces; `fork: ARGV...` runs it with fork+exec instead of posix_spawn (vfork).
+// `lib:POLICY ARGV...` runs ARGV through the library instead: one
 // executor prepared once under POLICY (as a C++ host holds it), then Executor::run per call. The
 // first variant is the baseline the ratios refer to.
 #include <fcntl.h>
@@ -33,6 +34,7 @@ struct Variant {
   std::string name;
   std::vector<std::string> argv;
   std::optional<exec::OwnedExecutor> lib;  // set for a library variant
+  bool fork = false;                       // fork+exec instead of posix_spawn
   std::string unavailable;                 // why it did not run (a library executor that did not open)
   std::vector<double> ms;
   std::vector<double> teardown_ms;  // a library variant's own account of its teardown (cgroups removed)
@@ -99,7 +101,36 @@ double run_exec(Variant& v) {
   return ms;
 }
 
-double run_once(Variant& v) { return v.lib ? run_lib(v) : run_exec(v); }
+// A plain fork+exec: the child is a copy of this process (page tables and all), unlike
+// posix_spawn's vfork, which shares them until exec. The supervisor is such a copy.
+double run_fork(Variant& v) {
+  std::vector<char*> av;
+  for (auto& a : v.argv) av.push_back(a.data());
+  av.push_back(nullptr);
+  auto t0 = std::chrono::steady_clock::now();
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(dev_null(), 1);
+    ::dup2(dev_null(), 2);
+    ::execve(av[0], av.data(), environ);
+    ::_exit(127);
+  }
+  if (pid < 0) {
+    ++v.failures;
+    v.last_failure = std::string("fork: ") + std::strerror(errno);
+    return -1;
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  double ms = elapsed_ms(t0);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+    ++v.failures;
+    v.last_failure = "status " + std::to_string(st);
+  }
+  return ms;
+}
+
+double run_once(Variant& v) { return v.lib ? run_lib(v) : v.fork ? run_fork(v) : run_exec(v); }
 
 double pct(std::vector<double> v, double p) {
   if (v.empty()) return 0;
@@ -141,7 +172,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "spawn_bench: %s has no command\n", v.name.c_str());
       return 2;
     }
-    if (v.argv[0].starts_with("lib:")) {
+    if (v.argv[0] == "fork:") {
+      v.fork = true;
+      v.argv.erase(v.argv.begin());
+    } else if (v.argv[0].starts_with("lib:")) {
       std::string policy_file = v.argv[0].substr(4);
       v.argv.erase(v.argv.begin());
       if (state_dir.empty()) {

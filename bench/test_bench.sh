@@ -22,6 +22,7 @@ row() {  # row VARIANT KIND: a row with a median
   grep -qE "^\| $1 \| $2 \| $number \| $number – $number \|" "$md" || fail "no figures for $1 ($2)"
 }
 row plain baseline
+row plain-fork baseline
 row airlock-landlock-cli 'airlock CLI'
 row airlock-landlock-lib 'airlock library'
 row airlock-host-lib 'airlock library'
