@@ -254,7 +254,7 @@ def spawn_section(ctx, name, cmd, title):
                                       3.0, plain))
         s.targets.append(ratio_target("Landlock tier via the library: under 1.3x a plain fork+exec",
                                       "airlock-landlock-lib", 1.3, by.get("plain-fork")))
-    s.targets.append(ratio_target("Namespaces tier via the CLI: at most half of bubblewrap's median",
+    s.targets.append(ratio_target(f"Namespaces tier via the CLI: at most half of bubblewrap's median ({' '.join(cmd)})",
                                   "airlock-namespaces-cli", 0.5, by.get("bwrap"), inclusive=True))
     s.notes.append("plain: spawn_bench's own posix_spawn+waitpid of the command (vfork: no page tables copied); "
                    "plain-fork: fork+exec+waitpid, a copy of spawn_bench's process as the supervisor is a copy of "
@@ -708,8 +708,11 @@ def chart(s, path):
         ax.annotate(f" {fmt_num(r.median)}", (r.high if r.high else r.median, y), va="center", fontsize=8)
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels(labels, fontsize=9)
+    highs = [r.high or r.median for r in rows if not r.unavailable]
     if s.log_scale:
         ax.set_xscale("log")
+    if highs:  # room for the figure printed after the longest whisker
+        ax.set_xlim(right=max(highs) * (4 if s.log_scale else 1.2))
     better = "lower is better" if s.lower_is_better else "higher is better"
     spread = "box p25-p75, whiskers p10-p90" if any(len(r.samples) >= 5 for r in rows) else f"bar median, " \
              f"whisker {s.spread}"
@@ -717,7 +720,7 @@ def chart(s, path):
     ax.set_title(s.title, fontsize=11)
     ax.grid(axis="x", which="both", alpha=0.3)
     kinds = [k for k in COLORS if any(r.kind == k and not r.unavailable for r in rows)]
-    ax.legend(handles=[Patch(color=COLORS[k], alpha=0.6, label=k) for k in kinds], fontsize=8, loc="lower right")
+    ax.legend(handles=[Patch(color=COLORS[k], alpha=0.6, label=k) for k in kinds], fontsize=8, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
