@@ -93,8 +93,7 @@ def log(msg):
 class Peer:
     name: str
     binary: str
-    prefix: list      # the command line before the sandboxed command
-    confinement: str  # what it applies, in a few words (bench/README.md has the why)
+    prefix: list  # the command line before the sandboxed command (bench/README.md says what each confines)
 
 
 class Ctx:
@@ -126,18 +125,14 @@ class Ctx:
         self.peers = [
             Peer("bwrap", "/usr/bin/bwrap",
                  ["/usr/bin/bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/", "/",
-                  "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"],
-                 "user, mount, pid, net, ipc, uts, cgroup namespaces; read-only root"),
+                  "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]),
             Peer("firejail", "/usr/bin/firejail",
                  ["/usr/bin/firejail", "--quiet", "--noprofile", "--net=none", "--private-tmp", "--private-dev",
-                  "--caps.drop=all", "--nonewprivs", "--seccomp", "--read-only=/"],
-                 "mount, pid, net namespaces; seccomp blacklist; caps dropped; read-only root"),
+                  "--caps.drop=all", "--nonewprivs", "--seccomp", "--read-only=/"]),
             Peer("runsc", "/usr/bin/runsc",
-                 ["/usr/bin/runsc", "--network=none", "do"],
-                 "gVisor: a user-space kernel (ptrace platform), no network"),
+                 ["/usr/bin/runsc", "--network=none", "do"]),
             Peer("srt", srt,
-                 [srt, "--settings", str(srt_settings), "--"],
-                 "sandbox-runtime: bubblewrap + seccomp, network through its proxies (none allowed), no writes"),
+                 [srt, "--settings", str(srt_settings), "--"]),
         ]
         self._peer_status = {p.name: "left out (--no-peers)" for p in self.peers} if args.no_peers else {}
 
@@ -147,8 +142,8 @@ class Ctx:
     def rounds(self, full):
         return max(3, full // 40) if self.quick else full
 
-    def cli(self, tier, cmd):
-        return [self.airlock, "--profile", "development", "--state-dir", str(self.state), "run", "-q",
+    def cli(self, tier, cmd, state=None):
+        return [self.airlock, "--profile", "development", "--state-dir", str(state or self.state), "run", "-q",
                 "--policy", self.policies[tier], "--", *cmd]
 
     def tier_refusal(self, tier, runas=(), state=None):
@@ -217,24 +212,30 @@ def spawn_rows(ctx, variants, unavailable, runas=(), rounds=200, budget=30):
     return rows
 
 
-def spawn_section(ctx, name, cmd, title):
-    variants, unavailable = [("plain", "baseline", cmd), ("plain-fork", "baseline", ["fork:", *cmd])], []
-    for tier in ("host", "landlock", "namespaces"):
-        why = ctx.tier_refusal(tier)
-        for via in ("CLI", "library"):
-            vname = f"airlock-{tier}-{'cli' if via == 'CLI' else 'lib'}"
+def spawn_variants(ctx, cmd, tiers, peers, runas=(), state=None):
+    """([(name, kind, command)], [(name, kind, reason)]): each tier through the CLI and through the
+    library (a tier this identity cannot have, with airlock's refusal), then each peer."""
+    variants, unavailable = [], []
+    for tier in tiers:
+        why = ctx.tier_refusal(tier, runas, state)
+        for via, kind, command in (("cli", "airlock CLI", ctx.cli(tier, cmd, state)),
+                                   ("lib", "airlock library", [f"lib:{ctx.policies[tier]}", *cmd])):
             if why:
-                unavailable.append((vname, f"airlock {via}", why))
-            elif via == "CLI":
-                variants.append((vname, "airlock CLI", ctx.cli(tier, cmd)))
+                unavailable.append((f"airlock-{tier}-{via}", kind, why))
             else:
-                variants.append((vname, "airlock library", [f"lib:{ctx.policies[tier]}", *cmd]))
-    for peer in ctx.peers:
+                variants.append((f"airlock-{tier}-{via}", kind, command))
+    for peer in peers:
         why = ctx.peer_status(peer)
         if why:
             unavailable.append((peer.name, "peer", why))
         else:
             variants.append((peer.name, "peer", [*peer.prefix, *cmd]))
+    return variants, unavailable
+
+
+def spawn_section(ctx, name, cmd, title):
+    variants, unavailable = spawn_variants(ctx, cmd, ("host", "landlock", "namespaces"), ctx.peers)
+    variants = [("plain", "baseline", cmd), ("plain-fork", "baseline", ["fork:", *cmd])] + variants
     log(f"{name}: {len(variants)} variants interleaved")
     rows = spawn_rows(ctx, variants, unavailable)
     s = Section(name, title, "ms", "p10-p90", rows, log_scale=True)
@@ -285,21 +286,8 @@ def spawn_unprivileged(ctx):
     state.mkdir(exist_ok=True)
     if runas:
         os.chown(state, 65534, 65534)
-    variants, unavailable = [("plain", "baseline", cmd)], []
-    for tier in ("landlock", "namespaces"):
-        why = ctx.tier_refusal(tier, runas, state)
-        for via in ("CLI", "library"):
-            vname = f"airlock-{tier}-{'cli' if via == 'CLI' else 'lib'}"
-            if why:
-                unavailable.append((vname, f"airlock {via}", why))
-            elif via == "CLI":
-                c = ctx.cli(tier, cmd)
-                c[c.index("--state-dir") + 1] = str(state)
-                variants.append((vname, "airlock CLI", c))
-            else:
-                variants.append((vname, "airlock library", [f"lib:{ctx.policies[tier]}", *cmd]))
-    bwrap = ctx.peers[0]
-    variants.append((bwrap.name, "peer", [*bwrap.prefix, *cmd]))
+    variants, unavailable = spawn_variants(ctx, cmd, ("landlock", "namespaces"), ctx.peers[:1], runas, state)
+    variants = [("plain", "baseline", cmd)] + variants
     log(f"spawn-unprivileged: {len(variants)} variants interleaved as uid 65534")
     rows = spawn_rows(ctx, variants, unavailable, runas=runas)
     s = Section("spawn-unprivileged", "Spawn cost as an unprivileged user (uid 65534): /bin/true", "ms",
