@@ -517,7 +517,7 @@ def memory(ctx):
                    "for airlock, the supervisor, a clone of `airlock run` that never execs, so its RSS is mostly "
                    "pages shared with its parent and PSS is the honest figure. For gVisor the command itself "
                    "runs inside the sentry and is counted with it.")
-    s.notes.append("Daemon per idle session: `airlock serve` is not on main yet, so it is not measured.")
+    s.notes.append("Daemon per idle session: not measured yet (`airlock serve` is not in this harness yet).")
     return s
 
 
@@ -566,7 +566,7 @@ def broker(ctx):
                             f"p99 {ok.high:.1f} µs" if ok else "did not run", ok.high < 100 if ok else None))
     s.notes.append("Every call is timed; 3 repetitions of 100,000 calls each. The receipt is "
                    "appended to the session's hash-chained JSONL file on each call.")
-    s.notes.append("Over the server: `airlock serve` is not on main yet, so it is not measured.")
+    s.notes.append("Over the server: not measured yet (`airlock serve` is not in this harness yet).")
     return s
 
 

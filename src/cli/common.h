@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "base/error.h"
 #include "plan/host_facts.h"
@@ -22,6 +23,7 @@ struct Globals {
   bool json = false;
   std::string store_url;   // --store: postgresql://... or sqlite:PATH; default airlock.db in the state dir
   std::string machine_id;  // --machine-id: act as this machine in the store (see store_support.h)
+  std::vector<std::string> args;  // argv[1..], for a verb that hands its command line on (serve)
 };
 
 Result<plan::Profile> parse_profile(const std::string& s);
