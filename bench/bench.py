@@ -397,6 +397,14 @@ def each_sandbox(label, variants, rounds, script, failed):
 
 
 def end(p):
+    """Ends a sandbox the way its user would: SIGTERM, so that it can remove what it made (airlock's
+    cgroups and session directory), then SIGKILL to its process group after 10 s."""
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
     try:
         os.killpg(p.pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -490,11 +498,6 @@ def memory(ctx):
                           "hwm": max(m[2] for m in figures) / 1024, "procs": len(figures),
                           "child_hwm": max((m[2] for m in sup if m), default=0) / 1024,
                           "child_pss": sum(m[0] for m in sup if m) / 1024})
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
         end(p)
     rows = []
     for name, kind, prefix, why in variants:
