@@ -93,8 +93,7 @@ def log(msg):
 class Peer:
     name: str
     binary: str
-    prefix: list      # the command line before the sandboxed command
-    confinement: str  # what it applies, in a few words (bench/README.md has the why)
+    prefix: list  # the command line before the sandboxed command (bench/README.md says what each confines)
 
 
 class Ctx:
@@ -126,18 +125,14 @@ class Ctx:
         self.peers = [
             Peer("bwrap", "/usr/bin/bwrap",
                  ["/usr/bin/bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/", "/",
-                  "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"],
-                 "user, mount, pid, net, ipc, uts, cgroup namespaces; read-only root"),
+                  "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]),
             Peer("firejail", "/usr/bin/firejail",
                  ["/usr/bin/firejail", "--quiet", "--noprofile", "--net=none", "--private-tmp", "--private-dev",
-                  "--caps.drop=all", "--nonewprivs", "--seccomp", "--read-only=/"],
-                 "mount, pid, net namespaces; seccomp blacklist; caps dropped; read-only root"),
+                  "--caps.drop=all", "--nonewprivs", "--seccomp", "--read-only=/"]),
             Peer("runsc", "/usr/bin/runsc",
-                 ["/usr/bin/runsc", "--network=none", "do"],
-                 "gVisor: a user-space kernel (ptrace platform), no network"),
+                 ["/usr/bin/runsc", "--network=none", "do"]),
             Peer("srt", srt,
-                 [srt, "--settings", str(srt_settings), "--"],
-                 "sandbox-runtime: bubblewrap + seccomp, network through its proxies (none allowed), no writes"),
+                 [srt, "--settings", str(srt_settings), "--"]),
         ]
         self._peer_status = {p.name: "left out (--no-peers)" for p in self.peers} if args.no_peers else {}
 
@@ -147,8 +142,8 @@ class Ctx:
     def rounds(self, full):
         return max(3, full // 40) if self.quick else full
 
-    def cli(self, tier, cmd):
-        return [self.airlock, "--profile", "development", "--state-dir", str(self.state), "run", "-q",
+    def cli(self, tier, cmd, state=None):
+        return [self.airlock, "--profile", "development", "--state-dir", str(state or self.state), "run", "-q",
                 "--policy", self.policies[tier], "--", *cmd]
 
     def tier_refusal(self, tier, runas=(), state=None):
@@ -217,24 +212,30 @@ def spawn_rows(ctx, variants, unavailable, runas=(), rounds=200, budget=30):
     return rows
 
 
-def spawn_section(ctx, name, cmd, title):
-    variants, unavailable = [("plain", "baseline", cmd), ("plain-fork", "baseline", ["fork:", *cmd])], []
-    for tier in ("host", "landlock", "namespaces"):
-        why = ctx.tier_refusal(tier)
-        for via in ("CLI", "library"):
-            vname = f"airlock-{tier}-{'cli' if via == 'CLI' else 'lib'}"
+def spawn_variants(ctx, cmd, tiers, peers, runas=(), state=None):
+    """([(name, kind, command)], [(name, kind, reason)]): each tier through the CLI and through the
+    library (a tier this identity cannot have, with airlock's refusal), then each peer."""
+    variants, unavailable = [], []
+    for tier in tiers:
+        why = ctx.tier_refusal(tier, runas, state)
+        for via, kind, command in (("cli", "airlock CLI", ctx.cli(tier, cmd, state)),
+                                   ("lib", "airlock library", [f"lib:{ctx.policies[tier]}", *cmd])):
             if why:
-                unavailable.append((vname, f"airlock {via}", why))
-            elif via == "CLI":
-                variants.append((vname, "airlock CLI", ctx.cli(tier, cmd)))
+                unavailable.append((f"airlock-{tier}-{via}", kind, why))
             else:
-                variants.append((vname, "airlock library", [f"lib:{ctx.policies[tier]}", *cmd]))
-    for peer in ctx.peers:
+                variants.append((f"airlock-{tier}-{via}", kind, command))
+    for peer in peers:
         why = ctx.peer_status(peer)
         if why:
             unavailable.append((peer.name, "peer", why))
         else:
             variants.append((peer.name, "peer", [*peer.prefix, *cmd]))
+    return variants, unavailable
+
+
+def spawn_section(ctx, name, cmd, title):
+    variants, unavailable = spawn_variants(ctx, cmd, ("host", "landlock", "namespaces"), ctx.peers)
+    variants = [("plain", "baseline", cmd), ("plain-fork", "baseline", ["fork:", *cmd])] + variants
     log(f"{name}: {len(variants)} variants interleaved")
     rows = spawn_rows(ctx, variants, unavailable)
     s = Section(name, title, "ms", "p10-p90", rows, log_scale=True)
@@ -254,7 +255,7 @@ def spawn_section(ctx, name, cmd, title):
                                       3.0, plain))
         s.targets.append(ratio_target("Landlock tier via the library: under 1.3x a plain fork+exec",
                                       "airlock-landlock-lib", 1.3, by.get("plain-fork")))
-    s.targets.append(ratio_target("Namespaces tier via the CLI: at most half of bubblewrap's median",
+    s.targets.append(ratio_target(f"Namespaces tier via the CLI: at most half of bubblewrap's median ({' '.join(cmd)})",
                                   "airlock-namespaces-cli", 0.5, by.get("bwrap"), inclusive=True))
     s.notes.append("plain: spawn_bench's own posix_spawn+waitpid of the command (vfork: no page tables copied); "
                    "plain-fork: fork+exec+waitpid, a copy of spawn_bench's process as the supervisor is a copy of "
@@ -285,21 +286,8 @@ def spawn_unprivileged(ctx):
     state.mkdir(exist_ok=True)
     if runas:
         os.chown(state, 65534, 65534)
-    variants, unavailable = [("plain", "baseline", cmd)], []
-    for tier in ("landlock", "namespaces"):
-        why = ctx.tier_refusal(tier, runas, state)
-        for via in ("CLI", "library"):
-            vname = f"airlock-{tier}-{'cli' if via == 'CLI' else 'lib'}"
-            if why:
-                unavailable.append((vname, f"airlock {via}", why))
-            elif via == "CLI":
-                c = ctx.cli(tier, cmd)
-                c[c.index("--state-dir") + 1] = str(state)
-                variants.append((vname, "airlock CLI", c))
-            else:
-                variants.append((vname, "airlock library", [f"lib:{ctx.policies[tier]}", *cmd]))
-    bwrap = ctx.peers[0]
-    variants.append((bwrap.name, "peer", [*bwrap.prefix, *cmd]))
+    variants, unavailable = spawn_variants(ctx, cmd, ("landlock", "namespaces"), ctx.peers[:1], runas, state)
+    variants = [("plain", "baseline", cmd)] + variants
     log(f"spawn-unprivileged: {len(variants)} variants interleaved as uid 65534")
     rows = spawn_rows(ctx, variants, unavailable, runas=runas)
     s = Section("spawn-unprivileged", "Spawn cost as an unprivileged user (uid 65534): /bin/true", "ms",
@@ -409,6 +397,14 @@ def each_sandbox(label, variants, rounds, script, failed):
 
 
 def end(p):
+    """Ends a sandbox the way its user would: SIGTERM, so that it can remove what it made (airlock's
+    cgroups and session directory), then SIGKILL to its process group after 10 s."""
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
     try:
         os.killpg(p.pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -502,11 +498,6 @@ def memory(ctx):
                           "hwm": max(m[2] for m in figures) / 1024, "procs": len(figures),
                           "child_hwm": max((m[2] for m in sup if m), default=0) / 1024,
                           "child_pss": sum(m[0] for m in sup if m) / 1024})
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
         end(p)
     rows = []
     for name, kind, prefix, why in variants:
@@ -529,7 +520,7 @@ def memory(ctx):
                    "for airlock, the supervisor, a clone of `airlock run` that never execs, so its RSS is mostly "
                    "pages shared with its parent and PSS is the honest figure. For gVisor the command itself "
                    "runs inside the sentry and is counted with it.")
-    s.notes.append("Daemon per idle session: `airlock serve` is not on main yet, so it is not measured.")
+    s.notes.append("Daemon per idle session: not measured yet (`airlock serve` is not in this harness yet).")
     return s
 
 
@@ -578,7 +569,7 @@ def broker(ctx):
                             f"p99 {ok.high:.1f} µs" if ok else "did not run", ok.high < 100 if ok else None))
     s.notes.append("Every call is timed; 3 repetitions of 100,000 calls each. The receipt is "
                    "appended to the session's hash-chained JSONL file on each call.")
-    s.notes.append("Over the server: `airlock serve` is not on main yet, so it is not measured.")
+    s.notes.append("Over the server: not measured yet (`airlock serve` is not in this harness yet).")
     return s
 
 
@@ -708,8 +699,11 @@ def chart(s, path):
         ax.annotate(f" {fmt_num(r.median)}", (r.high if r.high else r.median, y), va="center", fontsize=8)
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels(labels, fontsize=9)
+    highs = [r.high or r.median for r in rows if not r.unavailable]
     if s.log_scale:
         ax.set_xscale("log")
+    if highs:  # room for the figure printed after the longest whisker
+        ax.set_xlim(right=max(highs) * (4 if s.log_scale else 1.2))
     better = "lower is better" if s.lower_is_better else "higher is better"
     spread = "box p25-p75, whiskers p10-p90" if any(len(r.samples) >= 5 for r in rows) else f"bar median, " \
              f"whisker {s.spread}"
@@ -717,7 +711,7 @@ def chart(s, path):
     ax.set_title(s.title, fontsize=11)
     ax.grid(axis="x", which="both", alpha=0.3)
     kinds = [k for k in COLORS if any(r.kind == k and not r.unavailable for r in rows)]
-    ax.legend(handles=[Patch(color=COLORS[k], alpha=0.6, label=k) for k in kinds], fontsize=8, loc="lower right")
+    ax.legend(handles=[Patch(color=COLORS[k], alpha=0.6, label=k) for k in kinds], fontsize=8, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -73,6 +73,19 @@ double run_lib(Variant& v) {
   return ms;
 }
 
+// Waits for `pid`; the milliseconds since t0, and a failure counted unless it exited 0.
+double reap(Variant& v, pid_t pid, std::chrono::steady_clock::time_point t0) {
+  int st = 0;
+  waitpid(pid, &st, 0);
+  double ms = elapsed_ms(t0);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+    ++v.failures;
+    v.last_failure = WIFEXITED(st) ? "exit status " + std::to_string(WEXITSTATUS(st))
+                                   : "signal " + std::to_string(WTERMSIG(st));
+  }
+  return ms;
+}
+
 double run_exec(Variant& v) {
   std::vector<char*> av;
   for (auto& a : v.argv) av.push_back(a.data());
@@ -90,15 +103,7 @@ double run_exec(Variant& v) {
     v.last_failure = std::string("posix_spawn: ") + std::strerror(rc);
     return -1;
   }
-  int st = 0;
-  waitpid(pid, &st, 0);
-  double ms = elapsed_ms(t0);
-  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-    ++v.failures;
-    v.last_failure = WIFEXITED(st) ? "exit status " + std::to_string(WEXITSTATUS(st))
-                                   : "signal " + std::to_string(WTERMSIG(st));
-  }
-  return ms;
+  return reap(v, pid, t0);
 }
 
 // A plain fork+exec: the child is a copy of this process (page tables and all), unlike
@@ -120,14 +125,7 @@ double run_fork(Variant& v) {
     v.last_failure = std::string("fork: ") + std::strerror(errno);
     return -1;
   }
-  int st = 0;
-  waitpid(pid, &st, 0);
-  double ms = elapsed_ms(t0);
-  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-    ++v.failures;
-    v.last_failure = "status " + std::to_string(st);
-  }
-  return ms;
+  return reap(v, pid, t0);
 }
 
 double run_once(Variant& v) { return v.lib ? run_lib(v) : v.fork ? run_fork(v) : run_exec(v); }
