@@ -31,8 +31,11 @@ test-asan: deps
 	ninja -C $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) -L 'unit|component'
 
+# Installs the peers (Debian, and sandbox-runtime from npm into $(BUILD)/bench-peers), runs every
+# benchmark in bench/bench.py, writes bench/results/latest.md and a PNG per benchmark.
 bench: build
-	bench/run.sh $(BUILD)/src/airlock
+	scripts/install-deps --bench $(BUILD)/bench-peers
+	bench/bench.py --build $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

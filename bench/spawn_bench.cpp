@@ -1,6 +1,10 @@
 // spawn_bench: times whole commands, interleaved round by round, and prints medians and ratios.
-// Usage: spawn_bench [--rounds N] [--warmup N] [--json] NAME=COMMAND ... (COMMAND split on spaces;
-// the first variant is the baseline the ratios refer to).
+// Usage: spawn_bench [--rounds N] [--warmup N] [--budget SECONDS] [--min-runs N] [--state-dir DIR]
+//                    [--json] NAME=COMMAND ...
+// COMMAND is split on spaces; `fork: ARGV...` runs it with fork+exec instead of posix_spawn (vfork).
+// `lib:POLICY ARGV...` runs ARGV through the library instead: one
+// executor prepared once under POLICY (as a C++ host holds it), then Executor::run per call. The
+// first variant is the baseline the ratios refer to.
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -10,22 +14,79 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "base/json_util.h"
+#include "exec/owned_executor.h"
+#include "linux/probe.h"
+#include "policy/task_policy.h"
 
 extern char** environ;
 
 namespace {
 
+using namespace airlock;
+
 struct Variant {
   std::string name;
   std::vector<std::string> argv;
+  std::optional<exec::OwnedExecutor> lib;  // set for a library variant
+  bool fork = false;                       // fork+exec instead of posix_spawn
+  std::string unavailable;                 // why it did not run (a library executor that did not open)
   std::vector<double> ms;
+  std::vector<double> teardown_ms;  // a library variant's own account of its teardown (cgroups removed)
+  size_t runs = 0;  // planned timed runs (fewer than the rounds for a slow variant under --budget)
   int failures = 0;
+  std::string last_failure;
 };
 
-double run_once(Variant& v) {
+int dev_null() {
+  static int fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  return fd;
+}
+
+double elapsed_ms(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double run_lib(Variant& v) {
+  exec::Command cmd;
+  cmd.argv = v.argv;
+  cmd.stdout_fd = dev_null();
+  cmd.stderr_fd = dev_null();
+  auto t0 = std::chrono::steady_clock::now();
+  auto out = v.lib->executor->run(cmd);
+  double ms = elapsed_ms(t0);
+  if (!out) {
+    ++v.failures;
+    v.last_failure = std::string(to_name(out.error().code)) + ": " + out.error().message;
+    return -1;
+  }
+  if (out->status.signaled || out->status.code != 0) {
+    ++v.failures;
+    v.last_failure = "exit status " + std::to_string(out->status.code);
+  }
+  v.teardown_ms.push_back(out->teardown_ms);
+  return ms;
+}
+
+// Waits for `pid`; the milliseconds since t0, and a failure counted unless it exited 0.
+double reap(Variant& v, pid_t pid, std::chrono::steady_clock::time_point t0) {
+  int st = 0;
+  waitpid(pid, &st, 0);
+  double ms = elapsed_ms(t0);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+    ++v.failures;
+    v.last_failure = WIFEXITED(st) ? "exit status " + std::to_string(WEXITSTATUS(st))
+                                   : "signal " + std::to_string(WTERMSIG(st));
+  }
+  return ms;
+}
+
+double run_exec(Variant& v) {
   std::vector<char*> av;
   for (auto& a : v.argv) av.push_back(a.data());
   av.push_back(nullptr);
@@ -39,14 +100,35 @@ double run_once(Variant& v) {
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) {
     ++v.failures;
+    v.last_failure = std::string("posix_spawn: ") + std::strerror(rc);
     return -1;
   }
-  int st = 0;
-  waitpid(pid, &st, 0);
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) ++v.failures;
-  return ms;
+  return reap(v, pid, t0);
 }
+
+// A plain fork+exec: the child is a copy of this process (page tables and all), unlike
+// posix_spawn's vfork, which shares them until exec. The supervisor is such a copy.
+double run_fork(Variant& v) {
+  std::vector<char*> av;
+  for (auto& a : v.argv) av.push_back(a.data());
+  av.push_back(nullptr);
+  auto t0 = std::chrono::steady_clock::now();
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(dev_null(), 1);
+    ::dup2(dev_null(), 2);
+    ::execve(av[0], av.data(), environ);
+    ::_exit(127);
+  }
+  if (pid < 0) {
+    ++v.failures;
+    v.last_failure = std::string("fork: ") + std::strerror(errno);
+    return -1;
+  }
+  return reap(v, pid, t0);
+}
+
+double run_once(Variant& v) { return v.lib ? run_lib(v) : v.fork ? run_fork(v) : run_exec(v); }
 
 double pct(std::vector<double> v, double p) {
   if (v.empty()) return 0;
@@ -55,39 +137,90 @@ double pct(std::vector<double> v, double p) {
   return v[std::min(i, v.size() - 1)];
 }
 
+std::string json_text(const std::string& s) { return Json(s).dump(); }
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int rounds = 200, warmup = 10;
+  size_t min_runs = 15;
+  double budget_s = 0;  // 0: every variant runs every round
   bool json = false;
+  std::string state_dir;
   std::vector<Variant> vs;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--rounds" && i + 1 < argc) { rounds = std::stoi(argv[++i]); continue; }
-    if (a == "--warmup" && i + 1 < argc) { warmup = std::stoi(argv[++i]); continue; }
+    bool has_value = i + 1 < argc;
+    if (a == "--rounds" && has_value) { rounds = std::stoi(argv[++i]); continue; }
+    if (a == "--warmup" && has_value) { warmup = std::stoi(argv[++i]); continue; }
+    if (a == "--budget" && has_value) { budget_s = std::stod(argv[++i]); continue; }
+    if (a == "--min-runs" && has_value) { min_runs = std::stoul(argv[++i]); continue; }
+    if (a == "--state-dir" && has_value) { state_dir = argv[++i]; continue; }
     if (a == "--json") { json = true; continue; }
     auto eq = a.find('=');
     if (eq == std::string::npos) {
       std::fprintf(stderr, "spawn_bench: expected NAME=COMMAND, got %s\n", a.c_str());
       return 2;
     }
-    Variant v{a.substr(0, eq), {}, {}, 0};
+    Variant v;
+    v.name = a.substr(0, eq);
     std::istringstream in(a.substr(eq + 1));
     for (std::string w; in >> w;) v.argv.push_back(w);
+    if (v.argv.empty()) {
+      std::fprintf(stderr, "spawn_bench: %s has no command\n", v.name.c_str());
+      return 2;
+    }
+    if (v.argv[0] == "fork:") {
+      v.fork = true;
+      v.argv.erase(v.argv.begin());
+    } else if (v.argv[0].starts_with("lib:")) {
+      std::string policy_file = v.argv[0].substr(4);
+      v.argv.erase(v.argv.begin());
+      if (state_dir.empty()) {
+        std::fprintf(stderr, "spawn_bench: %s: a library variant needs --state-dir first\n", v.name.c_str());
+        return 2;
+      }
+      auto opened = [&]() -> Result<exec::OwnedExecutor> {
+        auto pol = TRY(policy::load_effective(std::nullopt, policy_file));
+        return exec::open_owned_executor(pol, linux::probe_host(plan::fact_needs(pol)),
+                                         plan::Profile::Development, state_dir);
+      }();
+      if (opened)
+        v.lib.emplace(std::move(*opened));
+      else
+        v.unavailable = std::string(to_name(opened.error().code)) + ": " + opened.error().message;
+    }
     vs.push_back(std::move(v));
   }
   if (vs.empty()) {
-    std::fprintf(stderr, "usage: spawn_bench [--rounds N] [--warmup N] [--json] NAME=COMMAND...\n");
+    std::fprintf(stderr, "usage: spawn_bench [--rounds N] [--warmup N] [--budget S] [--json] NAME=COMMAND...\n");
     return 2;
   }
+  std::vector<Variant*> live;
+  for (auto& v : vs)
+    if (v.unavailable.empty()) live.push_back(&v);
+  std::vector<double> warm_ms(vs.size(), 0);
   for (int r = 0; r < warmup; ++r)
-    for (auto& v : vs) run_once(v);
-  for (auto& v : vs) v.failures = 0;
-  // Interleaved: every round runs every variant once, so drift on a noisy machine hits all alike.
-  for (int r = 0; r < rounds; ++r)
-    for (auto& v : vs) {
-      double ms = run_once(v);
-      if (ms >= 0) v.ms.push_back(ms);
+    for (auto* v : live) {
+      double ms = run_once(*v);
+      warm_ms[static_cast<size_t>(v - vs.data())] += std::max(ms, 0.0);
+    }
+  // A slow variant (a whole VM, a node.js start-up) gets fewer runs under --budget, spread evenly
+  // over the rounds so it still sees the same drift as the others.
+  for (auto* v : live) {
+    v->runs = static_cast<size_t>(rounds);
+    double per_run_s = warmup ? warm_ms[static_cast<size_t>(v - vs.data())] / warmup / 1000 : 0;
+    if (budget_s > 0 && per_run_s > 0)
+      v->runs = std::clamp(static_cast<size_t>(budget_s / per_run_s), std::min(min_runs, v->runs), v->runs);
+    v->failures = 0;
+    v->teardown_ms.clear();
+  }
+  // Interleaved: every round runs every variant due in it, so drift on a noisy machine hits all alike.
+  for (size_t r = 0; r < static_cast<size_t>(rounds); ++r)
+    for (auto* v : live) {
+      if ((r + 1) * v->runs / static_cast<size_t>(rounds) == r * v->runs / static_cast<size_t>(rounds)) continue;
+      double ms = run_once(*v);
+      if (ms >= 0) v->ms.push_back(ms);
     }
   double base = pct(vs[0].ms, 0.5);
   if (json) std::printf("[");
@@ -95,13 +228,21 @@ int main(int argc, char** argv) {
     auto& v = vs[i];
     double med = pct(v.ms, 0.5), p90 = pct(v.ms, 0.9);
     if (json) {
-      std::printf("%s{\"name\":\"%s\",\"runs\":%zu,\"failures\":%d,\"median_ms\":%.4f,\"p10_ms\":%.4f,\"p90_ms\":%.4f,"
-                  "\"ratio_to_%s\":%.3f,\"over_baseline_ms\":%.4f}",
-                  i ? "," : "", v.name.c_str(), v.ms.size(), v.failures, med, pct(v.ms, 0.1), p90,
-                  vs[0].name.c_str(), med / base, med - base);
+      std::printf("%s{\"name\":%s,\"library\":%s,\"runs\":%zu,\"failures\":%d", i ? "," : "",
+                  json_text(v.name).c_str(), v.lib || !v.unavailable.empty() ? "true" : "false", v.ms.size(),
+                  v.failures);
+      if (!v.unavailable.empty()) std::printf(",\"unavailable\":%s", json_text(v.unavailable).c_str());
+      if (v.failures) std::printf(",\"last_failure\":%s", json_text(v.last_failure).c_str());
+      if (v.lib) std::printf(",\"teardown_median_ms\":%.4f", pct(v.teardown_ms, 0.5));
+      std::printf(",\"median_ms\":%.4f,\"p10_ms\":%.4f,\"p90_ms\":%.4f,\"samples_ms\":[", med, pct(v.ms, 0.1), p90);
+      for (size_t k = 0; k < v.ms.size(); ++k) std::printf("%s%.4f", k ? "," : "", v.ms[k]);
+      std::printf("]}");
+    } else if (!v.unavailable.empty()) {
+      std::printf("%-28s unavailable: %s\n", v.name.c_str(), v.unavailable.c_str());
     } else {
-      std::printf("%-28s median %8.3f ms  p90 %8.3f ms  x%-6.2f (+%.3f ms)  runs %zu%s\n", v.name.c_str(), med, p90,
-                  med / base, med - base, v.ms.size(), v.failures ? "  FAILURES" : "");
+      std::printf("%-28s median %8.3f ms  p90 %8.3f ms  x%-6.2f (+%.3f ms)  runs %zu%s%s\n", v.name.c_str(), med,
+                  p90, med / base, med - base, v.ms.size(), v.failures ? "  FAILURES: " : "",
+                  v.failures ? v.last_failure.c_str() : "");
     }
   }
   if (json) std::printf("]\n");

@@ -50,7 +50,9 @@ namespace airlock {
     "the session view holds an entry write-back refuses")                                  \
   X(NotFound, "AIRLOCK_NOT_FOUND", "the path or tool named does not exist")                \
   X(StoreSchemaNewer, "AIRLOCK_STORE_SCHEMA_NEWER",                                         \
-    "the run store's schema is newer than this build knows")
+    "the run store's schema is newer than this build knows")                                \
+  X(SessionUnknown, "AIRLOCK_SESSION_UNKNOWN", "no session has this id")                  \
+  X(RequestTooLarge, "AIRLOCK_REQUEST_TOO_LARGE", "the request body is larger than allowed")
 
 enum class Code {
 #define AIRLOCK_X(e, name, meaning) e,

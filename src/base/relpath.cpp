@@ -6,7 +6,7 @@
 namespace airlock {
 
 bool is_under(const std::string& rel, const std::string& prefix) {
-  if (prefix == ".") return true;
+  if (prefix == "." || prefix == "/") return true;
   return rel == prefix || (rel.size() > prefix.size() && rel.compare(0, prefix.size(), prefix) == 0 &&
                            rel[prefix.size()] == '/');
 }

@@ -6,7 +6,7 @@
 
 namespace airlock {
 
-// True when `rel` is `prefix` or below it; "." is above everything.
+// True when `rel` is `prefix` or below it; "." is above everything (and "/" above every absolute path).
 bool is_under(const std::string& rel, const std::string& prefix);
 bool under_any(const std::string& rel, const std::vector<std::string>& prefixes);
 // "a/b/c" -> "a/b"; "c" -> ".".

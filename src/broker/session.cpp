@@ -9,6 +9,7 @@
 #include "base/encoding.h"
 #include "base/fs.h"
 #include "base/hash.h"
+#include "egress/door.h"
 #include "exec/captured_run.h"
 #include "linux/cgroup.h"
 
@@ -48,6 +49,7 @@ Result<std::unique_ptr<Session>> Session::open(const policy::TaskPolicy& pol, co
                {"host_facts", plan::to_json(facts)},
                {"profile", plan::to_string(opts.profile)},
                {"workspace", workspace ? Json(*workspace) : Json(nullptr)}};
+  if (!opts.agent.is_null()) base["agent"] = opts.agent;
 
   auto planned = plan::plan_execution(pol, facts, opts.profile);
   if (!planned) return std::unexpected(record_refusal(planned.error(), opts.state_dir, id, base));
@@ -71,7 +73,19 @@ Result<std::unique_ptr<Session>> Session::open(const policy::TaskPolicy& pol, co
     cleanup();
     return std::unexpected(record_refusal(copy.error(), opts.state_dir, id, base));
   }
-  auto executor = exec::make_executor(*planned, *dirs, id, workspace.value_or(""));
+  // The network door, when the plan has one: served by airlock for each run, its receipts in this
+  // session's log (the session exists by the time any run starts).
+  auto door_record = std::make_shared<std::function<void(Json)>>();
+  exec::DoorStarter door;
+  if (planned->door)
+    door = [rules = planned->door->rules, resolver = opts.resolver,
+            door_record](UniqueFd listener) -> Result<std::shared_ptr<void>> {
+      egress::DoorOptions d{rules, resolver, [door_record](Json j) {
+                              if (*door_record) (*door_record)(std::move(j));
+                            }};
+      return std::shared_ptr<void>(TRY(egress::DoorServer::start(std::move(d), std::move(listener))));
+    };
+  auto executor = exec::make_executor(*planned, *dirs, id, workspace.value_or(""), std::move(door));
   if (!executor) {
     cleanup();
     return std::unexpected(record_refusal(executor.error(), opts.state_dir, id, base));
@@ -107,6 +121,7 @@ Result<std::unique_ptr<Session>> Session::open(const policy::TaskPolicy& pol, co
   s->resolver_ = opts.resolver;
   s->ca_file_ = opts.ca_file;
   s->opened_at_ = s->clock_();
+  *door_record = [raw = s.get()](Json body) { raw->record_door(std::move(body)); };
   return s;
 }
 
@@ -306,6 +321,12 @@ Result<ToolResult> Session::run_tool(const std::string& name, const std::vector<
   return record<ToolResult>("run_tool", a, std::move(ran), started, [](const ToolResult& t) {
     return Json{{"outcome", t.outcome.to_json()}, {"stdout_bytes", t.out.size()}, {"stdout_sha256", sha256_hex(t.out)}};
   });
+}
+
+void Session::record_door(Json body) {
+  std::unique_lock lk(mu_);
+  // A receipt that cannot be written breaks the log, and every later action is refused for it.
+  (void)receipts_.append("door.request", std::move(body));
 }
 
 Result<void> Session::note_refusal(std::string_view kind, const Json& args, const Error& e) {

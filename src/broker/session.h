@@ -35,6 +35,9 @@ struct SessionOptions {
   Clock clock = [] { return std::chrono::steady_clock::now(); };
   egress::Resolver resolver = egress::system_resolver();
   std::string ca_file;                         // http_fetch trust store; empty: the system's
+  // An agent run (`airlock agent run`): its profile, executable, hashes and confinement, written
+  // into the first receipt (session.open, or session.refused) as "agent". Null otherwise.
+  Json agent;
 };
 
 // What run_tool returns: the tool's exit and its captured output.
@@ -83,6 +86,9 @@ class Session {
   // plan's executor, with the tool's timeout (bounded by the session's budget) and the
   // policy's output cap.
   Result<ToolResult> run_tool(const std::string& name, const std::vector<std::string>& args);
+
+  // Records one request through the network door (called from the door's threads).
+  void record_door(Json body);
 
   // Records a request refused before it reached an action (a malformed protocol request).
   Result<void> note_refusal(std::string_view kind, const Json& args, const Error& e);

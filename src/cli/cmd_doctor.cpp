@@ -33,12 +33,43 @@ Json outcome_json(const Result<plan::ExecutionPlan>& r) {
   return {{"refused", r.error().to_json()}};
 }
 
-std::string outcome_text(const Result<plan::ExecutionPlan>& r) {
-  if (r) return fmt::format("runs on {} (level {})", policy::to_string(r->executor), r->tier);
-  return fmt::format("refused: {}", to_name(r.error().code));
+// The same line from the report's JSON, so the text and --json cannot disagree.
+std::string outcome_text(const Json& o) {
+  if (o.contains("runs_on")) return fmt::format("runs on {} (level {})", o["runs_on"].get<std::string>(), o["tier"].get<int>());
+  return fmt::format("refused: {}", o["refused"]["code"].get<std::string>());
 }
 
 }  // namespace
+
+Json doctor_report(plan::Profile profile, const plan::HostFacts& facts) {
+  using policy::ExecutorKind;
+  const ExecutorKind kinds[] = {ExecutorKind::Host, ExecutorKind::Landlock, ExecutorKind::Namespaces,
+                                ExecutorKind::Container, ExecutorKind::Microvm};
+  Json executors = Json::array();
+  for (auto k : kinds) {
+    auto c = plan::assess(k, facts, profile);
+    executors.push_back({{"executor", policy::to_string(k)},
+                         {"level", plan::isolation_level(k)},
+                         {"available", c.available},
+                         {"reason", c.reason}});
+  }
+  policy::TaskPolicy def = policy::builtin_default();
+  Json scenarios = Json::array();
+  for (const auto& s : kScenarios) {
+    policy::TaskPolicy p = def;
+    p.workload = s.workload;
+    p.tenancy = s.tenancy;
+    p.code_network.mode = s.network;
+    if (s.network == policy::NetworkMode::Allowlist)
+      p.code_network.rules = {policy::EgressRule{"example.com", std::nullopt, {443}, {"https"}, false}};
+    scenarios.push_back({{"policy", s.label}, {"outcome", outcome_json(plan::plan_execution(p, facts, profile))}});
+  }
+  return {{"profile", plan::to_string(profile)},
+          {"host_facts", plan::to_json(facts)},
+          {"executors", executors},
+          {"builtin_default", outcome_json(plan::plan_execution(def, facts, profile))},
+          {"scenarios", scenarios}};
+}
 
 void add_doctor(CLI::App& app, Globals& g, Action& run) {
   auto* doctor = app.add_subcommand("doctor", "show which executors can run on this host and why");
@@ -48,42 +79,12 @@ void add_doctor(CLI::App& app, Globals& g, Action& run) {
       auto profile = parse_profile(g.profile);
       if (!profile) return refuse(profile.error(), g.json);
       plan::HostFacts facts = linux::probe_host();
-      using policy::ExecutorKind;
-      const ExecutorKind kinds[] = {ExecutorKind::Host, ExecutorKind::Landlock, ExecutorKind::Namespaces,
-                                    ExecutorKind::Container, ExecutorKind::Microvm};
-      Json executors = Json::array();
-      for (auto k : kinds) {
-        auto c = plan::assess(k, facts, *profile);
-        executors.push_back({{"executor", policy::to_string(k)},
-                             {"level", plan::isolation_level(k)},
-                             {"available", c.available},
-                             {"reason", c.reason}});
-      }
-      policy::TaskPolicy def = policy::builtin_default();
-      auto def_plan = plan::plan_execution(def, facts, *profile);
-      Json scenarios = Json::array();
-      std::vector<std::pair<std::string, std::string>> lines;
-      for (const auto& s : kScenarios) {
-        policy::TaskPolicy p = def;
-        p.workload = s.workload;
-        p.tenancy = s.tenancy;
-        p.code_network.mode = s.network;
-        if (s.network == policy::NetworkMode::Allowlist)
-          p.code_network.rules = {policy::EgressRule{"example.com", std::nullopt, {443}, {"https"}, false}};
-        auto r = plan::plan_execution(p, facts, *profile);
-        scenarios.push_back({{"policy", s.label}, {"outcome", outcome_json(r)}});
-        lines.emplace_back(s.label, outcome_text(r));
-      }
+      Json report = doctor_report(*profile, facts);
       if (g.json) {
-        std::printf("%s\n", Json({{"profile", plan::to_string(*profile)},
-                                  {"host_facts", plan::to_json(facts)},
-                                  {"executors", executors},
-                                  {"builtin_default", outcome_json(def_plan)},
-                                  {"scenarios", scenarios}})
-                                .dump(2)
-                                .c_str());
+        std::printf("%s\n", report.dump(2).c_str());
         return 0;
       }
+      const Json& executors = report["executors"];
       std::printf("airlock doctor: kernel %s, %s, profile %s\n\n", facts.kernel_release.c_str(),
                   facts.running_as_root ? "running as root" : fmt::format("running as uid {}", ::geteuid()).c_str(),
                   std::string(plan::to_string(*profile)).c_str());
@@ -99,10 +100,12 @@ void add_doctor(CLI::App& app, Globals& g, Action& run) {
                   facts.landlock_abi, yes_no(facts.seccomp_filter).c_str(), yes_no(facts.user_namespaces).c_str(),
                   yes_no(facts.overlayfs_in_userns).c_str(), v2.c_str(), v1.c_str(), yes_no(facts.kvm_usable).c_str());
       for (const auto& [k, why] : facts.reasons) std::printf("          %s: %s\n", k.c_str(), why.c_str());
-      std::printf("\nthe built-in default policy %s\n", outcome_text(def_plan).c_str());
-      if (!def_plan) std::printf("  %s\n", def_plan.error().message.c_str());
+      const Json& def = report["builtin_default"];
+      std::printf("\nthe built-in default policy %s\n", outcome_text(def).c_str());
+      if (def.contains("refused")) std::printf("  %s\n", def["refused"]["message"].get<std::string>().c_str());
       std::printf("\npolicies by workload:\n");
-      for (const auto& [label, text] : lines) std::printf("  %-58s %s\n", label.c_str(), text.c_str());
+      for (const auto& sc : report["scenarios"])
+        std::printf("  %-58s %s\n", sc["policy"].get<std::string>().c_str(), outcome_text(sc["outcome"]).c_str());
       return 0;
     };
   });

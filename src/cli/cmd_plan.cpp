@@ -6,6 +6,7 @@
 
 #include "cli/verbs.h"
 #include "exec/vm_image.h"
+#include "egress/door.h"
 #include "linux/probe.h"
 
 namespace airlock::cli {
@@ -77,7 +78,12 @@ void add_plan(CLI::App& app, Globals& g, Action& run) {
                   static_cast<unsigned long long>(l.memory_bytes >> 20), static_cast<unsigned long long>(l.cpu_seconds),
                   static_cast<unsigned long long>(l.max_processes), std::string(plan::to_string(l.process_mechanism)).c_str(),
                   static_cast<unsigned long long>(l.wall_timeout_ms));
-      std::printf("network    %s\n", planned->network ? "the host's (no isolation)" : "none");
+      std::printf("network    %s\n", planned->network ? "the host's (no isolation)"
+                                      : planned->door
+                                          ? fmt::format("only the door at {} ({})", planned->door->url(),
+                                                        egress::describe_rules(planned->door->rules))
+                                                .c_str()
+                                          : "none");
       std::printf("view       %s; written back: %s\n", fmt::format("{}", fmt::join(planned->view_paths, ", ")).c_str(),
                   fmt::format("{}", fmt::join(planned->write_back_paths, ", ")).c_str());
       if (!planned->relaxations.empty())

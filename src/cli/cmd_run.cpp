@@ -21,13 +21,6 @@
 namespace airlock::cli {
 namespace {
 
-struct RunOptions {
-  std::optional<std::string> policy_file, defaults, workspace;
-  bool quiet = false;
-  std::string slot = store::kDefaultSlot;
-  std::vector<std::string> command;
-};
-
 std::string enforced_summary(const Json& e) {
   std::vector<std::string> parts;
   if (e.contains("namespaces") && !e["namespaces"].is_null()) parts.push_back("namespaces");
@@ -43,9 +36,13 @@ std::string enforced_summary(const Json& e) {
   return fmt::format("{}", fmt::join(parts, ", "));
 }
 
-int run_verb(Globals& g, RunOptions& o) {
-  auto start = prepare_session(g, o.defaults, o.policy_file);
+}  // namespace
+
+int run_confined(Globals& g, RunOptions& o, const std::function<Result<void>(SessionStart&)>& before) {
+  auto start = prepare_session(g, o.defaults, o.policy_file, static_cast<bool>(before));
   if (!start) return refuse(start.error(), g.json);
+  if (before)
+    if (auto r = before(*start); !r) return refuse(r.error(), g.json);
   // SIGINT/SIGTERM/SIGHUP stop the command (and everything it started); a thread waits for them.
   sigset_t mask = block_stop_signals();
 
@@ -60,14 +57,20 @@ int run_verb(Globals& g, RunOptions& o) {
   };
 
   broker::SessionOptions so(start->state_dir, start->profile, o.workspace);
+  so.agent = o.agent;
   auto session = broker::Session::open(start->policy, start->facts, so);
   if (!session) return refuse_run(session.error());
   auto& s = **session;
   (void)seat.record_enforcement(std::string(policy::to_string(s.plan().executor)), s.plan().tier,
                                 plan::to_json(start->facts));
-  if (!o.quiet && !g.json)
-    std::fprintf(stderr, "airlock: %s tier (%s), session %s\n", std::string(policy::to_string(s.plan().executor)).c_str(),
-                 enforced_summary(s.enforced()).c_str(), s.id().c_str());
+  if (!o.quiet && !g.json) {
+    if (start->policy.confinement == policy::Confinement::Vendor)
+      std::fprintf(stderr, "airlock: confinement vendor: %s; session %s\n", kVendorClaim.data(), s.id().c_str());
+    else
+      std::fprintf(stderr, "airlock: %s tier (%s), session %s\n",
+                   std::string(policy::to_string(s.plan().executor)).c_str(), enforced_summary(s.enforced()).c_str(),
+                   s.id().c_str());
+  }
 
   // The waiter sleeps in poll on a signalfd and an eventfd that says the command is done.
   std::atomic<bool> interrupted = false;
@@ -87,6 +90,10 @@ int run_verb(Globals& g, RunOptions& o) {
   });
   exec::Command command;
   command.argv = o.command;
+  command.env = o.env;
+  command.pass_fd = o.pass_fd;
+  command.scrub_env = o.scrub_env;
+  command.private_tmpdir = o.private_tmpdir;
   auto outcome = s.run_command(command);
   uint64_t one = 1;
   (void)!::write(donefd.get(), &one, sizeof one);
@@ -156,8 +163,6 @@ int run_verb(Globals& g, RunOptions& o) {
   return rc;
 }
 
-}  // namespace
-
 void add_run(CLI::App& app, Globals& g, Action& run) {
   static RunOptions o;
   auto* cmd = app.add_subcommand("run", "run a command confined by the policy's executor");
@@ -168,7 +173,7 @@ void add_run(CLI::App& app, Globals& g, Action& run) {
   cmd->add_option("--slot", o.slot, "the slot whose seat the run takes: NAME or MACHINE:NAME (default: default)");
   cmd->add_flag("-q,--quiet", o.quiet, "print nothing of airlock's own unless refused");
   cmd->add_option("command", o.command, "the command and its arguments, after --")->required();
-  cmd->callback([&g, &run] { run = [&g] { return run_verb(g, o); }; });
+  cmd->callback([&g, &run] { run = [&g] { return run_confined(g, o); }; });
 }
 
 }  // namespace airlock::cli

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "base/custody.h"
 #include "base/fs.h"
 #include "exec/vm_image.h"
 #include "linux/probe.h"
@@ -41,6 +42,7 @@ Result<std::string> resolve_state_dir(const std::string& flag) {
   if (::stat(dir.c_str(), &st) < 0 || !S_ISDIR(st.st_mode))
     return fail(Code::ConfigError, fmt::format("state directory {} is not a directory", dir));
   if (st.st_uid == ::geteuid() && (st.st_mode & 077)) ::chmod(dir.c_str(), 0700);
+  TRY(check_directory_custody(dir, ::geteuid()));
   return dir;
 }
 
@@ -53,17 +55,22 @@ int refuse(const Error& e, bool json) {
 }
 
 Result<policy::TaskPolicy> load_policy(const std::optional<std::string>& defaults_file,
-                                       const std::optional<std::string>& policy_file) {
-  return policy::load_effective(defaults_file, policy_file);
+                                       const std::optional<std::string>& policy_file, bool agent_run) {
+  auto pol = TRY(policy::load_effective(defaults_file, policy_file));
+  if (pol.confinement == policy::Confinement::Vendor && !agent_run)
+    return fail(Code::PolicyInvalid,
+                "confinement vendor applies to `airlock agent run` only; this verb always confines",
+                {{"path", "$.confinement"}});
+  return pol;
 }
 
 std::string yes_no(bool b) { return b ? "yes" : "no"; }
 
 Result<SessionStart> prepare_session(const Globals& g, const std::optional<std::string>& defaults_file,
-                                     const std::optional<std::string>& policy_file) {
+                                     const std::optional<std::string>& policy_file, bool agent_run) {
   auto profile = TRY(parse_profile(g.profile));
+  auto pol = TRY(load_policy(defaults_file, policy_file, agent_run));
   auto state = TRY(resolve_state_dir(g.state_dir));
-  auto pol = TRY(load_policy(defaults_file, policy_file));
   auto needs = plan::fact_needs(pol);
   plan::HostFacts facts = linux::probe_host(needs);
   if (needs.kvm) exec::probe_microvm(facts, state);

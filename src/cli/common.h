@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "base/error.h"
 #include "plan/host_facts.h"
@@ -22,6 +23,7 @@ struct Globals {
   bool json = false;
   std::string store_url;   // --store: postgresql://... or sqlite:PATH; default airlock.db in the state dir
   std::string machine_id;  // --machine-id: act as this machine in the store (see store_support.h)
+  std::vector<std::string> args;  // argv[1..], for a verb that hands its command line on (serve)
 };
 
 Result<plan::Profile> parse_profile(const std::string& s);
@@ -31,8 +33,10 @@ Result<std::string> resolve_state_dir(const std::string& flag);
 // Prints `airlock: refused: CODE: message` (and facts with --json to stdout) and returns 125.
 int refuse(const Error& e, bool json);
 
+// `agent_run`: only an agent run may go on under `confinement: vendor`; any other verb (and the
+// server) refuses it.
 Result<policy::TaskPolicy> load_policy(const std::optional<std::string>& defaults_file,
-                                       const std::optional<std::string>& policy_file);
+                                       const std::optional<std::string>& policy_file, bool agent_run = false);
 
 std::string yes_no(bool b);
 
@@ -44,8 +48,9 @@ struct SessionStart {
   policy::TaskPolicy policy;
   plan::HostFacts facts;
 };
+// `agent_run`: only an agent run may go on under `confinement: vendor`; any other verb refuses it.
 Result<SessionStart> prepare_session(const Globals& g, const std::optional<std::string>& defaults_file,
-                                     const std::optional<std::string>& policy_file);
+                                     const std::optional<std::string>& policy_file, bool agent_run = false);
 
 // Blocks SIGINT, SIGTERM and SIGHUP in every thread (call before starting any): a thread then
 // takes them from a signalfd on the returned mask and stops the session.

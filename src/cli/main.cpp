@@ -1,43 +1,9 @@
 // airlock: the command-line entry point. Parses global options and hands off to one verb.
-#include <cstdio>
-#include <exception>
-
-#include "cli/verbs.h"
+#include "cli/app.h"
 
 int main(int argc, char** argv) {
   using namespace airlock::cli;
-  CLI::App app{"airlock: a governed execution engine for AI agents"};
-  app.require_subcommand(1);
-  Globals g;
-  app.add_option("--state-dir", g.state_dir, "state directory (receipts, session views)");
-  app.add_option("--profile", g.profile, "production (default) or development")
-      ->check(CLI::IsMember({"production", "development"}));
-  app.add_option("--store", g.store_url, "run store: postgresql://... or sqlite:PATH (default: airlock.db in the state dir)");
-  app.add_option("--machine-id", g.machine_id, "act as this machine in the run store (default: /etc/machine-id)");
-  Action run;
-  add_policy(app, g, run);
-  add_doctor(app, g, run);
-  add_plan(app, g, run);
-  add_run(app, g, run);
-  add_escape_suite(app, g, run);
-  add_session(app, g, run);
-  add_receipts(app, g, run);
-  add_broker_suite(app, g, run);
-  add_tool(app, g, run);
-  add_ledger(app, g, run);
-  add_vm(app, g, run);
-  add_probe(app, g, run);
-  add_store_verbs(app, g, run);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
-  }
-  try {
-    return run ? run() : 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "airlock: internal error: %s\n", e.what());
-    return 70;
-  }
+  return run_app(argc, argv,
+                 {add_policy, add_doctor, add_plan, add_run, add_escape_suite, add_session, add_receipts,
+                  add_broker_suite, add_tool, add_ledger, add_probe, add_store_verbs, add_serve_stub, add_mcp, add_agent, add_vm});
 }

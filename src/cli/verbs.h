@@ -2,6 +2,9 @@
 #pragma once
 
 #include <functional>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -12,16 +15,48 @@ namespace airlock::cli {
 
 using Action = std::function<int()>;
 
+// What `airlock run` and `airlock agent run` share: one confined command in one session.
+struct RunOptions {
+  std::optional<std::string> policy_file, defaults, workspace;
+  bool quiet = false;
+  std::string slot = "default";
+  std::vector<std::string> command;
+  std::vector<std::string> env;        // NAME=value added to the executor's environment
+  std::vector<std::string> scrub_env;  // names removed from it, whatever added them
+  int pass_fd = -1;                    // inherited as descriptor 3
+  bool private_tmpdir = false;         // TMPDIR made by the command once confined
+  Json agent;                          // the agent run, for the first receipt (null: none)
+};
+
+// What an agent run in vendor confinement records and prints, in these words.
+inline constexpr std::string_view kVendorClaim = "airlock makes no claim the agent is confined";
+
+// Opens a session under the policy, runs `o.command` in the planned executor, writes back on
+// success, closes; returns the command's exit status or 125. `before` (agent runs) sees the
+// loaded policy and measured facts first and may refuse; it may change o and the facts.
+int run_confined(Globals& g, RunOptions& o, const std::function<Result<void>(SessionStart&)>& before = {});
+
 void add_policy(CLI::App& app, Globals& g, Action& run);
 void add_doctor(CLI::App& app, Globals& g, Action& run);
 void add_plan(CLI::App& app, Globals& g, Action& run);
 void add_run(CLI::App& app, Globals& g, Action& run);
 void add_escape_suite(CLI::App& app, Globals& g, Action& run);
 void add_session(CLI::App& app, Globals& g, Action& run);
+// --policy, --defaults, --workspace: what a verb that opens one session takes (session, mcp).
+struct SessionCliOptions {
+  std::optional<std::string> policy_file, defaults, workspace;
+};
+// Adds the three options to `cmd`; returns --policy (a verb may make it required).
+CLI::Option* add_session_options(CLI::App* cmd, SessionCliOptions& o);
 void add_receipts(CLI::App& app, Globals& g, Action& run);
 void add_broker_suite(CLI::App& app, Globals& g, Action& run);
 void add_tool(CLI::App& app, Globals& g, Action& run);
 void add_ledger(CLI::App& app, Globals& g, Action& run);
+void add_serve(CLI::App& app, Globals& g, Action& run);       // in airlock-serve
+void add_serve_stub(CLI::App& app, Globals& g, Action& run);  // in airlock: execs airlock-serve
+void add_mcp(CLI::App& app, Globals& g, Action& run);
+// The doctor's report as JSON (`airlock doctor --json`, GET /v1/executors).
+Json doctor_report(plan::Profile profile, const plan::HostFacts& facts);
 // `vm build`, `vm verify`: the microVM tier's guest image and its verification on this host.
 void add_vm(CLI::App& app, Globals& g, Action& run);
 
@@ -33,5 +68,7 @@ void print_escape_report(const escape::SuiteReport& report, bool json);
 void add_probe(CLI::App& app, Globals& g, Action& run);
 // `machine probe|list`, `slot set|list`, `runs list|show`: the run store.
 void add_store_verbs(CLI::App& app, Globals& g, Action& run);
+// `agent run --profile NAME -- ARGS`: a whole agent CLI under the plan's tier.
+void add_agent(CLI::App& app, Globals& g, Action& run);
 
 }  // namespace airlock::cli

@@ -1,6 +1,7 @@
 // Executor: runs one command under a session's plan. The broker knows executors only through this.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -9,6 +10,7 @@
 #include "base/child_process.h"
 #include "base/error.h"
 #include "base/json_util.h"
+#include "base/unique_fd.h"
 #include "exec/session_view.h"
 #include "plan/plan.h"
 
@@ -25,6 +27,12 @@ struct Command {
   std::vector<std::string> env;
   // A descriptor the command inherits as fd 3 (-1: none), e.g. a pipe carrying credentials.
   int pass_fd = -1;
+  // Variable names removed from the final environment, whatever put them there (the plan's
+  // pass-through, `env` above): credential variables never reach the command by name.
+  std::vector<std::string> scrub_env;
+  // TMPDIR is a fresh directory in the scratch directory that the command makes itself once
+  // confined (linux::LaunchSpec::make_tmpdir), instead of the scratch directory itself.
+  bool private_tmpdir = false;
 };
 
 struct RunOutcome {
@@ -58,11 +66,19 @@ class Executor {
   virtual void stop_run() { stop(); }
 };
 
+// Serves a plan's network door: given the listening socket made inside the sandbox's network
+// namespace, starts serving it and returns a handle whose destruction stops serving (every
+// connection closed, every thread joined). The broker supplies it; the executor knows only that
+// a socket needs a server.
+using DoorStarter = std::function<Result<std::shared_ptr<void>>(UniqueFd listener)>;
+
 // Prepares the executor the plan chose for this session. Fails closed: an executor this
 // build cannot apply, or one whose kernel mechanism fails to prepare, is refused.
 // `workspace` is the workspace's host path ("" for none): the namespaces tier shows the view there.
+// A plan with a door needs `door`; without one it is refused, never run with the door missing.
 Result<std::unique_ptr<Executor>> make_executor(const plan::ExecutionPlan& plan, const SessionDirs& dirs,
-                                                const std::string& session_id, const std::string& workspace);
+                                                const std::string& session_id, const std::string& workspace,
+                                                DoorStarter door = {});
 
 // Where the namespaces and microvm tiers show the view: at the workspace's own path, unless that
 // path lies beneath something the new root provides itself (/tmp is the writable scratch

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -18,6 +19,7 @@
 #include "linux/apply.h"
 #include "linux/cgroup.h"
 #include "linux/landlock.h"
+#include "linux/netns.h"
 #include "linux/rlimits.h"
 #include "linux/seccomp.h"
 #include "policy/task_policy.h"
@@ -27,8 +29,9 @@ namespace {
 
 class ProcessExecutor final : public Executor {
  public:
-  ProcessExecutor(const plan::ExecutionPlan& plan, SessionDirs dirs, std::string session_id, std::string workspace)
-      : plan_(plan), dirs_(std::move(dirs)), session_id_(std::move(session_id)) {
+  ProcessExecutor(const plan::ExecutionPlan& plan, SessionDirs dirs, std::string session_id, std::string workspace,
+                  DoorStarter door)
+      : plan_(plan), dirs_(std::move(dirs)), session_id_(std::move(session_id)), door_(std::move(door)) {
     inside_ = plan_.namespaces ? workspace_inside(workspace) : dirs_.view;
   }
 
@@ -77,7 +80,16 @@ class ProcessExecutor final : public Executor {
     enforced_["no_new_privs"] = confined();
     enforced_["process_limit"] = plan::to_string(plan_.limits.process_mechanism);
     enforced_["wall_timeout_ms"] = plan_.limits.wall_timeout_ms;
-    enforced_["network"] = plan_.network ? "host" : "none";
+    if (plan_.door && (!plan_.namespaces || !door_))
+      return fail(Code::ExecutorUnavailable, "the plan has a network door, but nothing here can serve it",
+                  {{"executor", policy::to_string(plan_.executor)}});
+    enforced_["network"] = plan_.network ? "host" : plan_.door ? "door" : "none";
+    if (plan_.door)
+      enforced_["door"] = {{"listen", fmt::format("{}:{}", plan_.door->address, plan_.door->port)},
+                           {"inside", "a network namespace with only loopback; no resolver"},
+                           {"served_by", "airlock, outside the sandbox: CONNECT and plain HTTP, every request "
+                                         "admitted by the rules and pinned to the address checked"},
+                           {"rules", policy::to_json(plan_.door->rules)}};
     enforced_["environment"] = "replaced by an allow-list";
     enforced_["file_descriptors"] = "all but 0-2 closed at exec";
     enforced_["descendants"] = "killed when the command ends (child subreaper)";
@@ -94,6 +106,10 @@ class ProcessExecutor final : public Executor {
     spec.cwd = TRY(visible_path(cmd.cwd));
     spec.env = environment(spec.cwd);
     spec.env.insert(spec.env.end(), cmd.env.begin(), cmd.env.end());
+    std::erase_if(spec.env, [&](const std::string& kv) {
+      std::string_view name = std::string_view(kv).substr(0, kv.find('='));
+      return std::find(cmd.scrub_env.begin(), cmd.scrub_env.end(), name) != cmd.scrub_env.end();
+    });
     if (plan_.namespaces) {
       spec.mounts = &mounts_;
       spec.id_maps = &id_maps_;
@@ -112,6 +128,11 @@ class ProcessExecutor final : public Executor {
     spec.stdout_fd = cmd.stdout_fd;
     spec.stderr_fd = cmd.stderr_fd;
     spec.fd3 = cmd.pass_fd;
+    if (cmd.private_tmpdir) {
+      spec.make_tmpdir = fmt::format("{}/tmp.{}", plan_.namespaces ? "/tmp" : dirs_.scratch, runs_ + 1);
+      for (auto& kv : spec.env)
+        if (kv.starts_with("TMPDIR=")) kv = "TMPDIR=" + spec.make_tmpdir;
+    }
 
     // The namespaces tier limits the sandbox as a whole; root on the Landlock tier, where
     // RLIMIT_NPROC does not bind, gets a pids cgroup per run.
@@ -127,6 +148,14 @@ class ProcessExecutor final : public Executor {
     }
     for (size_t i = 0; i < cg.procs.size() && i < spec.cgroup_procs.size(); ++i) spec.cgroup_procs[i] = cg.procs[i].get();
 
+    linux::DoorChannel door_channel;
+    if (plan_.door) {
+      door_channel = TRY(linux::prepare_door_channel());
+      spec.door_channel = door_channel.inside.get();
+      spec.door_address = plan_.door->address;
+      spec.door_port = static_cast<uint16_t>(plan_.door->port);
+    }
+
     {
       // Output cannot exist before the launch, so no stop_run() for this run can come earlier.
       std::lock_guard lock(mu_);
@@ -134,12 +163,31 @@ class ProcessExecutor final : public Executor {
     }
     auto t0 = std::chrono::steady_clock::now();
     linux::Launched launched = TRY(linux::launch(spec));
+    door_channel.inside.reset();  // the init's now: EOF on ours if it ends before sending
     {
       std::lock_guard lock(mu_);
       running_ = &launched;
       if (stop_requested_ || run_stop_requested_) (void)linux::stop(launched);
     }
+    // The door serves from before the command exists until after it has ended. If it cannot
+    // start, the command is stopped and the run refused: never a run whose door is missing.
+    std::shared_ptr<void> door_serving;
+    std::optional<Error> door_failed;
+    if (plan_.door) {
+      auto listener = linux::receive_door_listener(door_channel.outside.get());
+      if (listener) {
+        auto served = door_(std::move(*listener));
+        if (served)
+          door_serving = std::move(*served);
+        else
+          door_failed = served.error();
+      } else {
+        door_failed = listener.error();
+      }
+      if (door_failed) (void)linux::stop(launched);
+    }
     auto rep = linux::wait_report(launched);
+    door_serving.reset();
     {
       std::lock_guard lock(mu_);
       running_ = nullptr;
@@ -152,6 +200,12 @@ class ProcessExecutor final : public Executor {
     if (!mounts_gone)
       return fail(Code::ExecutorUnavailable, "the sandbox's root is still mounted on the host after teardown");
     if (!rep) return std::unexpected(rep.error());
+    if (door_failed && !rep->setup_failed) {
+      Error e = *door_failed;
+      e.code = Code::ExecutorUnavailable;
+      e.message = "the network door could not start: " + e.message;
+      return std::unexpected(std::move(e));
+    }
     if (rep->setup_failed) {
       auto step = linux::to_string(rep->step);
       Error e = rep->step == linux::Step::Exec
@@ -207,12 +261,16 @@ class ProcessExecutor final : public Executor {
   }
 
   std::vector<std::string> environment(const std::string& pwd) const {
-    return sandbox_environment(plan_, inside_, plan_.namespaces ? "/tmp" : dirs_.scratch, pwd, session_id_);
+    auto env = sandbox_environment(plan_, inside_, plan_.namespaces ? "/tmp" : dirs_.scratch, pwd, session_id_);
+    if (plan_.door)
+      for (auto& v : plan_.door->environment()) env.push_back(std::move(v));
+    return env;
   }
 
   plan::ExecutionPlan plan_;
   SessionDirs dirs_;
   std::string session_id_;
+  DoorStarter door_;
   std::string inside_;  // where the view is, as the command sees it
   linux::MountProgram mounts_;
   linux::IdMaps id_maps_;
@@ -230,12 +288,13 @@ class ProcessExecutor final : public Executor {
 }  // namespace
 
 Result<std::unique_ptr<Executor>> make_executor(const plan::ExecutionPlan& plan, const SessionDirs& dirs,
-                                                const std::string& session_id, const std::string& workspace) {
+                                                const std::string& session_id, const std::string& workspace,
+                                                DoorStarter door) {
   switch (plan.executor) {
     case policy::ExecutorKind::Host:
     case policy::ExecutorKind::Landlock:
     case policy::ExecutorKind::Namespaces: {
-      auto ex = std::make_unique<ProcessExecutor>(plan, dirs, session_id, workspace);
+      auto ex = std::make_unique<ProcessExecutor>(plan, dirs, session_id, workspace, std::move(door));
       TRY(ex->prepare());
       return std::unique_ptr<Executor>(std::move(ex));
     }

@@ -86,19 +86,6 @@ Result<std::string> run_credential_command(const std::string& command, const Too
   return out;
 }
 
-// A pipe holding `secret` whose write end is already closed: the program reads it to end of
-// file, and no copy of the write end (the supervisor inherits ours) can keep it open.
-Result<UniqueFd> secret_pipe(std::string_view secret) {
-  int p[2];
-  if (::pipe2(p, O_CLOEXEC) < 0) return fail_errno(Code::ConfigError, "pipe2 for credentials", errno);
-  UniqueFd rd(p[0]), wr(p[1]);
-  if (secret.size() > 60 * 1024)
-    return fail(Code::ConfigError, "the credentials are larger than 60 KiB, more than a pipe holds",
-                {{"bytes", secret.size()}});
-  TRY(write_all(wr.get(), secret, Code::ConfigError, "write credentials"));
-  return rd;
-}
-
 std::string trim(std::string_view s) {
   auto ws = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
   while (!s.empty() && ws(s.front())) s.remove_prefix(1);
@@ -143,6 +130,19 @@ Result<Json> parse_tool_output(std::string_view stdout_bytes) {
     return fail(Code::ProtocolError, "the tool's stdout is not one JSON value", facts);
   }
   return j;
+}
+
+// A pipe holding `secret` whose write end is already closed: the program reads it to end of
+// file, and no copy of the write end (the supervisor inherits ours) can keep it open.
+Result<UniqueFd> secret_pipe(std::string_view secret) {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) < 0) return fail_errno(Code::ConfigError, "pipe2 for credentials", errno);
+  UniqueFd rd(p[0]), wr(p[1]);
+  if (secret.size() > 60 * 1024)
+    return fail(Code::ConfigError, "the credentials are larger than 60 KiB, more than a pipe holds",
+                {{"bytes", secret.size()}});
+  TRY(write_all(wr.get(), secret, Code::ConfigError, "write credentials"));
+  return rd;
 }
 
 CredentialProvider credentials_from_command(std::string command, CredentialDelivery delivery) {

@@ -9,6 +9,7 @@
 #include "base/effect_record.h"
 #include "base/error.h"
 #include "base/json_util.h"
+#include "base/unique_fd.h"
 #include "exec/captured_run.h"
 #include "exec/executor.h"
 #include "policy/task_policy.h"
@@ -40,6 +41,10 @@ struct CredentialProvider {
 // environment plus AIRLOCK_TOOL, AIRLOCK_IDEMPOTENCY_KEY and AIRLOCK_RUN_ID; its stdout is the
 // credential. A non-zero exit, or nothing within 30 s, is AIRLOCK_CONFIG_ERROR.
 CredentialProvider credentials_from_command(std::string command, CredentialDelivery delivery);
+
+// A pipe holding `secret` whose write end is already closed: the program reads it to end of
+// file, and no copy of the write end can keep it open. At most 60 KiB (what a pipe holds).
+Result<UniqueFd> secret_pipe(std::string_view secret);
 
 using airlock::DispatchRecorder;
 

@@ -13,6 +13,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -52,6 +53,8 @@ std::string_view to_string(Step s) {
     case Step::Loopback: return "loopback";
     case Step::DropCapabilities: return "drop_capabilities";
     case Step::Init: return "init";
+    case Step::Tmpdir: return "tmpdir";
+    case Step::Door: return "door";
   }
   return "?";
 }
@@ -117,6 +120,9 @@ pid_t clone_with_pidfd(int* pidfd, uint64_t extra_flags = 0) noexcept {
     if (int e = apply_landlock(ruleset)) report_and_exit(errfd, Step::Landlock, e);
   if (s.seccomp)
     if (int e = apply_seccomp(s.seccomp)) report_and_exit(errfd, Step::Seccomp, e);
+  // After every confinement step: made by the confined process, under the jail's own rules.
+  if (!s.make_tmpdir.empty() && ::mkdir(s.make_tmpdir.c_str(), 0700) < 0)
+    report_and_exit(errfd, Step::Tmpdir, errno);
   ::execve(s.path.c_str(), argv, envp);
   report_and_exit(errfd, Step::Exec, errno);
 }
@@ -146,6 +152,11 @@ struct CommandStatus {
   if (!s.hostname.empty() && ::sethostname(s.hostname.data(), s.hostname.size()) != 0)
     report_and_exit(errfd, Step::Hostname, errno);
   if (int e = apply_loopback_up()) report_and_exit(errfd, Step::Loopback, e);
+  // The door's listener belongs to this namespace, so only the sandbox can connect to it; it
+  // goes out to airlock before the command exists, and neither end stays open here.
+  if (s.door_channel >= 0)
+    if (int e = apply_door_listener(s.door_channel, s.door_address.c_str(), s.door_port))
+      report_and_exit(errfd, Step::Door, e);
   // The fresh /proc and the new root are inodes the parent could not name: /proc is readable,
   // and every directory of the new root (which holds only what the plan bound) may be listed.
   if (s.landlock_ruleset >= 0) {
@@ -290,6 +301,7 @@ void signal_group(pid_t command, int sig) noexcept {
     }
     ::close(gopipe[0]);
     ::close(statuspipe[1]);
+    if (s.door_channel >= 0) ::close(s.door_channel);  // the init's alone: its exit is airlock's EOF
     // Only the parent namespace may write the maps; the init waits for them on the go pipe.
     if (int e = apply_id_maps(cmd, *s.id_maps)) {
       ::kill(cmd, SIGKILL);
@@ -299,6 +311,7 @@ void signal_group(pid_t command, int sig) noexcept {
     (void)!::write(gopipe[1], "g", 1);
     ::close(gopipe[1]);
   } else {
+    if (s.door_channel >= 0) ::close(s.door_channel);  // no namespace, no door
     cmd = clone_with_pidfd(&cmd_pidfd);
     if (cmd < 0) finish(Step::CloneCommand, errno);
     if (cmd == 0) {

@@ -40,6 +40,8 @@ enum class Step : int32_t {
   Loopback,
   DropCapabilities,
   Init,
+  Tmpdir,
+  Door,
 };
 std::string_view to_string(Step s);
 
@@ -60,11 +62,19 @@ struct LaunchSpec {
   const IdMaps* id_maps = nullptr;
   std::string hostname;
   bool drop_capabilities = false;
+  // The network door (namespaces tier only): the init's end of the door channel, and where the
+  // listening socket it sends out is bound inside. -1: no door.
+  int door_channel = -1;
+  std::string door_address;
+  uint16_t door_port = 0;
   bool no_new_privs = true;
   uint64_t wall_timeout_ms = 0;     // 0: none
   uint64_t kill_grace_ms = 2000;
   int stdin_fd = -1, stdout_fd = -1, stderr_fd = -1;  // -1: inherit
   int fd3 = -1;                                       // inherited as descriptor 3; -1: none
+  // Made (mode 0700) by the command itself once confined, just before exec: a temporary
+  // directory that exists only inside the jail's own view of the scratch directory. "": none.
+  std::string make_tmpdir;
 };
 
 // The supervisor's one report. Fixed size: written with one write(2).

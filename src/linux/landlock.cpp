@@ -56,6 +56,11 @@ struct PathBeneathAttr {
   uint64_t allowed_access;
   int32_t parent_fd;
 } __attribute__((packed));
+struct NetPortAttr {
+  uint64_t allowed_access;
+  uint64_t port;
+} __attribute__((packed));
+constexpr int kRuleNetPort = 2;  // LANDLOCK_RULE_NET_PORT (ABI 4)
 
 uint64_t fs_rights_for_abi(int abi) {
   uint64_t r = kExecute | kWriteFile | kReadFile | kReadDir | kRemoveDir | kRemoveFile | kMakeChar |
@@ -115,7 +120,7 @@ Result<PreparedLandlock> prepare_landlock(const plan::LandlockPlan& lp, const La
   attr.handled_access_fs = fs_rights_for_abi(abi);
   size_t attr_size = sizeof(uint64_t);
   if (abi >= 4 && lp.restrict_tcp) {
-    attr.handled_access_net = kNetBindTcp | kNetConnectTcp;  // no rule grants any port
+    attr.handled_access_net = kNetBindTcp | kNetConnectTcp;  // only tcp_connect_ports are granted
     attr_size = 2 * sizeof(uint64_t);
   }
   if (abi >= 6 && (lp.scope_abstract_unix || lp.scope_signal)) {
@@ -150,9 +155,18 @@ Result<PreparedLandlock> prepare_landlock(const plan::LandlockPlan& lp, const La
       return fail_errno(Code::ExecutorUnavailable, "landlock_add_rule " + path, errno);
     rules.push_back({{"path", path}, {"access", plan::to_string(rule.access)}, {"rights", rights_names(pb.allowed_access)}});
   }
+  Json ports = Json::array();
+  if (attr.handled_access_net != 0)
+    for (int port : lp.tcp_connect_ports) {
+      NetPortAttr np{kNetConnectTcp, static_cast<uint64_t>(port)};
+      if (::syscall(kSysAddRule, out.ruleset.get(), kRuleNetPort, &np, 0) < 0)
+        return fail_errno(Code::ExecutorUnavailable, fmt::format("landlock_add_rule tcp port {}", port), errno);
+      ports.push_back(port);
+    }
   out.applied = {{"abi", abi},
                  {"handled_fs", rights_names(attr.handled_access_fs)},
                  {"net_tcp_bind_connect_denied", attr.handled_access_net != 0},
+                 {"net_tcp_connect_ports", ports},
                  {"scoped_abstract_unix", (attr.scoped & kScopeAbstractUnix) != 0},
                  {"scoped_signal", (attr.scoped & kScopeSignal) != 0},
                  {"rules", rules}};

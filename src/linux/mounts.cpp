@@ -95,6 +95,23 @@ Result<MountProgram> prepare_mounts(const plan::NamespacesPlan& plan, const std:
   prog.ops.push_back({Kind::Symlink, "/proc/self/fd/1", in("/dev/stdout"), ""});
   prog.ops.push_back({Kind::Symlink, "/proc/self/fd/2", in("/dev/stderr"), ""});
   prog.ops.push_back({Kind::RemountReadOnly, "", in("/dev"), ""});
+  // Credential files beneath a bind: a file is covered by /dev/null, a directory by an empty
+  // tmpfs no one may enter. Only what exists as a file or directory is planned (facts).
+  Json masked = Json::array();
+  for (const auto& path : plan.masked) {
+    struct stat st{};
+    // A symlink is left as it is: its target is in the list too (HostFacts::credential_files).
+    if (::lstat(path.c_str(), &st) != 0 || S_ISLNK(st.st_mode)) continue;
+    if (S_ISDIR(st.st_mode))
+      prog.ops.push_back({Kind::Tmpfs, "", in(path), "mode=000,size=4k,nr_inodes=1"});
+    else if (S_ISREG(st.st_mode))
+      prog.ops.push_back({Kind::BindReadOnly, in("/dev/null"), in(path), ""});
+    else
+      return fail(Code::ExecutorUnavailable,
+                  fmt::format("the credential file {} is neither a file nor a directory; it cannot be covered", path),
+                  {{"path", path}});
+    masked.push_back(path);
+  }
   // A fresh /proc for the new pid namespace; what it would reveal of the kernel is covered.
   mkdirs(prog, made, in("/proc"));
   prog.ops.push_back({Kind::Proc, "", in("/proc"), ""});
@@ -111,6 +128,7 @@ Result<MountProgram> prepare_mounts(const plan::NamespacesPlan& plan, const std:
                   {"proc", "fresh, for the new pid namespace"},
                   {"proc_masked", plan.proc_masked},
                   {"proc_read_only", plan.proc_read_only},
+                  {"credentials_masked", masked},
                   {"tmp", "the session's scratch directory"},
                   {"workspace", workspace_inside}};
   return prog;

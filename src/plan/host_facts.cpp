@@ -16,7 +16,7 @@ bool HostFacts::has_cgroup_controller(std::string_view name) const {
 Json to_json(const HostFacts& f) {
   Json reasons = Json::object();
   for (const auto& [k, v] : f.reasons) reasons[k] = v;
-  return Json{
+  Json j{
       {"kernel_release", f.kernel_release},
       {"running_as_root", f.running_as_root},
       {"landlock_abi", f.landlock_abi},
@@ -37,6 +37,8 @@ Json to_json(const HostFacts& f) {
         {"tsc_khz", f.microvm.tsc_khz}}},
       {"reasons", std::move(reasons)},
   };
+  if (!f.credential_files.empty()) j["credential_files"] = f.credential_files;
+  return j;
 }
 
 namespace {
@@ -116,6 +118,8 @@ Result<HostFacts> host_facts_from_json(const Json& j) {
           f.microvm.tsc_khz = mv.get<uint64_t>();
         } else return refuse(mpath, "is not a known host fact");
       }
+    } else if (key == "credential_files") {
+      f.credential_files = TRY(get_string_list(v, path));
     } else if (key == "reasons") {
       if (!v.is_object()) return refuse(path, "must be an object of strings");
       for (const auto& [rk, rv] : v.items()) f.reasons[rk] = TRY(get_string(rv, path_join(path, rk)));

@@ -36,6 +36,9 @@ struct HostFacts {
   std::vector<std::string> cgroup_v1_writable;     // v1 controllers whose hierarchy we may write
   bool kvm_usable = false;           // /dev/kvm opens and KVM_CREATE_VM succeeds
   VmFacts microvm;                   // reasons["microvm"] says why it is not verified
+  // Credential and configuration files of the agent profiles that exist here (absolute; a
+  // symlink's target too): the plan hides every one beneath what the sandbox may read.
+  std::vector<std::string> credential_files;
   // Why a fact is false, keyed by fact name ("landlock_abi", "user_namespaces", ...).
   std::map<std::string, std::string> reasons;
 

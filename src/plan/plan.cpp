@@ -5,6 +5,8 @@
 
 #include <fmt/ranges.h>
 
+#include "base/relpath.h"
+
 namespace airlock::plan {
 
 using policy::ExecutorKind;
@@ -46,6 +48,16 @@ std::string_view to_string(ProcessLimitMechanism m) {
     case ProcessLimitMechanism::CgroupV2Pids: return "cgroup_v2_pids";
   }
   return "?";
+}
+
+std::string DoorPlan::url() const { return fmt::format("http://{}:{}", address, port); }
+
+std::vector<std::string> DoorPlan::environment() const {
+  std::vector<std::string> env;
+  // Both spellings: curl reads only the lower-case http_proxy, most other clients either.
+  for (const char* name : {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"})
+    env.push_back(fmt::format("{}={}", name, url()));
+  return env;
 }
 
 int isolation_level(ExecutorKind e) {
@@ -116,11 +128,31 @@ std::optional<int> cgroup_version(const HostFacts& f) {
   return std::nullopt;
 }
 
-NamespacesPlan namespaces_plan() {
+// The first credential file a readable host path would show, as {file, readable path}.
+std::optional<std::pair<std::string, std::string>> exposed_credential(const std::vector<std::string>& readable,
+                                                                      const HostFacts& f) {
+  for (const auto& c : f.credential_files)
+    for (const auto& r : readable)
+      if (is_under(c, r)) return std::pair{c, r};
+  return std::nullopt;
+}
+
+std::vector<std::string> landlock_host_paths(const policy::TaskPolicy& p) {
+  std::vector<std::string> out;
+  for (const auto& d : kSystemDirs) out.push_back(d.path);
+  for (const char* e : kEtcFiles) out.push_back(e);
+  out.insert(out.end(), p.read_only_paths.begin(), p.read_only_paths.end());
+  return out;
+}
+
+NamespacesPlan namespaces_plan(const policy::TaskPolicy& p, const HostFacts& f) {
   NamespacesPlan n;
-  // The same system directories the Landlock tier reads, bound read-only; nothing else of the host.
-  for (const auto& d : kSystemDirs) n.ro_binds.push_back(d.path);
-  for (const char* e : kEtcFiles) n.ro_binds.push_back(e);
+  // The same host paths the Landlock tier reads, bound read-only; nothing else of the host.
+  n.ro_binds = landlock_host_paths(p);
+  // Credential files beneath a bind are covered, so no route inside reaches their bytes.
+  for (const auto& c : f.credential_files)
+    if (under_any(c, n.ro_binds))
+      n.masked.push_back(c);
   n.dev_nodes = {"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"};
   n.proc_masked = {"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug", "/proc/sysrq-trigger",
                    "/proc/kallsyms", "/proc/kmsg"};
@@ -159,7 +191,10 @@ LandlockPlan landlock_plan(const policy::TaskPolicy& p, const HostFacts& f) {
   l.fs_rules.push_back({Anchor::View, ".", Access::Exec, false});
   for (const auto& w : p.write_back_paths) l.fs_rules.push_back({Anchor::View, w, Access::Write, false});
   l.fs_rules.push_back({Anchor::Scratch, ".", Access::Write, false});
-  l.restrict_tcp = f.landlock_abi >= 4 && p.code_network.mode == NetworkMode::Off;
+  // No TCP at all, or (with a door) connect to the door's port only: a second wall behind the
+  // network namespace, which holds only loopback.
+  l.restrict_tcp = f.landlock_abi >= 4;
+  if (p.code_network.mode == NetworkMode::Allowlist) l.tcp_connect_ports = {DoorPlan{}.port};
   l.restrict_ioctl_dev = f.landlock_abi >= 5;
   l.scope_abstract_unix = f.landlock_abi >= 6;
   l.scope_signal = f.landlock_abi >= 6;
@@ -296,7 +331,12 @@ Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& p, const HostFact
   plan.policy_digest = policy::digest(p);
 
   std::vector<ExecutorKind> order;
-  if (p.executor == ExecutorKind::Auto) {
+  if (p.confinement == policy::Confinement::Vendor) {
+    // The agent tool's own sandbox confines (it needs the namespaces our seccomp forbids);
+    // airlock supervises, replaces the environment and records that it claims no confinement.
+    plan.relaxations.push_back("confinement: vendor");
+    order = {ExecutorKind::Host};
+  } else if (p.executor == ExecutorKind::Auto) {
     order = need.auto_order;
   } else if (p.executor == ExecutorKind::Host) {
     if (profile != Profile::Development)
@@ -318,19 +358,33 @@ Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& p, const HostFact
 
   Json considered = Json::array();
   for (ExecutorKind e : order) {
-    Candidate c = assess(e, f, profile);
-    // Network for code goes only through a door; without one, such a policy is refused, never
-    // run with the network open nor silently without the network it asked for.
-    if (c.available && p.code_network.mode == NetworkMode::Allowlist && e != ExecutorKind::Host) {
+    Candidate c = assess(e, f, p.confinement == policy::Confinement::Vendor ? Profile::Development : profile);
+    if (c.available && e == ExecutorKind::Host && p.confinement == policy::Confinement::Vendor)
+      c.reason = "confinement vendor: the agent tool's own sandbox confines; airlock makes no claim the agent is confined";
+    // Landlock only adds access: it cannot take a credential file back out of a readable tree.
+    if (c.available && e == ExecutorKind::Landlock)
+      if (auto hit = exposed_credential(landlock_host_paths(p), f)) {
+        c.available = false;
+        c.reason = fmt::format("Landlock cannot hide the credential file {} beneath the readable {}", hit->first,
+                               hit->second);
+      }
+    // Network for code goes only through a door, which only the namespaces tier has (a network
+    // namespace of its own to cut); any other tier is refused for such a policy, never run with
+    // the network open nor silently without the network it asked for. The development host
+    // executor is the exception the policy names: no isolation at all, recorded as a relaxation.
+    if (c.available && p.code_network.mode == NetworkMode::Allowlist && e != ExecutorKind::Host &&
+        e != ExecutorKind::Namespaces) {
       c.available = false;
-      c.reason = "the network door that code_network allowlist needs is not part of this build";
+      c.reason = fmt::format("the {} tier cannot cut the network, so it has no network door for code_network allowlist",
+                             policy::to_string(e));
     }
     plan.considered.push_back(c);
     considered.push_back({{"executor", policy::to_string(e)}, {"available", c.available}, {"reason", c.reason}});
     if (!c.available) continue;
     plan.executor = e;
     plan.tier = isolation_level(e);
-    plan.why = p.executor == ExecutorKind::Auto
+    plan.why = p.confinement == policy::Confinement::Vendor ? c.reason
+               : p.executor == ExecutorKind::Auto
                    ? fmt::format("auto: {}; first available of the tiers tried", need.why)
                    : fmt::format("the policy names executor {}", policy::to_string(e));
     break;
@@ -359,6 +413,8 @@ Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& p, const HostFact
 
   if (plan.executor == ExecutorKind::Host) {
     plan.relaxations.push_back("executor: host");
+    if (p.code_network.mode == NetworkMode::Allowlist)
+      plan.relaxations.push_back("code_network: allowlist not enforced (the host's whole network)");
     plan.network = true;
     auto mechanism = process_mechanism(f);
     if (!mechanism) plan.relaxations.push_back("processes: not limited for uid 0");
@@ -367,7 +423,7 @@ Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& p, const HostFact
     // Landlock too where the kernel has it: a second wall behind the mount namespace.
     if (f.landlock_abi >= 3) plan.landlock = landlock_plan(p, f);
     plan.seccomp = seccomp_plan(p);
-    plan.namespaces = namespaces_plan();
+    plan.namespaces = namespaces_plan(p, f);
     int version = *cgroup_version(f);
     CgroupPlan cg;
     cg.version = version;
@@ -405,6 +461,10 @@ Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& p, const HostFact
       plan.limits.cpu_seconds = 0;
       plan.limits.max_processes = plan.cgroup->pids_max;
       plan.microvm = vm;
+    }
+    if (p.code_network.mode == NetworkMode::Allowlist) {
+      plan.door = DoorPlan{};
+      plan.door->rules = p.code_network.rules;
     }
   } else if (plan.executor == ExecutorKind::Landlock) {
     plan.landlock = landlock_plan(p, f);
@@ -467,6 +527,7 @@ Json to_json(const ExecutionPlan& p) {
                      {"abi_measured", p.landlock->abi_measured},
                      {"fs_rules", rules},
                      {"restrict_tcp", p.landlock->restrict_tcp},
+                     {"tcp_connect_ports", p.landlock->tcp_connect_ports},
                      {"restrict_ioctl_dev", p.landlock->restrict_ioctl_dev},
                      {"scope_abstract_unix", p.landlock->scope_abstract_unix},
                      {"scope_signal", p.landlock->scope_signal}};
@@ -484,6 +545,7 @@ Json to_json(const ExecutionPlan& p) {
   }
   if (p.namespaces) {
     j["namespaces"] = {{"ro_binds", p.namespaces->ro_binds},
+                       {"masked", p.namespaces->masked},
                        {"dev_nodes", p.namespaces->dev_nodes},
                        {"proc_masked", p.namespaces->proc_masked},
                        {"proc_read_only", p.namespaces->proc_read_only},
@@ -518,6 +580,12 @@ Json to_json(const ExecutionPlan& p) {
   } else {
     j["microvm"] = nullptr;
   }
+  if (p.door)
+    j["door"] = {{"listen", fmt::format("{}:{}", p.door->address, p.door->port)},
+                 {"proxy_url", p.door->url()},
+                 {"rules", policy::to_json(p.door->rules)}};
+  else
+    j["door"] = nullptr;
   j["limits"] = {{"memory_bytes", p.limits.memory_bytes},
                  {"cpu_seconds", p.limits.cpu_seconds},
                  {"max_processes", p.limits.max_processes},

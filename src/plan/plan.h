@@ -41,7 +41,8 @@ struct LandlockPlan {
   int abi_floor = 3;     // below this the tier refuses
   int abi_measured = 0;  // what the probe saw; re-checked when applied
   std::vector<FsRule> fs_rules;
-  bool restrict_tcp = false;       // ABI >= 4 and code network off: no TCP bind/connect
+  bool restrict_tcp = false;       // ABI >= 4: TCP bind/connect only as tcp_connect_ports say
+  std::vector<int> tcp_connect_ports;  // with restrict_tcp: the only ports connect(2) may reach (the door)
   bool scope_abstract_unix = false;  // ABI >= 6
   bool scope_signal = false;         // ABI >= 6
   bool restrict_ioctl_dev = false;   // ABI >= 5
@@ -65,8 +66,21 @@ struct NamespacesPlan {
   std::vector<std::string> dev_nodes;     // host device nodes bound into a fresh /dev
   std::vector<std::string> proc_masked;   // /proc entries covered by /dev/null
   std::vector<std::string> proc_read_only;  // /proc subtrees made read-only
+  std::vector<std::string> masked;        // host files (credentials) beneath a bind, covered by /dev/null
   std::string hostname = "airlock";
   bool loopback_only = true;
+};
+
+// The network door of a `code_network: allowlist` policy (namespaces tier): a listening socket made
+// inside the sandbox's network namespace (which holds only loopback) and served by airlock outside
+// it, an HTTP proxy that admits only what the rules admit. The command finds it in HTTP_PROXY,
+// HTTPS_PROXY and ALL_PROXY (and their lower-case forms).
+struct DoorPlan {
+  std::string address = "127.0.0.1";
+  int port = 3128;
+  std::vector<policy::EgressRule> rules;  // the policy's code_network rules, as http_fetch checks egress
+  std::string url() const;                // "http://127.0.0.1:3128"
+  std::vector<std::string> environment() const;  // the proxy variables the command gets
 };
 
 // cgroup limits for a whole sandbox (every process in it together).
@@ -129,11 +143,12 @@ struct ExecutionPlan {
   std::optional<NamespacesPlan> namespaces;
   std::optional<CgroupPlan> cgroup;  // aggregate limits (namespaces tier; QEMU's on the microvm tier)
   std::optional<MicrovmPlan> microvm;
+  std::optional<DoorPlan> door;      // code_network allowlist: the only way out
   LimitsPlan limits;
   std::vector<std::string> env_passthrough;  // host variables copied if set
   std::vector<std::string> view_paths;       // copied into the view (readable + write-back)
   std::vector<std::string> write_back_paths;
-  bool network = false;                      // false: code has no network at all
+  bool network = false;  // true: the host's network (host executor); false: none, or only the door
 };
 
 // The selection table of DESIGN.md plus the tier's concrete confinement. Pure.

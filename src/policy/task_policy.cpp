@@ -1,5 +1,6 @@
 // Task policy airlock.task_policy.v1: strict parse with JSON paths, layering, tool resolution, digest.
 #include "policy/task_policy.h"
+#include "policy/strict_json.h"
 
 #include <arpa/inet.h>
 #include <sys/stat.h>
@@ -57,6 +58,14 @@ std::string_view to_string(NetworkMode m) {
   switch (m) {
     case NetworkMode::Off: return "off";
     case NetworkMode::Allowlist: return "allowlist";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(Confinement c) {
+  switch (c) {
+    case Confinement::Engine: return "engine";
+    case Confinement::Vendor: return "vendor";
   }
   return "unknown";
 }
@@ -151,10 +160,12 @@ namespace {
 
 using Keys = std::span<const std::string_view>;
 
-constexpr std::array<std::string_view, 14> kTopKeys = {
+constexpr std::array<std::string_view, 16> kTopKeys = {
     "schema_version",  "task_id",      "workspace", "workload", "tenancy",
     "executor",        "code_network", "egress",    "readable", "write_back_paths",
-    "read_only_paths", "tools",        "limits",    "denied_names"};
+    "read_only_paths", "tools",        "limits",    "denied_names", "agent", "confinement"};
+constexpr std::array<std::string_view, 3> kAgentKeys = {"model", "resume", "continue"};
+constexpr std::array<Confinement, 2> kConfinements = {Confinement::Engine, Confinement::Vendor};
 constexpr std::array<std::string_view, 2> kCodeNetworkKeys = {"mode", "rules"};
 constexpr std::array<std::string_view, 5> kEgressKeys = {"host", "cidr", "ports", "schemes", "allow_private"};
 constexpr std::array<std::string_view, 7> kToolKeys = {"name",     "argv", "allow_args",      "timeout_seconds",
@@ -164,9 +175,14 @@ constexpr std::array<std::string_view, 12> kLimitKeys = {
     "session_budget_seconds", "max_actions_per_minute", "max_read_bytes",   "max_write_bytes",
     "max_list_entries",   "max_response_bytes", "fetch_timeout_seconds", "max_output_bytes"};
 
+}  // namespace
+
 std::unexpected<Error> invalid(const std::string& path, std::string message) {
   return fail(Code::PolicyInvalid, std::move(message), {{"path", path}});
 }
+
+namespace {
+
 
 // A short rendering of a value for messages: enough to recognise it, never a whole document.
 std::string show(const Json& v) {
@@ -183,6 +199,8 @@ std::string join(Keys keys) {
   }
   return out;
 }
+
+}  // namespace
 
 Result<void> require_object(const Json& v, const std::string& path) {
   if (!v.is_object()) return invalid(path, fmt::format("{} must be an object, got {}", path, show(v)));
@@ -218,6 +236,8 @@ Result<bool> get_bool(const Json& v, const std::string& path) {
   return v.get<bool>();
 }
 
+namespace {
+
 // A positive integer no larger than `max`. Floats (even 5.0), booleans and strings are
 // refused: a limit written as "1024" or 1e3 is more likely a mistake than a wish.
 Result<int64_t> get_positive_int(const Json& v, const std::string& path, int64_t max) {
@@ -242,6 +262,8 @@ Result<int> get_positive_int32(const Json& v, const std::string& path) {
   return static_cast<int>(TRY(get_positive_int(v, path, std::numeric_limits<int>::max())));
 }
 
+}  // namespace
+
 Result<std::vector<std::string>> get_string_array(const Json& v, const std::string& path) {
   if (!v.is_array())
     return invalid(path, fmt::format("{} must be an array of strings, got {}", path, show(v)));
@@ -249,6 +271,8 @@ Result<std::vector<std::string>> get_string_array(const Json& v, const std::stri
   for (size_t i = 0; i < v.size(); ++i) out.push_back(TRY(get_string(v[i], path_join(path, i))));
   return out;
 }
+
+namespace {
 
 template <typename E, size_t N>
 Result<E> get_enum(const Json& v, const std::string& path, const std::array<E, N>& all) {
@@ -630,7 +654,18 @@ class DuplicateKeyFinder {
 
 }  // namespace
 
-Result<TaskPolicy> parse_layer(const Json& doc, const TaskPolicy& base) {
+Result<void> parse_agent(const Json& v, AgentPolicy& a) {
+  TRY(require_object(v, "$.agent"));
+  TRY(check_keys(v, "$.agent", kAgentKeys));
+  if (v.contains("model"))
+    a.model = v["model"].is_null() ? std::nullopt
+                                   : std::optional(TRY(get_nonempty_string(v["model"], "$.agent.model")));
+  if (v.contains("resume")) a.resume = TRY(get_bool(v["resume"], "$.agent.resume"));
+  if (v.contains("continue")) a.continue_session = TRY(get_bool(v["continue"], "$.agent.continue"));
+  return {};
+}
+
+Result<TaskPolicy> parse_layer(const Json& doc, const TaskPolicy& base, bool worker_layer) {
   TRY(require_object(doc, "$"));
   if (!doc.contains("schema_version"))
     return invalid("$.schema_version", fmt::format("$.schema_version is required (\"{}\")", kSchemaVersion));
@@ -656,11 +691,19 @@ Result<TaskPolicy> parse_layer(const Json& doc, const TaskPolicy& base) {
   if (doc.contains("tools")) p.tools = TRY(parse_tools(doc["tools"], "$.tools"));
   if (doc.contains("limits")) TRY(parse_limits(doc["limits"], p.limits));
   if (doc.contains("denied_names")) p.denied_names = TRY(parse_denied_names(doc["denied_names"], "$.denied_names"));
+  if (doc.contains("agent")) TRY(parse_agent(doc["agent"], p.agent));
+  if (doc.contains("confinement")) {
+    // Checked before the layer question, so a wrong value is named as such wherever it is.
+    p.confinement = TRY(get_enum(doc["confinement"], "$.confinement", kConfinements));
+    if (!worker_layer)
+      return invalid("$.confinement",
+                     "confinement is a worker setting: only the worker's defaults (--defaults) may set it");
+  }
   return p;
 }
 
 Result<TaskPolicy> parse_layer_text(std::string_view text, const TaskPolicy& base,
-                                    std::string_view source_name) {
+                                    std::string_view source_name, bool worker_layer) {
   DuplicateKeyFinder finder;
   Json doc;
   try {
@@ -675,7 +718,7 @@ Result<TaskPolicy> parse_layer_text(std::string_view text, const TaskPolicy& bas
     return fail(Code::PolicyInvalid,
                 fmt::format("{}: key {} appears more than once", source_name, *finder.duplicate()),
                 {{"path", *finder.duplicate()}, {"source", source_name}});
-  auto p = parse_layer(doc, base);
+  auto p = parse_layer(doc, base, worker_layer);
   if (!p) return std::unexpected(std::move(p).error().context(source_name).fact("source", source_name));
   return p;
 }
@@ -688,12 +731,10 @@ Result<TaskPolicy> load_effective(const std::optional<std::string>& defaults_fil
     const std::string& name = **file;
     auto text = read_file(name, Code::PolicyInvalid);
     if (!text) return std::unexpected(std::move(text).error().context("policy file").fact("source", name));
-    p = TRY(parse_layer_text(*text, p, name));
+    p = TRY(parse_layer_text(*text, p, name, file == &defaults_file));
   }
   return p;
 }
-
-namespace {
 
 Json to_json(const EgressRule& r) {
   Json j = {{"ports", r.ports}, {"schemes", r.schemes}, {"allow_private", r.allow_private}};
@@ -710,8 +751,6 @@ Json to_json(const std::vector<EgressRule>& rules) {
   return j;
 }
 
-}  // namespace
-
 Json to_json(const TaskPolicy& p) {
   Json tools = Json::array();
   for (const auto& t : p.tools) {
@@ -723,7 +762,7 @@ Json to_json(const TaskPolicy& p) {
     if (t.max_output_bytes != Tool{}.max_output_bytes) tool["max_output_bytes"] = t.max_output_bytes;
     tools.push_back(std::move(tool));
   }
-  return {
+  Json j = {
       {"schema_version", kSchemaVersion},
       {"task_id", p.task_id},
       {"workspace", p.workspace ? Json(*p.workspace) : Json(nullptr)},
@@ -751,6 +790,14 @@ Json to_json(const TaskPolicy& p) {
         {"max_output_bytes", p.limits.max_output_bytes}}},
       {"denied_names", p.denied_names},
   };
+  // Written only when set, so that a policy without them keeps the digest it had before they
+  // existed (recorded receipts and plans name that digest).
+  if (p.agent != AgentPolicy{})
+    j["agent"] = {{"model", p.agent.model ? Json(*p.agent.model) : Json(nullptr)},
+                  {"resume", p.agent.resume},
+                  {"continue", p.agent.continue_session}};
+  if (p.confinement != Confinement::Engine) j["confinement"] = to_string(p.confinement);
+  return j;
 }
 
 std::string digest(const TaskPolicy& p) { return sha256_hex(canonical_json(to_json(p))); }

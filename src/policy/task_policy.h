@@ -75,6 +75,21 @@ struct Limits {
 // adds to these; it cannot take one away.
 inline constexpr std::string_view kDefaultDeniedNames[] = {".git", ".env", ".netrc", ".ssh"};
 
+// What an agent run (`airlock agent run`) may ask of the agent CLI. Nothing here can ask for a
+// bypass: the profile's bypass arguments are refused whatever the policy says.
+struct AgentPolicy {
+  std::optional<std::string> model;  // passed as the profile's model flag; any other model is refused
+  bool resume = false;               // the profile's resume flags or commands are allowed
+  bool continue_session = false;     // its continue flags are allowed ("continue" in JSON)
+  bool operator==(const AgentPolicy&) const = default;
+};
+
+// Who confines an agent run: airlock (engine), or the agent tool's own sandbox (vendor), in
+// which case airlock records that it makes no claim the agent is confined. A worker setting:
+// only the worker's defaults layer may set it.
+enum class Confinement { Engine, Vendor };
+std::string_view to_string(Confinement c);
+
 struct TaskPolicy {
   std::string task_id = "default";
   std::optional<std::string> workspace;  // absolute, normalised
@@ -89,6 +104,8 @@ struct TaskPolicy {
   std::vector<std::string> denied_names;     // the defaults plus the policy's own, sorted
   std::vector<Tool> tools;
   Limits limits;
+  AgentPolicy agent;
+  Confinement confinement = Confinement::Engine;
 };
 
 // The built-in default: trusted toolchain, one tenant, executor auto, no egress,
@@ -98,11 +115,12 @@ TaskPolicy builtin_default();
 // Strict parse of one layer: unknown keys, wrong types, unknown enum values or schema
 // versions are AIRLOCK_POLICY_INVALID with the JSON path in facts.path. `layer` is the
 // base the document overrides (fields it omits keep the base's value).
-Result<TaskPolicy> parse_layer(const Json& doc, const TaskPolicy& base);
+// `worker_layer`: the document is the worker's defaults, the one layer that may set `confinement`.
+Result<TaskPolicy> parse_layer(const Json& doc, const TaskPolicy& base, bool worker_layer = false);
 
 // Parses JSON text as a layer over `base`.
 Result<TaskPolicy> parse_layer_text(std::string_view text, const TaskPolicy& base,
-                                    std::string_view source_name);
+                                    std::string_view source_name, bool worker_layer = false);
 
 // built-in default < worker defaults (optional file) < task policy (optional file).
 Result<TaskPolicy> load_effective(const std::optional<std::string>& defaults_file,
@@ -110,6 +128,9 @@ Result<TaskPolicy> load_effective(const std::optional<std::string>& defaults_fil
 
 // The effective policy as canonical JSON (every field present), and its sha256.
 Json to_json(const TaskPolicy& p);
+// Rules as the policy writes them (they parse again as a policy's rules).
+Json to_json(const EgressRule& r);
+Json to_json(const std::vector<EgressRule>& rules);
 std::string digest(const TaskPolicy& p);
 
 // Resolves a program name against kTrustedPath (absolute paths are checked as given).

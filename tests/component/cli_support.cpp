@@ -39,9 +39,9 @@ bool identity_available(Identity id, std::string* why) {
   return true;
 }
 
-TempDir::TempDir(std::optional<uid_t> owner) {
-  char tmpl[] = "/tmp/airlock-test.XXXXXX";
-  if (!::mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
+TempDir::TempDir(std::optional<uid_t> owner, const std::string& base) {
+  std::string tmpl = base + "/airlock-test.XXXXXX";
+  if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
   path_ = tmpl;
   ::chmod(path_.c_str(), 0755);
   if (owner) (void)!::chown(path_.c_str(), *owner, *owner);
@@ -57,6 +57,13 @@ std::string read_text(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+std::vector<nlohmann::json> read_receipts(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<nlohmann::json> out;
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
 }
 
 bool exists(const std::string& path) {
@@ -108,10 +115,15 @@ CliFixture::CliFixture(Identity id) : id_(id), root_() {
       delegated_.push_back(d);
     }
   }
-  // A copy of the binary in a directory every identity can traverse.
+  // A copy of the binary, and of airlock-serve beside it, in a directory every identity can traverse.
   binary_ = root_ / "airlock";
   fs::copy_file(AIRLOCK_BINARY, binary_);
   ::chmod(binary_.c_str(), 0755);
+  fs::path serve = fs::path(AIRLOCK_BINARY).parent_path() / "airlock-serve";
+  if (fs::exists(serve)) {
+    fs::copy_file(serve, root_ / "airlock-serve");
+    ::chmod((root_ / "airlock-serve").c_str(), 0755);
+  }
   workspace_ = root_ / "workspace";
   state_ = root_ / "state";
   for (const auto& d : {workspace_, state_}) {

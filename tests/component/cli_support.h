@@ -8,16 +8,19 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace airlock::testing {
 
 // Who runs airlock: the test's own identity, or (when the test is root) uid/gid 65534.
 enum class Identity { Self, Nobody };
 std::string to_string(Identity id);
 
-// A directory under /tmp removed (recursively) on destruction; owned by `owner` if given.
+// A directory under `base` (/tmp unless given) removed (recursively) on destruction; owned by
+// `owner` if given.
 class TempDir {
  public:
-  explicit TempDir(std::optional<uid_t> owner = std::nullopt);
+  explicit TempDir(std::optional<uid_t> owner = std::nullopt, const std::string& base = "/tmp");
   ~TempDir();
   TempDir(const TempDir&) = delete;
   const std::string& path() const { return path_; }
@@ -74,6 +77,8 @@ bool identity_available(Identity id, std::string* why);
 bool require_all_tiers();
 
 std::string read_text(const std::string& path);
+// The receipts of one file, oldest first.
+std::vector<nlohmann::json> read_receipts(const std::string& path);
 bool exists(const std::string& path);
 
 }  // namespace airlock::testing

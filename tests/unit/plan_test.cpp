@@ -364,6 +364,30 @@ TEST(PlanSelection, LandlockWithCodeNetworkIsAnInvalidIsolationPolicy) {
   EXPECT_EQ(r.error().facts.at("required_level"), 2);
 }
 
+TEST(PlanSelection, AllowlistPlansTheNamespacesTierWithADoorAndNothingElseOut) {
+  auto r = plan_execution(policy_or_die("trusted_single_allowlist"), facts_everything(), Profile::Production);
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  EXPECT_EQ(r->executor, ExecutorKind::Namespaces);
+  EXPECT_FALSE(r->network);
+  ASSERT_TRUE(r->door.has_value());
+  EXPECT_EQ(r->door->url(), "http://127.0.0.1:3128");
+  ASSERT_EQ(r->door->rules.size(), 1u);
+  EXPECT_EQ(r->door->rules[0].host, "pypi.org");
+  auto env = r->door->environment();
+  for (const char* v : {"HTTP_PROXY=http://127.0.0.1:3128", "https_proxy=http://127.0.0.1:3128", "ALL_PROXY=http://127.0.0.1:3128"})
+    EXPECT_NE(std::find(env.begin(), env.end(), v), env.end()) << v;
+  // Behind the network namespace, Landlock lets TCP connect to the door's port only.
+  ASSERT_TRUE(r->landlock.has_value());
+  EXPECT_TRUE(r->landlock->restrict_tcp);
+  EXPECT_EQ(r->landlock->tcp_connect_ports, std::vector<int>{3128});
+  EXPECT_FALSE(r->seccomp->only_unix_sockets);
+  // With the code network off there is no door and no TCP port at all.
+  auto off = plan_execution(policy_or_die("trusted_single_off"), facts_everything(), Profile::Production);
+  ASSERT_TRUE(off.has_value());
+  EXPECT_FALSE(off->door.has_value());
+  EXPECT_TRUE(off->landlock->tcp_connect_ports.empty());
+}
+
 TEST(PlanSelection, ExplicitLandlockBelowTheAbiFloorNamesTheMeasuredAbi) {
   auto r = plan_execution(policy_or_die("executor_landlock"), host_or_die("landlock_abi2_user"),
                           Profile::Production);

@@ -1,0 +1,197 @@
+// `airlock agent run --profile NAME -- ARGS`: a whole agent CLI (Claude Code, Codex, Gemini) as
+// one confined command. Before anything starts: the profile's bypass arguments, a model the
+// policy does not name and an unasked resume are refused; the credential the agent needs is
+// read here and handed over descriptor 3; every profile's credential files are hidden inside.
+#include <fcntl.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+
+#include "base/fs.h"
+#include "base/hash.h"
+#include "base/relpath.h"
+#include "base/unique_fd.h"
+#include "cli/verbs.h"
+#include "exec/tool_program.h"
+#include "policy/agent_profile.h"
+
+namespace airlock::cli {
+namespace {
+
+struct AgentOptions {
+  RunOptions run;
+  std::string profile;
+  std::optional<std::string> executable;  // overrides the profile's, e.g. an npm install folder
+  std::vector<std::string> pass_env;      // host variables copied by name (never a credential)
+  bool no_credential = false;
+  std::vector<std::string> args;
+};
+
+std::string real_path(const std::string& p) {
+  char buf[PATH_MAX];
+  return ::realpath(p.c_str(), buf) ? std::string(buf) : p;
+}
+
+std::string operator_home() {
+  if (const char* h = std::getenv("HOME"); h && *h) return absolute_path(h);
+  if (const passwd* pw = ::getpwuid(::getuid()); pw && pw->pw_dir) return pw->pw_dir;
+  return "/";
+}
+
+// The credential files of every profile that exist here; a symlink's target is listed too,
+// since covering a symlink does not cover what it points at.
+std::vector<std::string> present_credential_files(const std::string& home) {
+  std::vector<std::string> out;
+  for (const auto& p : policy::credential_paths(home)) {
+    struct stat st{};
+    if (::lstat(p.c_str(), &st) != 0) continue;
+    out.push_back(p);
+    if (S_ISLNK(st.st_mode))
+      if (std::string target = real_path(p); target != p && ::lstat(target.c_str(), &st) == 0) out.push_back(target);
+  }
+  return out;
+}
+
+// The credential this run hands over: the profile's first variable set in airlock's own
+// environment, else its first credential file that exists (opened without following a link).
+struct Credential {
+  std::string source;  // "variable NAME" or "file PATH"
+  std::string secret;
+};
+Result<std::optional<Credential>> find_credential(const policy::AgentProfile& p, const std::string& home) {
+  for (const auto& v : p.credential_variables)
+    if (const char* val = std::getenv(v.c_str()); val && *val) return Credential{"variable " + v, val};
+  for (const auto& f : p.credential_files) {
+    std::string path = f.starts_with("~/") ? home + f.substr(1) : f;
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    if (!fd) {
+      if (errno == ENOENT) continue;
+      return fail_errno(Code::ConfigError, "open the credential file " + path, errno);
+    }
+    std::string secret;
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fd.get(), buf, sizeof buf)) != 0;) {
+      if (n < 0) return fail_errno(Code::ConfigError, "read the credential file " + path, errno);
+      secret.append(buf, static_cast<size_t>(n));
+    }
+    return Credential{"file " + path, std::move(secret)};
+  }
+  return std::optional<Credential>();
+}
+
+int agent_run(Globals& g, AgentOptions& o) {
+  auto profile = policy::find_agent_profile(o.profile);
+  if (!profile) return refuse(profile.error(), g.json);
+  UniqueFd credential_fd;
+  auto before = [&](SessionStart& start) -> Result<void> {
+    const policy::TaskPolicy& pol = start.policy;
+    TRY(policy::check_agent_args(*profile, o.args, pol.agent));
+    bool engine = pol.confinement == policy::Confinement::Engine;
+
+    std::string exe = real_path(TRY(policy::resolve_trusted(o.executable.value_or(profile->executable))));
+    std::string self = real_path("/proc/self/exe");
+    auto exe_sha = TRY(sha256_file(exe));
+    auto self_sha = TRY(sha256_file(self));
+    if (engine) {
+      std::vector<std::string> visible = {"/usr", "/bin", "/sbin", "/lib", "/lib64"};
+      visible.insert(visible.end(), pol.read_only_paths.begin(), pol.read_only_paths.end());
+      if (!under_any(exe, visible))
+        return fail(Code::PolicyInvalid,
+                    fmt::format("the agent executable {} is not beneath anything the sandbox may read; add its "
+                                "install directory to the policy's read_only_paths",
+                                exe),
+                    {{"executable", exe}, {"read_only_paths", pol.read_only_paths}});
+    }
+
+    // Every profile's credential files, not just this one's: hidden beneath whatever is readable.
+    std::string home = operator_home();
+    start.facts.credential_files = present_credential_files(home);
+    std::optional<std::string> ws = o.run.workspace ? o.run.workspace : pol.workspace;
+    if (ws)
+      for (const auto& c : start.facts.credential_files)
+        if (is_under(c, real_path(absolute_path(*ws))) || is_under(c, absolute_path(*ws)))
+          return fail(Code::PathDenied,
+                      fmt::format("the workspace {} holds the credential file {}, which its view would copy", *ws, c),
+                      {{"workspace", *ws}, {"credential_file", c}});
+
+    // The composed command: the executable, the policy's model, the operator's arguments.
+    std::vector<std::string> argv = {exe};
+    if (pol.agent.model) {
+      argv.push_back(profile->model_flags.front());
+      argv.push_back(*pol.agent.model);
+    }
+    argv.insert(argv.end(), o.args.begin(), o.args.end());
+    o.run.command = argv;
+
+    o.run.scrub_env = policy::credential_variables();
+    o.run.private_tmpdir = true;
+    std::vector<std::string> scrubbed;
+    for (const auto& name : o.pass_env) {
+      if (std::find(o.run.scrub_env.begin(), o.run.scrub_env.end(), name) != o.run.scrub_env.end()) {
+        scrubbed.push_back(name);
+        continue;
+      }
+      if (const char* v = std::getenv(name.c_str())) o.run.env.push_back(name + "=" + v);
+    }
+
+    Json credential = nullptr;
+    if (!o.no_credential) {
+      auto cred = TRY(find_credential(*profile, home));
+      if (cred) {
+        credential_fd = TRY(exec::secret_pipe(cred->secret));
+        ::explicit_bzero(cred->secret.data(), cred->secret.size());
+        o.run.pass_fd = credential_fd.get();
+        o.run.env.push_back("AIRLOCK_CREDENTIALS_FD=3");
+        credential = {{"source", cred->source}, {"delivery", "a pipe inherited as descriptor 3 (AIRLOCK_CREDENTIALS_FD)"}};
+      }
+    }
+    o.run.agent = {
+        {"profile", profile->name},
+        {"profile_digest", sha256_hex(canonical_json(policy::to_json(*profile)))},
+        {"executable", exe},
+        {"executable_sha256", exe_sha},
+        {"airlock", self},
+        {"airlock_sha256", self_sha},
+        {"argv", argv},
+        {"confinement", policy::to_string(pol.confinement)},
+        {"claim", engine ? "airlock confines the agent: the receipt's plan and enforced say how"
+                         : std::string(kVendorClaim)},
+        {"credential", credential},
+        {"credential_files_hidden", engine ? Json(start.facts.credential_files) : Json::array()},
+        {"env_scrubbed", o.run.scrub_env},
+        {"tmpdir", "a fresh directory in the scratch directory, made by the agent's process once confined"},
+        {"pass_env_refused", scrubbed},
+    };
+    for (const auto& name : scrubbed)
+      std::fprintf(stderr, "airlock: %s is a credential variable; it is not passed to the agent\n", name.c_str());
+    return {};
+  };
+  return run_confined(g, o.run, before);
+}
+
+}  // namespace
+
+void add_agent(CLI::App& app, Globals& g, Action& run) {
+  static AgentOptions o;
+  auto* agent = app.add_subcommand("agent", "run a whole agent CLI (Claude Code, Codex, Gemini) confined");
+  agent->require_subcommand(1);
+  auto* cmd = agent->add_subcommand("run", "run the agent CLI of a profile under the policy's executor");
+  cmd->add_option("--profile", o.profile, "agent profile: claude-code, codex or gemini")->required();
+  cmd->add_option("--policy", o.run.policy_file, "task policy (JSON); the built-in default when absent");
+  cmd->add_option("--defaults", o.run.defaults, "worker default policy (the one place `confinement` is set)");
+  cmd->add_option("--workspace", o.run.workspace, "workspace directory (overrides the policy's)");
+  cmd->add_option("--executable", o.executable, "the agent's executable (default: the profile's, on the trusted PATH)");
+  cmd->add_option("--pass-env", o.pass_env, "copy this host variable in (credential variables never are)");
+  cmd->add_flag("--no-credential", o.no_credential, "hand the agent no credential");
+  cmd->add_flag("--json", g.json, "print a JSON summary as the last line of stdout");
+  cmd->add_option("--slot", o.run.slot, "the slot whose seat the run takes (default: default)");
+  cmd->add_flag("-q,--quiet", o.run.quiet, "print nothing of airlock's own unless refused");
+  cmd->add_option("args", o.args, "the agent's arguments, after --");
+  cmd->callback([&g, &run] { run = [&g] { return agent_run(g, o); }; });
+}
+
+}  // namespace airlock::cli

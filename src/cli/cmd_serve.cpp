@@ -1,0 +1,82 @@
+// `airlock serve`: the HTTP API on a unix socket in the state directory, and optionally on loopback TCP.
+#include <signal.h>
+
+#include <cstdio>
+
+#include "linux/probe.h"
+#include "server/server.h"
+#include "cli/verbs.h"
+
+namespace airlock::cli {
+namespace {
+
+struct ServeOptions {
+  std::optional<std::string> defaults, socket, listen, token_file;
+  size_t threads = 64, max_sessions = 256, max_body_bytes = 8u << 20;
+};
+
+Result<int> serve(Globals& g, ServeOptions& o) {
+  server::ServerOptions so;
+  so.profile = TRY(parse_profile(g.profile));
+  so.state_dir = TRY(resolve_state_dir(g.state_dir));
+  so.base_policy = TRY(load_policy(o.defaults, std::nullopt));
+  so.threads = o.threads;
+  so.max_sessions = o.max_sessions;
+  so.max_body_bytes = o.max_body_bytes;
+  so.executors_report = [profile = so.profile] { return doctor_report(profile, linux::probe_host()); };
+  std::optional<server::ListenAddress> tcp;
+  std::string token;
+  if (o.listen) {
+    tcp = TRY(server::parse_listen(*o.listen));
+    if (!o.token_file)
+      return fail(Code::ConfigError, "--listen needs --token-file: the TCP listener admits only bearer tokens");
+    token = TRY(server::read_token_file(*o.token_file));
+  }
+  // Before any thread starts: every thread then leaves SIGINT/SIGTERM/SIGHUP to sigwait below.
+  sigset_t mask = block_stop_signals();
+  ::signal(SIGPIPE, SIG_IGN);  // a client that went away is a failed write, not a crash
+
+  server::Server srv(so);
+  std::string socket = o.socket.value_or(so.state_dir + "/airlock.sock");
+  TRY(srv.bind_unix(socket));
+  Json listening = {{"unix", socket}};
+  if (tcp) {
+    int port = TRY(srv.bind_tcp(*tcp, std::move(token)));
+    listening["tcp"] = fmt::format("{}:{}", tcp->host.find(':') == std::string::npos ? tcp->host : "[" + tcp->host + "]",
+                                   port);
+  }
+  srv.start();
+  // One line on stdout when the listeners accept: scripts and tests wait for it.
+  std::printf("%s\n", Json{{"listening", listening}, {"state_dir", so.state_dir}}.dump().c_str());
+  std::fflush(stdout);
+
+  int sig = 0;
+  while (::sigwait(&mask, &sig) != 0) {
+  }
+  std::fprintf(stderr, "airlock serve: %s: killing open sessions and stopping\n", ::strsignal(sig));
+  srv.shutdown(fmt::format("server stopped by {}", ::sigabbrev_np(sig)));
+  return 0;
+}
+
+}  // namespace
+
+void add_serve(CLI::App& app, Globals& g, Action& run) {
+  static ServeOptions o;
+  auto* cmd = app.add_subcommand("serve", "serve the broker's HTTP API on a unix socket (and loopback TCP)");
+  cmd->add_option("--socket", o.socket, "unix socket path (default: STATE_DIR/airlock.sock, mode 0600)");
+  cmd->add_option("--listen", o.listen, "also listen on loopback TCP, HOST:PORT (127.0.0.1:0 picks a port)");
+  cmd->add_option("--token-file", o.token_file, "bearer token for --listen (owned by you, mode 0600)");
+  cmd->add_option("--defaults", o.defaults, "worker default policy a posted task policy is layered over");
+  cmd->add_option("--threads", o.threads, "worker threads per listener (a running tool holds one)")
+      ->check(CLI::Range(4, 1024));
+  cmd->add_option("--max-sessions", o.max_sessions, "open sessions at most")->check(CLI::Range(1, 65536));
+  cmd->add_option("--max-body-bytes", o.max_body_bytes, "largest request body")->check(CLI::Range(1024, 1 << 30));
+  cmd->callback([&g, &run] {
+    run = [&g] {
+      auto r = serve(g, o);
+      return r ? *r : refuse(r.error(), false);
+    };
+  });
+}
+
+}  // namespace airlock::cli

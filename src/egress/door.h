@@ -1,0 +1,54 @@
+// The network door: the one way out of a sandbox whose policy says `code_network: allowlist`.
+// An HTTP proxy airlock serves outside the sandbox on a listening socket made inside it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "base/error.h"
+#include "base/json_util.h"
+#include "base/unique_fd.h"
+#include "egress/egress.h"
+#include "policy/task_policy.h"
+
+namespace airlock::egress {
+
+struct DoorOptions {
+  std::vector<policy::EgressRule> rules;  // the policy's code_network rules
+  Resolver resolve;                       // the door resolves names itself; the sandbox cannot
+  // Called once per request, from the door's threads, with the receipt body: what was asked, the
+  // addresses resolved, the address connected, bytes each way, allowed or refused and why.
+  std::function<void(Json)> record;
+  uint64_t connect_timeout_ms = 10000;
+  size_t max_connections = 256;  // more at once are answered 503
+};
+
+// Serves `listener` (a listening TCP socket) until destroyed. Each connection may ask:
+//   CONNECT host:port      admitted as https://host:port/, then a byte tunnel to the pinned address;
+//   METHOD http://...      admitted as that URL, forwarded to the pinned address with
+//                          `Connection: close`; every request on a kept-alive client connection
+//                          is admitted on its own.
+// Admission is egress::admit (the check http_fetch makes): every resolved address checked, the
+// connection made to the checked address and never to a second lookup. Anything else is answered
+// with an HTTP error whose body is `airlock: refused: CODE: message` and the rules that are allowed.
+class DoorServer {
+ public:
+  static Result<std::unique_ptr<DoorServer>> start(DoorOptions opts, UniqueFd listener);
+  // Stops accepting, ends every connection and joins every thread.
+  ~DoorServer();
+  DoorServer(const DoorServer&) = delete;
+  DoorServer& operator=(const DoorServer&) = delete;
+
+  struct State;
+
+ private:
+  explicit DoorServer(std::shared_ptr<State> st) : st_(std::move(st)) {}
+  std::shared_ptr<State> st_;
+};
+
+// "host api.example.com ports [443] schemes [https]; cidr 10.0.0.0/8 ports [80] schemes [http]"
+std::string describe_rules(const std::vector<policy::EgressRule>& rules);
+
+}  // namespace airlock::egress

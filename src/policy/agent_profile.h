@@ -1,0 +1,60 @@
+// Agent profiles: what airlock knows of an agent CLI (Claude Code, Codex, Gemini): its
+// executable, the arguments that switch its own safety off, its model and resume flags, its
+// credential files and variables. Data in agents/*.json, built into the binary; pure.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "base/json_util.h"
+#include "policy/task_policy.h"
+
+namespace airlock::policy {
+
+inline constexpr std::string_view kAgentProfileSchema = "airlock.agent_profile.v1";
+
+// A flag whose value switches safety off: `--flag value` or `--flag=value`, value exact.
+struct BypassValue {
+  std::string flag;
+  std::vector<std::string> values;
+};
+
+struct AgentProfile {
+  std::string name;
+  std::string npm_package;
+  std::string executable;                   // resolved against the trusted PATH unless given
+  std::vector<std::string> bypass_tokens;   // refused as an exact argument or as TOKEN=value
+  std::vector<BypassValue> bypass_values;
+  std::vector<std::string> model_flags;     // --model NAME or --model=NAME
+  std::vector<std::string> resume_flags;    // --resume [ID]
+  std::vector<std::string> resume_commands; // a leading sequence of arguments ("exec resume")
+  std::vector<std::string> continue_flags;
+  std::vector<std::string> credential_files;      // "~/" is the operator's home
+  std::vector<std::string> credential_variables;
+  std::vector<std::string> config_files;          // configuration that names the credentials
+  std::vector<std::string> config_dirs;
+};
+
+// Strict parse of one profile document (unknown keys refused with their JSON path).
+Result<AgentProfile> parse_agent_profile(const Json& doc);
+Json to_json(const AgentProfile& p);
+
+// The profiles built into this binary (agents/*.json), by name.
+const std::vector<AgentProfile>& builtin_agent_profiles();
+// AIRLOCK_CONFIG_ERROR naming the known profiles when `name` is not one of them.
+Result<AgentProfile> find_agent_profile(const std::string& name);
+
+// Checks the agent's arguments (after the executable) before anything starts:
+// AIRLOCK_BYPASS_REFUSED for a bypass token (exact, or TOKEN=value; never a prefix or
+// substring), a model other than the policy's, a resume or continue the policy did not ask for.
+Result<void> check_agent_args(const AgentProfile& profile, const std::vector<std::string>& args,
+                              const AgentPolicy& wanted);
+
+// Every credential file and configuration file of every built-in profile, with "~/" made `home`.
+std::vector<std::string> credential_paths(const std::string& home);
+// Every credential variable of every built-in profile.
+std::vector<std::string> credential_variables();
+
+}  // namespace airlock::policy

@@ -1,0 +1,249 @@
+// MCP over one session: initialize, ping, tools/list, tools/call; refusals a model can act on.
+#include "server/mcp.h"
+
+#include <fmt/ranges.h>
+
+#include "broker/protocol.h"
+#include "server/http_status.h"
+
+namespace airlock::server {
+
+namespace {
+
+constexpr std::string_view kBuiltins[] = {"read_file", "write_file", "list_dir", "http_fetch"};
+
+Json object_schema(Json properties, std::vector<std::string> required = {}) {
+  Json s = {{"type", "object"}, {"properties", std::move(properties)}, {"additionalProperties", false}};
+  if (!required.empty()) s["required"] = required;
+  return s;
+}
+
+std::string prefixes(const std::vector<std::string>& paths) {
+  if (paths.empty()) return "nothing";
+  std::vector<std::string> shown;
+  for (const auto& p : paths) shown.push_back(p == "." ? "the whole workspace" : p + "/");
+  return fmt::format("{}", fmt::join(shown, ", "));
+}
+
+std::string egress_rules(const std::vector<policy::EgressRule>& rules) {
+  if (rules.empty()) return "no destination at all (http_fetch is off for this task)";
+  std::vector<std::string> shown;
+  for (const auto& r : rules)
+    shown.push_back(fmt::format("{} (schemes {}, ports {})", r.host ? *r.host : r.cidr.value_or("?"),
+                                fmt::join(r.schemes, "/"), fmt::join(r.ports, "/")));
+  return fmt::format("{}", fmt::join(shown, "; "));
+}
+
+std::string tool_list(const std::vector<policy::Tool>& tools) {
+  if (tools.empty()) return "none";
+  std::vector<std::string> shown;
+  for (const auto& t : tools) shown.push_back(t.name + (t.allow_args ? " (takes arguments)" : " (no arguments)"));
+  return fmt::format("{}", fmt::join(shown, ", "));
+}
+
+Json text_result(std::string text, bool is_error) {
+  return {{"content", Json::array({{{"type", "text"}, {"text", std::move(text)}}})}, {"isError", is_error}};
+}
+
+}  // namespace
+
+Json rpc_error(const Json& id, int code, const std::string& message) {
+  return {{"jsonrpc", "2.0"}, {"id", id}, {"error", {{"code", code}, {"message", message}}}};
+}
+
+std::string explain_refusal(const Error& e, const policy::TaskPolicy& p) {
+  std::string text = fmt::format("airlock refused this action: {}: {}.", to_name(e.code), e.message);
+  std::string instead;
+  bool policy_refusal = true;
+  switch (e.code) {
+    case Code::PathDenied:
+      instead = fmt::format("The task policy lets you read and list only {}, and write only {}. These names are "
+                            "never accessible at any depth: {}. Paths are workspace-relative, without '..'.",
+                            prefixes(p.readable), prefixes(p.write_back_paths), fmt::join(p.denied_names, ", "));
+      break;
+    case Code::EgressDenied:
+      instead = fmt::format("http_fetch may reach only {}; private and loopback addresses are refused unless a "
+                            "rule allows them.",
+                            egress_rules(p.egress));
+      break;
+    case Code::ToolNotDeclared:
+    case Code::ToolArgsDenied:
+      instead = fmt::format("The declared tools are: {}.", tool_list(p.tools));
+      break;
+    case Code::RateLimited:
+      instead = fmt::format("The policy allows {} actions a minute; wait before the next one.",
+                            p.limits.max_actions_per_minute);
+      break;
+    case Code::LimitExceeded:
+      instead = "The policy caps what one action may move (see facts); ask for less, e.g. a range with offset "
+                "and length.";
+      break;
+    case Code::BypassRefused:
+    case Code::ApprovalRequired:
+      break;
+    default:
+      policy_refusal = false;
+  }
+  if (!instead.empty()) text += " " + instead;
+  if (policy_refusal)
+    text += " This is the task's policy, enforced by airlock on every route: reaching the same thing another way "
+            "(another spelling of the path, a link, a shell command, another tool, an encoded address) is refused "
+            "too. Do not try to work around it; if the task needs more, tell the user what and why.";
+  if (e.code == Code::SessionKilled || e.code == Code::SessionClosed || e.code == Code::BudgetExhausted)
+    text += " The session has ended: no further action will be accepted.";
+  if (!e.facts.empty()) text += " Facts: " + e.facts.dump(-1, ' ', false, Json::error_handler_t::replace);
+  return text;
+}
+
+std::string McpServer::declared_name(const policy::Tool& t) const {
+  for (auto b : kBuiltins)
+    if (t.name == b) return "run_" + t.name;
+  return t.name;
+}
+
+Json McpServer::tools() const {
+  Json path = {{"type", "string"}, {"description", "workspace-relative path"}};
+  Json list = Json::array();
+  list.push_back({{"name", "read_file"},
+                  {"description", fmt::format("Read a file in the task's workspace. Readable: {}.", prefixes(policy_.readable))},
+                  {"inputSchema", object_schema({{"path", path},
+                                                 {"offset", {{"type", "integer"}, {"minimum", 0}}},
+                                                 {"length", {{"type", "integer"}, {"minimum", 0}}}},
+                                                {"path"})}});
+  list.push_back({{"name", "write_file"},
+                  {"description", fmt::format("Write a whole file in the task's workspace (kept when the session "
+                                              "ends normally). Writable: {}.",
+                                              prefixes(policy_.write_back_paths))},
+                  {"inputSchema", object_schema({{"path", path}, {"content", {{"type", "string"}}}}, {"path", "content"})}});
+  list.push_back({{"name", "list_dir"},
+                  {"description", "List a directory in the task's workspace."},
+                  {"inputSchema", object_schema({{"path", path}})}});
+  list.push_back(
+      {{"name", "http_fetch"},
+       {"description", fmt::format("Fetch a URL. Allowed destinations: {}. Redirects are returned, not followed.",
+                                   egress_rules(policy_.egress))},
+       {"inputSchema", object_schema({{"url", {{"type", "string"}}},
+                                      {"method", {{"type", "string"}, {"enum", {"GET", "HEAD", "POST", "PUT", "PATCH",
+                                                                                "DELETE", "OPTIONS"}}}},
+                                      {"headers", {{"type", "object"}, {"additionalProperties", {{"type", "string"}}}}},
+                                      {"body", {{"type", "string"}}}},
+                                     {"url"})}});
+  for (const auto& t : policy_.tools) {
+    Json props = Json::object();
+    if (t.allow_args) props["args"] = {{"type", "array"}, {"items", {{"type", "string"}}},
+                                       {"description", "extra arguments, each one argv entry (no shell)"}};
+    list.push_back({{"name", declared_name(t)},
+                    {"description", fmt::format("Run the declared tool \"{}\": {}{} (timeout {} s).", t.name,
+                                                fmt::join(t.argv, " "), t.allow_args ? " [args]" : "",
+                                                t.timeout_seconds)},
+                    {"inputSchema", object_schema(props)}});
+  }
+  return {{"tools", list}};
+}
+
+Json McpServer::call_tool(const Json& params, int& rpc_code, std::string& rpc_message) {
+  if (!params.is_object() || !params.contains("name") || !params["name"].is_string()) {
+    rpc_code = kInvalidParams;
+    rpc_message = "tools/call needs params.name (a string)";
+    return nullptr;
+  }
+  std::string name = params["name"];
+  Json args = params.value("arguments", Json::object());
+  if (args.is_null()) args = Json::object();
+  Json request;
+  if (std::find(std::begin(kBuiltins), std::end(kBuiltins), name) != std::end(kBuiltins)) {
+    request = {{"action", name}};
+  } else {
+    auto t = std::find_if(policy_.tools.begin(), policy_.tools.end(),
+                          [&](const policy::Tool& x) { return declared_name(x) == name; });
+    if (t == policy_.tools.end()) {
+      rpc_code = kInvalidParams;
+      rpc_message = fmt::format("unknown tool \"{}\" (tools/list names them)", name);
+      return nullptr;
+    }
+    request = {{"action", "run_tool"}, {"tool", t->name}};
+  }
+  if (!args.is_object())
+    return text_result(explain_refusal(Error{Code::ProtocolError, "arguments must be an object"}, policy_), true);
+  for (const auto& [k, v] : args.items()) {
+    if (request.contains(k) || k == "id") {  // the tool's name decides the action, never an argument
+      Error e{Code::ProtocolError, fmt::format("\"{}\" is not an argument of {}", k, name), {{"path", "$." + k}}};
+      (void)s_.note_refusal("protocol.refused", args, e);
+      return text_result(explain_refusal(e, policy_), true);
+    }
+    request[k] = v;
+  }
+  Json resp = broker::handle_request(s_, request);
+  if (!resp["ok"].get<bool>()) return text_result(explain_refusal(answer_error(resp["error"]), policy_), true);
+  const Json& result = resp["result"];
+  std::string text = name == "read_file" && result.contains("content")
+                         ? result["content"].get<std::string>()
+                         : result.dump(2, ' ', false, Json::error_handler_t::replace);
+  Json out = text_result(std::move(text), false);
+  out["structuredContent"] = result;
+  return out;
+}
+
+Json McpServer::handle_one(const Json& m, bool& answered) {
+  answered = true;
+  Json id = m.is_object() && m.contains("id") ? m["id"] : Json(nullptr);
+  if (!m.is_object() || m.value("jsonrpc", "") != "2.0")
+    return rpc_error(id, kInvalidRequest, "not a JSON-RPC 2.0 message");
+  if (!m.contains("method") || !m["method"].is_string()) {
+    answered = false;  // a response to something we never ask: nothing to say
+    return nullptr;
+  }
+  std::string method = m["method"];
+  if (!m.contains("id")) {  // notifications (initialized, cancelled, …) get no answer
+    answered = false;
+    return nullptr;
+  }
+  Json params = m.value("params", Json::object());
+  auto ok = [&](Json result) { return Json{{"jsonrpc", "2.0"}, {"id", id}, {"result", std::move(result)}}; };
+  if (method == "initialize") {
+    std::string asked = params.is_object() ? params.value("protocolVersion", "") : "";
+    std::string_view revision = kMcpRevisions[0];
+    for (auto r : kMcpRevisions)
+      if (asked == r) revision = r;
+    return ok({{"protocolVersion", revision},
+               {"capabilities", {{"tools", {{"listChanged", false}}}}},
+               {"serverInfo", {{"name", "airlock"}, {"version", "0.1.0"}}},
+               {"instructions",
+                "Every tool acts through an airlock session under the task's policy; each call is checked, "
+                "recorded, and refused with a reason when the policy does not allow it."}});
+  }
+  if (method == "ping") return ok(Json::object());
+  if (method == "tools/list") return ok(tools());
+  if (method == "tools/call") {
+    int code = 0;
+    std::string message;
+    Json r = call_tool(params, code, message);
+    if (code != 0) return rpc_error(id, code, message);
+    return ok(std::move(r));
+  }
+  return rpc_error(id, kMethodNotFound, fmt::format("method \"{}\" is not served here", method));
+}
+
+std::optional<Json> McpServer::handle(const Json& message) {
+  try {  // nothing thrown crosses the adapter (STYLE.md rule 4)
+    bool answered = false;
+    if (message.is_array()) {  // a batch (revision 2025-03-26)
+      Json out = Json::array();
+      for (const auto& m : message) {
+        Json r = handle_one(m, answered);
+        if (answered) out.push_back(std::move(r));
+      }
+      if (message.empty()) return rpc_error(nullptr, kInvalidRequest, "an empty batch");
+      if (out.empty()) return std::nullopt;
+      return out;
+    }
+    Json r = handle_one(message, answered);
+    if (!answered) return std::nullopt;
+    return r;
+  } catch (const std::exception& ex) {
+    Json id = message.is_object() && message.contains("id") ? message["id"] : Json(nullptr);
+    return rpc_error(id, kInvalidRequest, fmt::format("the message could not be handled: {}", ex.what()));
+  }
+}
+
+}  // namespace airlock::server

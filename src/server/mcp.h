@@ -1,0 +1,47 @@
+// The MCP server over one session: JSON-RPC 2.0 messages in, responses out; tools are the broker's actions.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "base/json_util.h"
+#include "broker/session.h"
+#include "policy/task_policy.h"
+
+namespace airlock::server {
+
+// The protocol revisions this server speaks, newest first; an initialize asking for another
+// gets the newest (the client then decides).
+inline constexpr std::string_view kMcpRevisions[] = {"2025-06-18", "2025-03-26"};
+
+// JSON-RPC error codes used here.
+inline constexpr int kParseError = -32700, kInvalidRequest = -32600, kMethodNotFound = -32601,
+                     kInvalidParams = -32602;
+
+// Tools: read_file, write_file, list_dir, http_fetch, and one per declared tool (named as
+// declared; "run_" + name if that collides with one of the four). The session outlives this.
+class McpServer {
+ public:
+  McpServer(broker::Session& s, policy::TaskPolicy policy) : s_(s), policy_(std::move(policy)) {}
+  // One message (or a batch): its response, or nullopt for a notification or a response.
+  std::optional<Json> handle(const Json& message);
+  // The tools/list result.
+  Json tools() const;
+
+ private:
+  Json handle_one(const Json& message, bool& answered);
+  Json call_tool(const Json& params, int& rpc_error, std::string& rpc_message);
+  std::string declared_name(const policy::Tool& t) const;
+
+  broker::Session& s_;
+  policy::TaskPolicy policy_;
+};
+
+// What a model reads when the policy refuses: the code and message, what the policy allows
+// instead, and that another route to the same thing is refused too.
+std::string explain_refusal(const Error& e, const policy::TaskPolicy& policy);
+
+// A JSON-RPC error response.
+Json rpc_error(const Json& id, int code, const std::string& message);
+
+}  // namespace airlock::server

@@ -1,0 +1,455 @@
+// The HTTP API: routes, the session table, listeners (unix socket, loopback TCP with a bearer token), shutdown.
+#include "server/server.h"
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+#include <openssl/crypto.h>
+
+#include <atomic>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <httplib.h>
+
+#include "base/hash.h"
+#include "base/unique_fd.h"
+#include "broker/protocol.h"
+#include "broker/session.h"
+#include "linux/probe.h"
+#include "server/http_status.h"
+
+namespace airlock::server {
+
+namespace {
+
+constexpr Route kRoutes[] = {
+    {"GET", "/v1/health"},
+    {"GET", "/v1/executors"},
+    {"GET", "/v1/openapi.json"},
+    {"POST", "/v1/sessions"},
+    {"POST", "/v1/sessions/{id}/read_file"},
+    {"POST", "/v1/sessions/{id}/write_file"},
+    {"POST", "/v1/sessions/{id}/list_dir"},
+    {"POST", "/v1/sessions/{id}/http_fetch"},
+    {"POST", "/v1/sessions/{id}/run_tool"},
+    {"GET", "/v1/sessions/{id}/receipts"},
+    {"POST", "/v1/sessions/{id}/close"},
+    {"POST", "/v1/sessions/{id}/kill"},
+};
+
+// Ended sessions stay answerable (receipts, AIRLOCK_SESSION_CLOSED) until this many more end.
+constexpr size_t kEndedKept = 1024;
+
+// The route template as httplib's regex: "{id}" captures a session id, dots are literal.
+std::string route_regex(std::string_view path) {
+  std::string out;
+  for (size_t i = 0; i < path.size(); ++i) {
+    if (path.substr(i, 4) == "{id}") {
+      out += "([A-Za-z0-9_-]{1,128})";
+      i += 3;
+    } else if (path[i] == '.') {
+      out += "\\.";
+    } else {
+      out += path[i];
+    }
+  }
+  return out;
+}
+
+// The action a session route names: the last path segment ("" for routes without a session).
+std::string_view route_action(std::string_view path) {
+  if (path.find("{id}") == std::string_view::npos) return "";
+  return path.substr(path.rfind('/') + 1);
+}
+
+void reply(httplib::Response& res, int status, const Json& body) {
+  res.status = status;
+  res.set_content(body.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
+}
+
+void reply_error(httplib::Response& res, const Error& e) {
+  reply(res, http_status(e.code), Json{{"error", e.to_json()}});
+}
+
+// The request body as a JSON object; an empty body is an empty object.
+Result<Json> body_object(const httplib::Request& req) {
+  if (req.body.find_first_not_of(" \t\r\n") == std::string::npos) return Json::object();
+  auto j = TRY(parse_json(req.body, Code::ProtocolError, "the request body"));
+  if (!j.is_object()) return fail(Code::ProtocolError, "the request body must be a JSON object", {{"path", "$"}});
+  return j;
+}
+
+// An AdoptingServer serves a listening socket made elsewhere: httplib 0.11 binds only TCP.
+class AdoptingServer : public httplib::Server {
+ public:
+  void adopt(int fd) { svr_sock_ = fd; }
+};
+
+struct Listener {
+  std::unique_ptr<AdoptingServer> http;
+  std::string name;  // "unix:PATH" or "tcp:HOST:PORT"
+  std::thread thread;
+  std::atomic<bool> done = false;
+};
+
+}  // namespace
+
+std::span<const Route> routes() { return kRoutes; }
+
+Result<std::string> read_token_file(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) return fail_errno(Code::ConfigError, fmt::format("cannot open the token file {}", path), errno);
+  struct stat st{};
+  if (::fstat(fd.get(), &st) < 0) return fail_errno(Code::ConfigError, fmt::format("cannot stat {}", path), errno);
+  Json facts = {{"token_file", path}, {"owner_uid", st.st_uid}, {"mode", fmt::format("{:04o}", st.st_mode & 07777)}};
+  if (!S_ISREG(st.st_mode))
+    return fail(Code::CustodyUnsafe, fmt::format("the token file {} is not a regular file", path), facts);
+  if (st.st_uid != ::geteuid())
+    return fail(Code::CustodyUnsafe,
+                fmt::format("the token file {} is owned by uid {}, not by the caller (uid {})", path, st.st_uid,
+                            ::geteuid()),
+                facts);
+  if (st.st_mode & 077)
+    return fail(Code::CustodyUnsafe,
+                fmt::format("the token file {} has mode {:04o}: others may read or change it (chmod 600)", path,
+                            st.st_mode & 07777),
+                facts);
+  std::string token;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd.get(), buf, sizeof buf)) != 0;) {
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return fail_errno(Code::ConfigError, fmt::format("cannot read {}", path), errno);
+    }
+    token.append(buf, static_cast<size_t>(n));
+    if (token.size() > 4096) return fail(Code::ConfigError, fmt::format("the token file {} is too large", path), facts);
+  }
+  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
+  if (token.size() < 16)
+    return fail(Code::ConfigError, fmt::format("the token in {} is shorter than 16 characters", path), facts);
+  return token;
+}
+
+Result<ListenAddress> parse_listen(const std::string& spec) {
+  size_t colon = spec.rfind(':');
+  if (colon == std::string::npos)
+    return fail(Code::ConfigError, fmt::format("--listen {}: expected HOST:PORT", spec), {{"listen", spec}});
+  std::string host = spec.substr(0, colon), port_text = spec.substr(colon + 1);
+  int port = -1;
+  if (!port_text.empty() && port_text.size() <= 5 && port_text.find_first_not_of("0123456789") == std::string::npos)
+    port = std::stoi(port_text);
+  if (port < 0 || port > 65535)
+    return fail(Code::ConfigError, fmt::format("--listen {}: the port must be 0..65535", spec), {{"listen", spec}});
+  in_addr v4{};
+  if (host == "[::1]") return ListenAddress{"::1", port};
+  // Only loopback: the token is sent in clear text, so it must not cross a network.
+  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127)
+    return ListenAddress{host, port};
+  return fail(Code::ConfigError, fmt::format("--listen {}: only a loopback address (127.0.0.0/8 or [::1])", spec),
+              {{"listen", spec}});
+}
+
+struct Server::Impl {
+  struct Entry {
+    std::unique_ptr<broker::Session> session;
+    std::mutex ops;  // actions and close, one at a time; kill and receipts never wait for it
+    bool ended = false;
+  };
+
+  ServerOptions opts;
+  std::mutex mu;  // sessions, ended, stopping
+  std::map<std::string, std::shared_ptr<Entry>> sessions;
+  std::deque<std::string> ended;
+  bool stopping = false;
+  std::mutex probe_mu;  // one host probe at a time
+  std::vector<std::unique_ptr<Listener>> listeners;
+  std::string socket_path;
+  dev_t socket_dev = 0;
+  ino_t socket_ino = 0;
+
+  size_t live() const {
+    size_t n = 0;
+    for (const auto& [id, e] : sessions)
+      if (!e->ended && !e->session->killed()) ++n;
+    return n;
+  }
+
+  void mark_ended(const std::string& id, Entry& e) {
+    std::lock_guard lk(mu);
+    if (e.ended) return;
+    e.ended = true;
+    ended.push_back(id);
+    while (ended.size() > kEndedKept) {
+      sessions.erase(ended.front());
+      ended.pop_front();
+    }
+  }
+
+  Result<std::shared_ptr<Entry>> find(const std::string& id) {
+    std::lock_guard lk(mu);
+    auto it = sessions.find(id);
+    if (it == sessions.end())
+      return fail(Code::SessionUnknown, fmt::format("no session has the id \"{}\"", id), {{"session", id}});
+    return it->second;
+  }
+
+  Result<std::pair<int, Json>> open_session(const httplib::Request& req) {
+    auto doc = TRY(body_object(req));
+    auto pol = TRY(policy::parse_layer(doc, opts.base_policy));
+    {
+      std::lock_guard lk(mu);
+      if (stopping) return fail(Code::CapacityExhausted, "the server is shutting down");
+      if (live() >= opts.max_sessions)
+        return fail(Code::CapacityExhausted, fmt::format("{} sessions are open, the most this server runs", live()),
+                    {{"max_sessions", opts.max_sessions}});
+    }
+    plan::HostFacts facts = [&] {
+      std::lock_guard lk(probe_mu);
+      return linux::probe_host(plan::fact_needs(pol));
+    }();
+    auto s = TRY(broker::Session::open(pol, facts, broker::SessionOptions(opts.state_dir, opts.profile)));
+    auto receipts = TRY(s->receipts());
+    Json out = {{"session", s->id()},
+                {"executor", policy::to_string(s->plan().executor)},
+                {"tier", s->plan().tier},
+                {"enforced", s->enforced()},
+                {"receipts", s->receipts_path()},
+                {"receipt", receipts.empty() ? Json(nullptr) : receipts.front()}};
+    std::lock_guard lk(mu);
+    if (stopping) {  // shutdown began while this one opened: it must not outlive the sweep
+      (void)s->kill("server shutdown");
+      return fail(Code::CapacityExhausted, "the server is shutting down");
+    }
+    auto e = std::make_shared<Entry>();
+    e->session = std::move(s);
+    sessions.emplace(e->session->id(), e);
+    return std::pair{201, out};
+  }
+
+  Result<std::pair<int, Json>> act(const std::string& id, std::string_view action, const httplib::Request& req) {
+    auto e = TRY(find(id));
+    broker::Session& s = *e->session;
+    auto body = body_object(req);
+    if (body) {
+      for (const char* key : {"action", "id"})
+        if (body->contains(key)) {
+          body = fail(Code::ProtocolError, fmt::format("$.{} is not an argument: the route names the action", key),
+                      {{"path", fmt::format("$.{}", key)}});
+          break;
+        }
+    }
+    if (!body) {
+      // Refused before the adapter saw it: recorded like the pipe records an unreadable line.
+      if (auto noted = s.note_refusal("protocol.refused", Json{{"body_sha256", sha256_hex(req.body)}}, body.error());
+          !noted)
+        return std::unexpected(noted.error());
+      return std::unexpected(body.error());
+    }
+    (*body)["action"] = std::string(action);
+    Json resp;
+    if (action == "kill" || action == "receipts") {
+      resp = broker::handle_request(s, *body);
+    } else {
+      std::lock_guard one(e->ops);
+      resp = broker::handle_request(s, *body);
+    }
+    if (!resp["ok"].get<bool>()) return std::unexpected(answer_error(resp["error"]));
+    if (action == "close" || action == "kill") mark_ended(id, *e);
+    return std::pair{200, resp["result"]};
+  }
+
+  Result<std::pair<int, Json>> route(const Route& r, const httplib::Request& req) {
+    std::string_view action = route_action(r.path);
+    if (!action.empty()) return act(req.matches[1].str(), action, req);
+    if (r.path == "/v1/sessions") return open_session(req);
+    if (r.path == "/v1/health") {
+      std::lock_guard lk(mu);
+      return std::pair{200, Json{{"status", stopping ? "stopping" : "ok"}, {"sessions_open", live()}}};
+    }
+    if (r.path == "/v1/executors") {
+      if (!opts.executors_report) return fail(Code::ConfigError, "this server has no executors report");
+      return std::pair{200, opts.executors_report()};
+    }
+    if (r.path == "/v1/openapi.json") return std::pair{200, Json::parse(openapi_json())};
+    return fail(Code::NotFound, fmt::format("no handler for {} {}", r.method, r.path));
+  }
+
+  void configure(AdoptingServer& http) {
+    for (const Route& r : kRoutes) {
+      auto handler = [this, &r](const httplib::Request& req, httplib::Response& res) {
+        try {  // nothing thrown leaves a handler (STYLE.md rule 4)
+          auto out = route(r, req);
+          if (out)
+            reply(res, out->first, out->second);
+          else
+            reply_error(res, out.error());
+        } catch (const std::exception& ex) {
+          reply_error(res, Error{Code::ConfigError, fmt::format("internal error: {}", ex.what())});
+        }
+      };
+      if (r.method == "GET")
+        http.Get(route_regex(r.path), handler);
+      else
+        http.Post(route_regex(r.path), handler);
+    }
+    // httplib's own refusals (no route, oversized body, unreadable request) get our error body.
+    http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
+                                                                       httplib::Response& res) {
+      if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+      Json facts = {{"method", req.method}, {"path", req.path}};
+      if (res.status == 413)
+        reply_error(res, Error{Code::RequestTooLarge,
+                               fmt::format("the request body is larger than {} bytes", opts.max_body_bytes),
+                               {{"max_body_bytes", opts.max_body_bytes}}});
+      else if (res.status == 404)
+        reply_error(res, Error{Code::NotFound,
+                               fmt::format("no route {} {} (GET /v1/openapi.json lists them)", req.method, req.path),
+                               facts});
+      else
+        reply_error(res, Error{Code::ProtocolError, fmt::format("the request could not be read (HTTP {})", res.status),
+                               facts});
+      return httplib::Server::HandlerResponse::Handled;
+    }));
+    http.set_payload_max_length(opts.max_body_bytes);
+    http.set_keep_alive_max_count(1000);
+    http.set_keep_alive_timeout(2);  // an idle kept-alive connection holds a worker; shutdown waits for it
+    size_t n = opts.threads;
+    http.new_task_queue = [n] { return new httplib::ThreadPool(n); };
+  }
+
+  Listener& add_listener(std::string name) {
+    auto l = std::make_unique<Listener>();
+    l->http = std::make_unique<AdoptingServer>();
+    l->name = std::move(name);
+    configure(*l->http);
+    listeners.push_back(std::move(l));
+    return *listeners.back();
+  }
+};
+
+Server::Server(ServerOptions opts) : impl_(std::make_unique<Impl>()) { impl_->opts = std::move(opts); }
+
+Server::~Server() { shutdown("server destroyed"); }
+
+Result<void> Server::bind_unix(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path)
+    return fail(Code::ConfigError,
+                fmt::format("the socket path {} is {} bytes; at most {}", path, path.size(), sizeof addr.sun_path - 1),
+                {{"socket", path}});
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  struct stat st{};
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode))
+      return fail(Code::ConfigError, fmt::format("{} exists and is not a socket", path), {{"socket", path}});
+    UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (probe && ::connect(probe.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0)
+      return fail(Code::ConfigError, fmt::format("another server listens on {}", path), {{"socket", path}});
+    ::unlink(path.c_str());  // stale: its server is gone
+  }
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) return fail_errno(Code::ConfigError, "cannot create a unix socket", errno);
+  // The socket is born 0600: no moment exists when another user could connect. umask is
+  // process-wide, which is safe here because listeners are bound before any thread starts.
+  mode_t old = ::umask(0177);
+  int rc = ::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  int err = errno;
+  ::umask(old);
+  if (rc < 0) return fail_errno(Code::ConfigError, fmt::format("cannot bind {}", path), err);
+  if (::listen(fd.get(), SOMAXCONN) < 0) return fail_errno(Code::ConfigError, fmt::format("cannot listen on {}", path), errno);
+  if (::lstat(path.c_str(), &st) == 0) {
+    impl_->socket_dev = st.st_dev;
+    impl_->socket_ino = st.st_ino;
+  }
+  impl_->socket_path = path;
+  impl_->add_listener("unix:" + path).http->adopt(fd.release());
+  return {};
+}
+
+Result<int> Server::bind_tcp(const ListenAddress& at, std::string token) {
+  Listener& l = impl_->add_listener(fmt::format("tcp:{}:{}", at.host, at.port));
+  // httplib writes headers and body separately: without TCP_NODELAY, Nagle and delayed ACKs
+  // add ~40 ms to every kept-alive request.
+  l.http->set_tcp_nodelay(true);
+  // Compared as digests with CRYPTO_memcmp: the time taken says nothing about the token.
+  std::string want = sha256_hex(token);
+  l.http->set_pre_routing_handler([want](const httplib::Request& req, httplib::Response& res) {
+    std::string auth = req.get_header_value("Authorization");
+    constexpr std::string_view kBearer = "Bearer ";
+    std::string got = sha256_hex(auth.starts_with(kBearer) ? auth.substr(kBearer.size()) : std::string("\n"));
+    if (auth.starts_with(kBearer) && CRYPTO_memcmp(got.data(), want.data(), want.size()) == 0)
+      return httplib::Server::HandlerResponse::Unhandled;
+    reply_error(res, Error{Code::Unauthorized,
+                           auth.empty() ? "the TCP listener requires Authorization: Bearer <token>"
+                                        : "the bearer token is not the server's",
+                           {{"listener", "tcp"}}});
+    res.set_header("WWW-Authenticate", "Bearer");
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  int port = at.port;
+  if (port == 0) {
+    port = l.http->bind_to_any_port(at.host);
+    if (port < 0) port = 0;
+  } else if (!l.http->bind_to_port(at.host, port)) {
+    port = 0;
+  }
+  if (port == 0) {
+    impl_->listeners.pop_back();
+    return fail(Code::ConfigError, fmt::format("cannot listen on {}:{}", at.host, at.port),
+                {{"host", at.host}, {"port", at.port}});
+  }
+  l.name = fmt::format("tcp:{}:{}", at.host, port);
+  return port;
+}
+
+void Server::start() {
+  for (auto& l : impl_->listeners) {
+    Listener* p = l.get();
+    p->thread = std::thread([p] {
+      p->http->listen_after_bind();
+      p->done = true;
+    });
+  }
+}
+
+void Server::shutdown(std::string_view why) {
+  std::vector<std::shared_ptr<Impl::Entry>> open;
+  {
+    std::lock_guard lk(impl_->mu);
+    impl_->stopping = true;
+    for (auto& [id, e] : impl_->sessions) open.push_back(e);
+  }
+  // Kill first: a running tool ends now, its handler answers, and the pools can drain.
+  for (auto& e : open) (void)e->session->kill(why);
+  for (auto& l : impl_->listeners) {
+    // stop() is a no-op until the listener runs; repeat until its thread has returned.
+    while (l->thread.joinable() && !l->done) {
+      l->http->stop();
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (l->thread.joinable()) l->thread.join();
+  }
+  impl_->listeners.clear();
+  {
+    std::lock_guard lk(impl_->mu);
+    impl_->sessions.clear();
+    impl_->ended.clear();
+  }
+  open.clear();
+  // Remove the socket only if it is still the one this server made.
+  struct stat st{};
+  if (!impl_->socket_path.empty() && ::lstat(impl_->socket_path.c_str(), &st) == 0 && st.st_dev == impl_->socket_dev &&
+      st.st_ino == impl_->socket_ino)
+    ::unlink(impl_->socket_path.c_str());
+  impl_->socket_path.clear();
+}
+
+}  // namespace airlock::server

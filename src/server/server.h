@@ -1,0 +1,76 @@
+// The HTTP API over the broker: sessions by id, one route per action, on a unix socket and loopback TCP.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "base/error.h"
+#include "base/json_util.h"
+#include "plan/plan.h"
+#include "policy/task_policy.h"
+
+namespace airlock::server {
+
+// One route the server answers. `path` is in OpenAPI template form ("/v1/sessions/{id}/kill"):
+// the server registers exactly these, and the OpenAPI test compares its document with them.
+struct Route {
+  std::string_view method;  // "GET" or "POST"
+  std::string_view path;
+};
+std::span<const Route> routes();
+
+// The OpenAPI 3 document served at /v1/openapi.json (src/server/openapi.json, built in).
+std::string_view openapi_json();
+
+struct ServerOptions {
+  std::string state_dir;
+  plan::Profile profile = plan::Profile::Production;
+  // What a posted task policy is layered over: the worker's defaults or the built-in default.
+  policy::TaskPolicy base_policy = policy::builtin_default();
+  // GET /v1/executors: the doctor report, supplied by the caller (the CLI owns the doctor).
+  std::function<Json()> executors_report;
+  size_t max_body_bytes = 8u << 20;
+  // Worker threads per listener. A running tool holds one for its whole run, so this bounds
+  // how many requests are served at once; kill and other sessions need a free one.
+  size_t threads = 64;
+  size_t max_sessions = 256;
+};
+
+// A token file: a regular file owned by the caller that no one else may read or write
+// (refused by name with AIRLOCK_CUSTODY_UNSAFE otherwise); its content, trailing space trimmed.
+Result<std::string> read_token_file(const std::string& path);
+
+// "127.0.0.1:PORT" or "[::1]:PORT" (PORT 0: any free port). Anything but loopback is refused.
+struct ListenAddress {
+  std::string host;
+  int port = 0;
+};
+Result<ListenAddress> parse_listen(const std::string& spec);
+
+class Server {
+ public:
+  // Owns the sessions it opens. Exceptions from handlers never leave it (they become 500s).
+  explicit Server(ServerOptions opts);
+  ~Server();
+  Server(const Server&) = delete;
+
+  // Binds a unix socket at `path` (mode 0600; a stale socket is replaced, a live one refused).
+  Result<void> bind_unix(const std::string& path);
+  // Binds a loopback TCP listener whose every request must carry `Authorization: Bearer TOKEN`.
+  // Returns the bound port.
+  Result<int> bind_tcp(const ListenAddress& at, std::string token);
+  // Starts accepting on every bound listener (one thread each, plus their worker pools).
+  void start();
+  // Graceful stop: refuses new sessions, kills every open one (recorded as killed, nothing
+  // written back), lets running handlers answer, stops the listeners and removes the socket.
+  void shutdown(std::string_view why);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace airlock::server

@@ -1,0 +1,299 @@
+// `airlock agent run` through the real binary: bypass refusal before anything starts, the closed
+// `confinement` setting, the first receipt, and credential blinding tried by every route by a
+// stand-in agent of the test's own; then the real Claude Code and Codex CLIs (npm) confined.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "base/hash.h"
+#include "cli_support.h"
+#include "policy/agent_profile.h"
+
+namespace airlock::testing {
+namespace {
+
+using Json = nlohmann::json;
+namespace fs = std::filesystem;
+
+// Tries every route to the operator's credentials: a direct read, a search, a script it writes,
+// a hard link, the environment of a sibling (and of every process it can see), its own
+// environment; then reads the credential airlock handed it on descriptor 3.
+constexpr const char* kStandIn = R"sh(#!/bin/sh
+h="$1"
+echo "TMPDIR=$TMPDIR"
+for f in .claude/.credentials.json .claude.json .codex/auth.json .codex/config.toml .gemini/oauth_creds.json notes.txt; do
+  echo "direct $f:"; cat "$h/$f" 2>&1
+done
+echo "search:"; grep -r CANARY "$h" 2>&1; find "$h" -type f -exec cat {} + 2>&1
+printf '#!/bin/sh\nexec cat "$@"\n' > "$TMPDIR/reader" && chmod +x "$TMPDIR/reader"
+echo "script:"; "$TMPDIR/reader" "$h/.codex/auth.json" "$h/.claude/.credentials.json" 2>&1
+echo "hardlink:"; ln "$h/.codex/auth.json" "$TMPDIR/hl" 2>&1 && cat "$TMPDIR/hl" 2>&1
+ln "$h/.claude/.credentials.json" "$h/hl" 2>&1 && cat "$h/hl" 2>&1
+sleep 30 & s=$!
+echo "sibling:"; tr '\0' '\n' < /proc/$s/environ 2>&1
+for e in /proc/[0-9]*/environ; do tr '\0' '\n' < "$e"; done 2>/dev/null
+kill $s
+echo "env:"; env
+echo "FD3=$(cat <&3)"
+)sh";
+
+struct Planted {
+  std::map<std::string, std::string> canaries;  // relative path -> its secret
+};
+
+class AgentRun : public ::testing::TestWithParam<Identity> {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!identity_available(GetParam(), &why)) GTEST_SKIP() << why;
+    fx_ = std::make_unique<CliFixture>(GetParam());
+    // Not under /tmp: inside the namespaces tier /tmp is the session's scratch directory.
+    home_ = std::make_unique<TempDir>(std::nullopt, "/var/tmp");
+    bin_ = std::make_unique<TempDir>(std::nullopt, "/var/tmp");
+    agent_ = *bin_ / "standin-agent";
+    std::ofstream(agent_) << kStandIn;
+    ::chmod(agent_.c_str(), 0755);
+    for (const char* rel : {".claude/.credentials.json", ".claude.json", ".codex/auth.json", ".codex/config.toml",
+                            ".gemini/oauth_creds.json"}) {
+      std::string secret = "CANARY-" + random_id();
+      fs::create_directories(fs::path(*home_ / rel).parent_path());
+      std::ofstream(*home_ / rel) << secret << "\n";
+      // Readable by every identity: only the blinding stands between the agent and the bytes.
+      ::chmod((*home_ / rel).c_str(), 0644);
+      planted_[rel] = secret;
+    }
+    for (const char* d : {".claude", ".codex", ".gemini"}) ::chmod((*home_ / d).c_str(), 0755);
+    visible_ = "VISIBLE-" + random_id();
+    std::ofstream(*home_ / "notes.txt") << visible_ << "\n";
+    ::chmod((*home_ / "notes.txt").c_str(), 0644);
+  }
+
+  std::string policy(const std::string& executor, bool home_readable) {
+    std::string ro = "\"" + bin_->path() + "\"" + (home_readable ? ", \"" + home_->path() + "\"" : "");
+    return fx_->write_policy(R"({"schema_version": "airlock.task_policy.v1", "executor": ")" + executor +
+                             R"(", "read_only_paths": [)" + ro + R"(], "limits": {"command_timeout_seconds": 60}})");
+  }
+
+  CliResult run(const std::vector<std::string>& extra, const std::string& pol) {
+    std::vector<std::string> args = {"agent", "run", "--profile", "claude-code", "--policy", pol,
+                                     "--executable", agent_, "--pass-env", "OPENAI_API_KEY", "--pass-env", "LC_ALL"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return fx_->run(args, {{"HOME", home_->path()},
+                           {"ANTHROPIC_API_KEY", handed_},
+                           {"OPENAI_API_KEY", leaked_},
+                           {"LC_ALL", "C.UTF-8"}});
+  }
+
+  bool tier_unavailable(const CliResult& r) {
+    if (r.status != 125 || r.err.find("AIRLOCK_EXECUTOR_UNAVAILABLE") == std::string::npos) return false;
+    bool by_design = GetParam() == Identity::Nobody && r.err.find("no cgroup we may write") != std::string::npos;
+    if (require_all_tiers() && !by_design) ADD_FAILURE() << "AIRLOCK_REQUIRE_ALL_TIERS=1 but: " << r.err;
+    return true;
+  }
+
+  // Nothing planted reaches the agent by any route; the handed credential only over fd 3.
+  void expect_blinded(const CliResult& r) {
+    for (const auto& [rel, secret] : planted_) {
+      EXPECT_EQ(r.out.find(secret), std::string::npos) << rel << " leaked:\n" << r.out;
+      EXPECT_EQ(r.err.find(secret), std::string::npos) << rel << " leaked:\n" << r.err;
+    }
+    EXPECT_NE(r.out.find("FD3=" + handed_ + "\n"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find(handed_), r.out.rfind(handed_)) << "the handed credential appears outside fd 3:\n" << r.out;
+    EXPECT_EQ(r.out.find(leaked_), std::string::npos) << r.out;
+    EXPECT_NE(r.err.find("OPENAI_API_KEY is a credential variable"), std::string::npos) << r.err;
+    EXPECT_NE(r.out.find("LC_ALL=C.UTF-8"), std::string::npos) << "a plain --pass-env is passed:\n" << r.out;
+  }
+
+  std::unique_ptr<CliFixture> fx_;
+  std::unique_ptr<TempDir> home_, bin_;
+  std::string agent_, visible_;
+  std::map<std::string, std::string> planted_;
+  std::string handed_ = "handed-" + random_id(), leaked_ = "leaked-" + random_id();
+};
+
+TEST_P(AgentRun, NamespacesTierMasksEveryProfilesCredentialsAgainstEveryRoute) {
+  auto r = run({"--", home_->path()}, policy("namespaces", true));
+  if (tier_unavailable(r)) GTEST_SKIP() << r.err;
+  ASSERT_EQ(r.status, 0) << r.err << r.out;
+  expect_blinded(r);
+  // The home is readable inside: what hides the credentials is the mask, not the home's absence.
+  EXPECT_NE(r.out.find(visible_), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("TMPDIR=/tmp/tmp.1\n"), std::string::npos) << r.out;
+  auto files = fx_->receipts();
+  ASSERT_EQ(files.size(), 1u);
+  auto rs = read_receipts(files[0]);
+  ASSERT_FALSE(rs.empty());
+  const Json& open = rs[0];
+  EXPECT_EQ(open["kind"], "session.open");
+  EXPECT_EQ(open["agent"]["profile"], "claude-code");
+  EXPECT_EQ(open["agent"]["confinement"], "engine");
+  EXPECT_EQ(open["agent"]["executable"], agent_);
+  EXPECT_EQ(open["agent"]["executable_sha256"], *sha256_file(agent_));
+  EXPECT_EQ(open["agent"]["airlock_sha256"], *sha256_file(fx_->binary()));
+  EXPECT_EQ(open["agent"]["credential"]["source"], "variable ANTHROPIC_API_KEY");
+  EXPECT_EQ(open.dump().find(handed_), std::string::npos) << "the credential itself is never recorded";
+  EXPECT_EQ(open["policy_digest"].get<std::string>().size(), 64u);
+  auto masked = open["enforced"]["namespaces"]["mounts"]["credentials_masked"];
+  for (const auto& [rel, _] : planted_)
+    EXPECT_NE(std::find(masked.begin(), masked.end(), home_->path() + "/" + rel), masked.end()) << rel;
+}
+
+TEST_P(AgentRun, LandlockTierRefusesWhatItCannotHideAndHidesTheRest) {
+  auto refused = run({"--", home_->path()}, policy("landlock", true));
+  ASSERT_EQ(refused.status, 125) << refused.err;
+  EXPECT_NE(refused.err.find("AIRLOCK_EXECUTOR_UNAVAILABLE"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("Landlock cannot hide the credential file " + home_->path()), std::string::npos)
+      << refused.err;
+  auto r = run({"--", home_->path()}, policy("landlock", false));
+  if (tier_unavailable(r)) GTEST_SKIP() << r.err;
+  ASSERT_EQ(r.status, 0) << r.err << r.out;
+  expect_blinded(r);
+}
+
+TEST_P(AgentRun, BypassTokensAreRefusedBeforeAnythingStarts) {
+  for (const auto& p : policy::builtin_agent_profiles())
+    for (const auto& t : p.bypass_tokens)
+      for (const std::string& form : {t, t + "=1"}) {
+        auto r = fx_->run({"agent", "run", "--profile", p.name, "--executable", agent_, "--", "-p", "hi", form});
+        EXPECT_EQ(r.status, 125) << p.name << " " << form;
+        EXPECT_NE(r.err.find("airlock: refused: AIRLOCK_BYPASS_REFUSED"), std::string::npos) << r.err;
+      }
+  auto model = fx_->run({"agent", "run", "--profile", "codex", "--executable", agent_, "--", "-m", "o3"});
+  EXPECT_EQ(model.status, 125);
+  EXPECT_NE(model.err.find("AIRLOCK_BYPASS_REFUSED"), std::string::npos) << model.err;
+  auto resume = fx_->run({"agent", "run", "--profile", "codex", "--executable", agent_, "--", "resume", "--last"});
+  EXPECT_NE(resume.err.find("AIRLOCK_BYPASS_REFUSED"), std::string::npos) << resume.err;
+  // Nothing started: no session, no receipt.
+  EXPECT_TRUE(fx_->receipts().empty());
+}
+
+TEST_P(AgentRun, ConfinementIsEngineOrVendorAndVendorClaimsNothing) {
+  auto bad = fx_->write_policy(R"({"schema_version": "airlock.task_policy.v1", "confinement": "sandbox"})", "w.json");
+  auto r = fx_->run({"agent", "run", "--profile", "claude-code", "--defaults", bad, "--executable", agent_});
+  EXPECT_EQ(r.status, 125);
+  EXPECT_NE(r.err.find("AIRLOCK_POLICY_INVALID"), std::string::npos) << r.err;
+  EXPECT_TRUE(fx_->receipts().empty());
+  auto task = fx_->write_policy(R"({"schema_version": "airlock.task_policy.v1", "confinement": "vendor"})", "t.json");
+  r = fx_->run({"agent", "run", "--profile", "claude-code", "--policy", task, "--executable", agent_});
+  EXPECT_EQ(r.status, 125);
+  EXPECT_NE(r.err.find("confinement is a worker setting"), std::string::npos) << r.err;
+  auto vendor = fx_->write_policy(R"({"schema_version": "airlock.task_policy.v1", "confinement": "vendor"})", "v.json");
+  auto run = fx_->run({"run", "--defaults", vendor, "--", "/bin/true"});
+  EXPECT_EQ(run.status, 125) << "only agent runs take confinement vendor";
+  // A harmless executable: under vendor confinement it runs on the host, unconfined by airlock.
+  auto v = fx_->run({"agent", "run", "--profile", "claude-code", "--defaults", vendor, "--executable", "/bin/echo",
+                     "--no-credential", "--", "vendor-ran"},
+                    {{"HOME", home_->path()}});
+  ASSERT_EQ(v.status, 0) << v.err;
+  EXPECT_EQ(v.out, "vendor-ran\n");
+  EXPECT_NE(v.err.find("airlock makes no claim the agent is confined"), std::string::npos) << v.err;
+  auto files = fx_->receipts();
+  ASSERT_EQ(files.size(), 1u);
+  auto open = read_receipts(files[0]).at(0);
+  EXPECT_EQ(open["agent"]["confinement"], "vendor");
+  EXPECT_EQ(open["agent"]["claim"], "airlock makes no claim the agent is confined");
+  EXPECT_EQ(open["executor"], "host");
+  EXPECT_NE(std::find(open["plan"]["relaxations"].begin(), open["plan"]["relaxations"].end(), "confinement: vendor"),
+            open["plan"]["relaxations"].end());
+}
+
+// The real CLIs, installed from the npm registry by scripts/agent-clis (CTest fixture agent_clis).
+class RealAgentCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* d = std::getenv("AIRLOCK_TEST_AGENT_CLIS");
+    dir_ = d ? d : "";
+    if (dir_.empty() || !exists(dir_ + "/.complete")) {
+      std::string why = "the real agent CLIs are not installed (scripts/agent-clis DIR, needs npm and the registry)";
+      if (require_all_tiers()) FAIL() << "AIRLOCK_REQUIRE_ALL_TIERS=1 but: " << why;
+      GTEST_SKIP() << why;
+    }
+    fx_ = std::make_unique<CliFixture>(Identity::Self);
+    // V8 and Bun reserve large address ranges: RLIMIT_AS follows memory_mb.
+    policy_ = fx_->write_policy(R"({"schema_version": "airlock.task_policy.v1", "executor": "namespaces",
+        "read_only_paths": [")" + dir_ + R"("], "limits": {"memory_mb": 16384, "command_timeout_seconds": 120}})");
+  }
+  std::string bin(const policy::AgentProfile& p) const { return dir_ + "/node_modules/.bin/" + p.executable; }
+  std::string version(const policy::AgentProfile& p) const {
+    auto j = Json::parse(read_text(dir_ + "/node_modules/" + p.npm_package + "/package.json"));
+    return j["version"];
+  }
+  CliResult agent(const std::string& profile, const std::vector<std::string>& args) {
+    auto p = *policy::find_agent_profile(profile);
+    std::vector<std::string> a = {"agent", "run", "--profile", profile, "--policy", policy_, "--executable", bin(p),
+                                  "--no-credential", "--"};
+    a.insert(a.end(), args.begin(), args.end());
+    return fx_->run(a, {{"HOME", home_.path()}}, 180);
+  }
+  std::string dir_;
+  std::unique_ptr<CliFixture> fx_;
+  std::string policy_;
+  TempDir home_{std::nullopt, "/var/tmp"};
+};
+
+TEST_F(RealAgentCli, EveryBypassArgumentOfEveryProfileIsInItsHelp) {
+  for (const auto& p : policy::builtin_agent_profiles()) {
+    auto r = fx_->run_program({bin(p), "--help"}, "", {{"HOME", home_.path()}}, 120);
+    ASSERT_EQ(r.status, 0) << p.name << ": " << r.err;
+    std::string help = r.out + r.err;
+    for (const auto& t : p.bypass_tokens) EXPECT_NE(help.find(t), std::string::npos) << p.name << " " << t;
+    for (const auto& b : p.bypass_values) {
+      EXPECT_NE(help.find(b.flag), std::string::npos) << p.name << " " << b.flag;
+      // A value that is a config assignment (codex -c) names a key its help does not list.
+      if (b.values[0].find('=') == std::string::npos) {
+        EXPECT_NE(help.find(b.values[0]), std::string::npos) << p.name << " " << b.values[0];
+      }
+    }
+    for (const auto& m : p.model_flags) EXPECT_NE(help.find(m), std::string::npos) << p.name << " " << m;
+    for (const auto& f : p.resume_flags) EXPECT_NE(help.find(f), std::string::npos) << p.name << " " << f;
+    for (const auto& c : p.continue_flags) EXPECT_NE(help.find(c), std::string::npos) << p.name << " " << c;
+  }
+}
+
+TEST_F(RealAgentCli, VersionAndHelpRunConfinedWithoutNetwork) {
+  for (const char* name : {"claude-code", "codex"}) {
+    auto p = *policy::find_agent_profile(name);
+    auto r = agent(name, {"--version"});
+    if (r.status == 125 && r.err.find("AIRLOCK_EXECUTOR_UNAVAILABLE") != std::string::npos && !require_all_tiers())
+      GTEST_SKIP() << r.err;
+    ASSERT_EQ(r.status, 0) << name << ": " << r.err << r.out;
+    EXPECT_NE(r.out.find(version(p)), std::string::npos) << name << ": " << r.out;
+    EXPECT_NE(r.err.find("airlock: namespaces tier"), std::string::npos) << r.err;
+    auto h = agent(name, {"--help"});
+    ASSERT_EQ(h.status, 0) << name << ": " << h.err;
+    EXPECT_NE(h.out.find(p.bypass_tokens[0]), std::string::npos) << h.out;
+  }
+  auto files = fx_->receipts();
+  ASSERT_EQ(files.size(), 4u);
+  for (const auto& f : files) {
+    auto open = read_receipts(f).at(0);
+    EXPECT_EQ(open["executor"], "namespaces");
+    EXPECT_EQ(open["enforced"]["network"], "none");
+    EXPECT_EQ(open["agent"]["executable_sha256"], *sha256_file(open["agent"]["executable"]));
+  }
+}
+
+TEST_F(RealAgentCli, EachBypassArgumentInBothFormsIsRefused) {
+  for (const char* name : {"claude-code", "codex", "gemini"}) {
+    auto p = *policy::find_agent_profile(name);
+    std::vector<std::vector<std::string>> attempts;
+    for (const auto& t : p.bypass_tokens) attempts.push_back({t}), attempts.push_back({t + "=true"});
+    for (const auto& b : p.bypass_values)
+      for (const auto& v : b.values) attempts.push_back({b.flag, v}), attempts.push_back({b.flag + "=" + v});
+    for (const auto& a : attempts) {
+      auto r = agent(name, a);
+      EXPECT_EQ(r.status, 125) << name << " " << a[0];
+      EXPECT_NE(r.err.find("AIRLOCK_BYPASS_REFUSED"), std::string::npos) << r.err;
+    }
+  }
+  EXPECT_TRUE(fx_->receipts().empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(AsEachUser, AgentRun, ::testing::Values(Identity::Self, Identity::Nobody),
+                         [](const auto& info) { return to_string(info.param); });
+
+}  // namespace
+}  // namespace airlock::testing

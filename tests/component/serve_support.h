@@ -1,0 +1,54 @@
+// Test support for `airlock serve`: the real binary started in the background, stopped by a signal.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_support.h"
+#include "server/client.h"
+
+namespace airlock::testing {
+
+// Starts `airlock --state-dir STATE serve ARGS...` as the test's own identity and waits for
+// its "listening" line. The destructor stops it (SIGTERM, then SIGKILL) and reaps it.
+class ServeProcess {
+ public:
+  ServeProcess(const CliFixture& f, const std::vector<std::string>& args = {});
+  ~ServeProcess();
+  ServeProcess(const ServeProcess&) = delete;
+
+  bool ready() const { return !listening_.is_null(); }
+  // Why it is not ready: its stderr and exit status.
+  const std::string& failure() const { return failure_; }
+  std::string socket() const { return listening_.value("unix", ""); }
+  int tcp_port() const;
+  server::Endpoint unix_endpoint() const {
+    server::Endpoint e;
+    e.unix_path = socket();
+    return e;
+  }
+  server::Endpoint tcp_endpoint(const std::string& token) const {
+    return {.unix_path = "", .host = "127.0.0.1", .port = tcp_port(), .token = token};
+  }
+  pid_t pid() const { return pid_; }
+  // Sends `sig` and waits; returns the exit status (128 + signal if it died of one).
+  int stop(int sig);
+  std::string stderr_text() const;
+
+ private:
+  pid_t pid_ = -1;
+  std::string err_path_;
+  nlohmann::json listening_;
+  std::string failure_;
+};
+
+// Pids of processes whose command line is exactly `argv` (a tool the test started).
+std::vector<pid_t> processes_running(const std::vector<std::string>& argv);
+// Waits (bounded) until no such process is left; true when none is.
+bool wait_until_gone(const std::vector<std::string>& argv);
+
+}  // namespace airlock::testing

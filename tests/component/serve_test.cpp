@@ -1,0 +1,362 @@
+// `airlock serve`: the real server on a real unix socket and loopback port, driven over HTTP.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "serve_support.h"
+#include "server/server.h"
+
+namespace airlock::testing {
+namespace {
+
+using Json = nlohmann::json;
+namespace fs = std::filesystem;
+using server::HttpClient;
+using server::HttpReply;
+
+const char* kSleepA = "3601";  // each test's long tool has its own argv, to find its process
+const char* kSleepB = "3602";
+
+std::string policy_json(const CliFixture& f, const std::string& sleep_seconds = "3600") {
+  Json p = {{"schema_version", "airlock.task_policy.v1"},
+            {"workspace", f.workspace()},
+            {"readable", {"src", "reports"}},
+            {"write_back_paths", {"reports"}},
+            {"tools",
+             {{{"name", "count"}, {"argv", {"wc", "-c", "src/app.py"}}},
+              {{"name", "wait"}, {"argv", {"sleep", sleep_seconds}}, {"timeout_seconds", 3600}}}},
+            {"limits", {{"session_budget_seconds", 7200}, {"command_timeout_seconds", 3600}}}};
+  return p.dump();
+}
+
+HttpReply must(Result<HttpReply> r) {
+  EXPECT_TRUE(r.has_value()) << (r ? "" : r.error().message);
+  return r ? *r : HttpReply{};
+}
+
+class Serve : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    f = std::make_unique<CliFixture>(Identity::Self);
+    f->put("src/app.py", "print('hi')\n");
+  }
+  // Starts the server; false (and a skip, or a failure under AIRLOCK_REQUIRE_ALL_TIERS=1) when
+  // this host cannot open the policy's session.
+  void start(const std::vector<std::string>& args = {}) {
+    srv = std::make_unique<ServeProcess>(*f, args);
+    ASSERT_TRUE(srv->ready()) << srv->failure();
+  }
+  // Opens a session; skips when no executor can run here (a failure when every tier is required).
+  std::string open(HttpClient& c, const std::string& policy) {
+    auto r = must(c.request("POST", "/v1/sessions", policy));
+    if (r.status == 503 && r.json()["error"]["code"] == "AIRLOCK_EXECUTOR_UNAVAILABLE") {
+      if (!require_all_tiers()) skipped = true;
+      return "";
+    }
+    EXPECT_EQ(r.status, 201) << r.body;
+    return r.json().value("session", "");
+  }
+  std::unique_ptr<CliFixture> f;
+  std::unique_ptr<ServeProcess> srv;
+  bool skipped = false;
+};
+
+// `airlock serve` is airlock-serve beside airlock; without it, a named refusal, and --help is its.
+TEST_F(Serve, TheServeVerbRunsItsSiblingOrRefusesByName) {
+  auto help = f->run({"serve", "--help"});
+  EXPECT_EQ(help.status, 0) << help.err;
+  EXPECT_NE(help.out.find("--token-file"), std::string::npos) << help.out;
+  TempDir alone;
+  std::string lone = alone.path() + "/airlock";
+  fs::copy_file(f->binary(), lone);
+  ::chmod(alone.path().c_str(), 0755);
+  auto r = f->run_program({lone, "--state-dir", f->state_dir(), "serve"});
+  EXPECT_EQ(r.status, 125) << r.err;
+  EXPECT_NE(r.err.find("AIRLOCK_CONFIG_ERROR"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(alone.path() + "/airlock-serve"), std::string::npos) << r.err;
+}
+
+TEST_F(Serve, SessionLifecycleOverTheUnixSocket) {
+  start();
+  struct stat st{};
+  ASSERT_EQ(::lstat(srv->socket().c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  HttpClient c(srv->unix_endpoint());
+  auto health = must(c.get("/v1/health"));
+  EXPECT_EQ(health.status, 200);
+  EXPECT_EQ(health.json()["status"], "ok");
+
+  auto opened = must(c.request("POST", "/v1/sessions", policy_json(*f)));
+  if (opened.status == 503 && !require_all_tiers()) GTEST_SKIP() << opened.body;
+  ASSERT_EQ(opened.status, 201) << opened.body;
+  std::string id = opened.json()["session"];
+  EXPECT_EQ(opened.json()["receipt"]["kind"], "session.open");
+  EXPECT_EQ(opened.json()["receipt"]["session"], id);
+  std::string base = "/v1/sessions/" + id;
+
+  auto read = must(c.post(base + "/read_file", {{"path", "src/app.py"}}));
+  EXPECT_EQ(read.status, 200) << read.body;
+  EXPECT_EQ(read.json()["content"], "print('hi')\n");
+  auto denied = must(c.post(base + "/read_file", {{"path", "/etc/shadow"}}));
+  EXPECT_EQ(denied.status, 403);
+  EXPECT_EQ(denied.json()["error"]["code"], "AIRLOCK_PATH_DENIED");
+  auto wrote = must(c.post(base + "/write_file", {{"path", "reports/r.txt"}, {"content", "done\n"}}));
+  EXPECT_EQ(wrote.status, 200) << wrote.body;
+  auto listed = must(c.post(base + "/list_dir", {{"path", "src"}}));
+  EXPECT_EQ(listed.json()["entries"][0]["name"], "app.py") << listed.body;
+  auto ran = must(c.post(base + "/run_tool", {{"tool", "count"}}));
+  EXPECT_EQ(ran.json()["stdout"], "12 src/app.py\n") << ran.body;
+  auto undeclared = must(c.post(base + "/run_tool", {{"tool", "rm"}}));
+  EXPECT_EQ(undeclared.json()["error"]["code"], "AIRLOCK_TOOL_NOT_DECLARED");
+  auto egress = must(c.post(base + "/http_fetch", {{"url", "https://example.com/"}}));
+  EXPECT_EQ(egress.json()["error"]["code"], "AIRLOCK_EGRESS_DENIED") << egress.body;
+  EXPECT_EQ(egress.status, 403);
+
+  auto closed = must(c.post(base + "/close", Json::object()));
+  EXPECT_EQ(closed.status, 200) << closed.body;
+  EXPECT_EQ(closed.json()["written_back"]["written"], Json::array({"reports/r.txt"}));
+  EXPECT_EQ(read_text(f->workspace() + "/reports/r.txt"), "done\n");
+  auto after = must(c.post(base + "/read_file", {{"path", "src/app.py"}}));
+  EXPECT_EQ(after.status, 409);
+  EXPECT_EQ(after.json()["error"]["code"], "AIRLOCK_SESSION_CLOSED");
+
+  auto receipts = must(c.get(base + "/receipts"));
+  ASSERT_EQ(receipts.status, 200);
+  std::vector<std::string> kinds;
+  Json listed_receipts = receipts.json()["receipts"];
+  for (const auto& r : listed_receipts) kinds.push_back(r["kind"]);
+  ASSERT_FALSE(kinds.empty()) << receipts.body;
+  EXPECT_EQ(kinds.front(), "session.open");
+  EXPECT_NE(std::find(kinds.begin(), kinds.end(), "session.close"), kinds.end());
+  auto verify = f->run({"receipts", "verify", receipts.json()["path"]});
+  EXPECT_EQ(verify.status, 0) << verify.err;
+
+  std::string sock = srv->socket();
+  EXPECT_EQ(srv->stop(SIGTERM), 0);
+  EXPECT_FALSE(exists(sock));  // nothing left behind
+}
+
+TEST_F(Serve, EachBadRequestGetsItsOwnAnswer) {
+  start({"--max-body-bytes", "4096", "--max-sessions", "1"});
+  HttpClient c(srv->unix_endpoint());
+  auto code = [](const HttpReply& r) { return r.json()["error"]["code"].get<std::string>(); };
+
+  auto bad_policy = must(c.request("POST", "/v1/sessions", R"({"schema_version": "airlock.task_policy.v1", "nope": 1})"));
+  EXPECT_EQ(bad_policy.status, 422);
+  EXPECT_EQ(code(bad_policy), "AIRLOCK_POLICY_INVALID");
+  EXPECT_EQ(bad_policy.json()["error"]["facts"]["path"], "$.nope") << bad_policy.body;
+  auto malformed_open = must(c.request("POST", "/v1/sessions", "{\"schema_version\": "));
+  EXPECT_EQ(malformed_open.status, 400);
+  EXPECT_EQ(code(malformed_open), "AIRLOCK_PROTOCOL_ERROR");
+
+  auto unknown = must(c.post("/v1/sessions/no-such-session/read_file", {{"path", "src/app.py"}}));
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_EQ(code(unknown), "AIRLOCK_SESSION_UNKNOWN");
+  auto no_route = must(c.get("/v1/nothing-here"));
+  EXPECT_EQ(no_route.status, 404);
+  EXPECT_EQ(code(no_route), "AIRLOCK_NOT_FOUND");
+  auto too_large = must(c.request("POST", "/v1/sessions", std::string(8192, ' ')));
+  EXPECT_EQ(too_large.status, 413);
+  EXPECT_EQ(code(too_large), "AIRLOCK_REQUEST_TOO_LARGE");
+  EXPECT_EQ(too_large.json()["error"]["facts"]["max_body_bytes"], 4096);
+
+  std::string id = open(c, policy_json(*f));
+  if (skipped) GTEST_SKIP() << "no executor for the policy here";
+  ASSERT_FALSE(id.empty());
+  std::string base = "/v1/sessions/" + id;
+  auto full = must(c.request("POST", "/v1/sessions", policy_json(*f)));
+  EXPECT_EQ(full.status, 503);
+  EXPECT_EQ(code(full), "AIRLOCK_CAPACITY_EXHAUSTED");
+  EXPECT_EQ(full.json()["error"]["facts"]["max_sessions"], 1);
+  auto malformed = must(c.request("POST", base + "/read_file", "{\"path\": "));
+  EXPECT_EQ(malformed.status, 400);
+  EXPECT_EQ(code(malformed), "AIRLOCK_PROTOCOL_ERROR");
+  EXPECT_TRUE(malformed.json()["error"]["facts"].contains("byte")) << malformed.body;
+  auto unknown_field = must(c.post(base + "/read_file", {{"path", "src/app.py"}, {"bogus", 1}}));
+  EXPECT_EQ(unknown_field.status, 400);
+  EXPECT_EQ(code(unknown_field), "AIRLOCK_PROTOCOL_ERROR");
+  EXPECT_EQ(unknown_field.json()["error"]["facts"]["path"], "$.bogus");
+  auto smuggled = must(c.post(base + "/read_file", {{"path", "reports/x"}, {"action", "write_file"}, {"id", 7}}));
+  EXPECT_EQ(smuggled.status, 400);
+  EXPECT_EQ(smuggled.json()["error"]["facts"]["path"], "$.action");
+  auto not_object = must(c.request("POST", base + "/list_dir", "[1]"));
+  EXPECT_EQ(code(not_object), "AIRLOCK_PROTOCOL_ERROR");
+  // Every refusal above that reached the session left a receipt.
+  auto receipts = must(c.get(base + "/receipts")).json()["receipts"];
+  size_t refused = 0;
+  for (const auto& r : receipts) refused += r["kind"] == "protocol.refused";
+  EXPECT_EQ(refused, 4u);
+}
+
+TEST_F(Serve, TcpListenerRequiresTheBearerToken) {
+  std::string token_file = f->workspace() + "/../token";
+  std::string token = "s3cret-token-0123456789abcdef";
+  std::ofstream(token_file) << token << "\n";
+  ::chmod(token_file.c_str(), 0644);
+  auto loose = f->run({"serve", "--listen", "127.0.0.1:0", "--token-file", token_file});
+  EXPECT_EQ(loose.status, 125);
+  EXPECT_NE(loose.err.find("AIRLOCK_CUSTODY_UNSAFE"), std::string::npos) << loose.err;
+  EXPECT_NE(loose.err.find(token_file), std::string::npos) << loose.err;
+  auto remote = f->run({"serve", "--listen", "0.0.0.0:0", "--token-file", token_file});
+  EXPECT_EQ(remote.status, 125);
+  EXPECT_NE(remote.err.find("AIRLOCK_CONFIG_ERROR"), std::string::npos) << remote.err;
+  ::chmod(token_file.c_str(), 0600);
+
+  start({"--listen", "127.0.0.1:0", "--token-file", token_file});
+  ASSERT_GT(srv->tcp_port(), 0);
+  HttpClient local(srv->unix_endpoint());
+  std::string id = open(local, policy_json(*f));
+  if (skipped) GTEST_SKIP() << "no executor for the policy here";
+  ASSERT_FALSE(id.empty());
+
+  HttpClient anonymous(srv->tcp_endpoint(""));
+  HttpClient wrong(srv->tcp_endpoint(token + "x"));
+  for (HttpClient* c : {&anonymous, &wrong}) {
+    auto kill = must(c->post("/v1/sessions/" + id + "/kill", Json::object()));
+    EXPECT_EQ(kill.status, 401);
+    EXPECT_EQ(kill.json()["error"]["code"], "AIRLOCK_UNAUTHORIZED");
+    EXPECT_EQ(kill.header("WWW-Authenticate"), "Bearer");
+    EXPECT_EQ(must(c->get("/v1/health")).status, 401);
+  }
+  // The refused kills touched nothing: the session still reads, and recorded no kill.
+  auto read = must(local.post("/v1/sessions/" + id + "/read_file", {{"path", "src/app.py"}}));
+  EXPECT_EQ(read.status, 200) << read.body;
+
+  HttpClient authorized(srv->tcp_endpoint(token));
+  EXPECT_EQ(must(authorized.get("/v1/health")).status, 200);
+  auto tcp_read = must(authorized.post("/v1/sessions/" + id + "/read_file", {{"path", "src/app.py"}}));
+  EXPECT_EQ(tcp_read.json()["content"], "print('hi')\n") << tcp_read.body;
+  std::remove(token_file.c_str());
+}
+
+TEST_F(Serve, LongToolBlocksNoOtherSessionAndKillStopsIt) {
+  start();
+  HttpClient c(srv->unix_endpoint());
+  std::string a = open(c, policy_json(*f, kSleepA));
+  if (skipped) GTEST_SKIP() << "no executor for the policy here";
+  std::string b = open(c, policy_json(*f));
+  ASSERT_FALSE(a.empty());
+  ASSERT_FALSE(b.empty());
+  EXPECT_EQ(must(c.post("/v1/sessions/" + a + "/write_file", {{"path", "reports/a.txt"}, {"content", "x"}})).status,
+            200);
+
+  std::atomic<bool> answered = false;
+  HttpReply long_run;
+  std::thread runner([&] {
+    HttpClient own(srv->unix_endpoint());
+    long_run = must(own.post("/v1/sessions/" + a + "/run_tool", {{"tool", "wait"}}));
+    answered = true;
+  });
+  std::vector<std::string> tool = {"/usr/bin/sleep", kSleepA};
+  for (int i = 0; i < 600 && processes_running(tool).empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_FALSE(processes_running(tool).empty()) << "the long tool never started";
+
+  // Session b acts while a's tool runs; a's request is still unanswered.
+  auto read = must(c.post("/v1/sessions/" + b + "/read_file", {{"path", "src/app.py"}}));
+  EXPECT_EQ(read.status, 200) << read.body;
+  EXPECT_EQ(must(c.get("/v1/sessions/" + a + "/receipts")).status, 200);
+  EXPECT_FALSE(answered);
+
+  auto killed = must(c.post("/v1/sessions/" + a + "/kill", Json::object()));
+  EXPECT_EQ(killed.status, 200) << killed.body;
+  runner.join();
+  EXPECT_EQ(long_run.status, 409) << long_run.body;
+  EXPECT_EQ(long_run.json()["error"]["code"], "AIRLOCK_SESSION_KILLED");
+  EXPECT_TRUE(wait_until_gone(tool));
+  EXPECT_FALSE(exists(f->workspace() + "/reports/a.txt"));  // nothing written back
+  auto receipts = must(c.get("/v1/sessions/" + a + "/receipts")).json()["receipts"];
+  EXPECT_EQ(receipts.back()["kind"], "session.close");
+  EXPECT_EQ(receipts.back()["how"], "killed");
+}
+
+TEST_F(Serve, SigtermKillsRunningSessionsAndLeavesNothingBehind) {
+  start();
+  HttpClient c(srv->unix_endpoint());
+  std::string a = open(c, policy_json(*f, kSleepB));
+  if (skipped) GTEST_SKIP() << "no executor for the policy here";
+  ASSERT_FALSE(a.empty());
+  EXPECT_EQ(must(c.post("/v1/sessions/" + a + "/write_file", {{"path", "reports/a.txt"}, {"content", "x"}})).status,
+            200);
+  std::string receipts_path = must(c.get("/v1/sessions/" + a + "/receipts")).json()["path"];
+  HttpReply long_run;
+  std::thread runner([&] {
+    HttpClient own(srv->unix_endpoint());
+    long_run = must(own.post("/v1/sessions/" + a + "/run_tool", {{"tool", "wait"}}));
+  });
+  std::vector<std::string> tool = {"/usr/bin/sleep", kSleepB};
+  for (int i = 0; i < 600 && processes_running(tool).empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_FALSE(processes_running(tool).empty()) << "the long tool never started";
+
+  std::string sock = srv->socket();
+  EXPECT_EQ(srv->stop(SIGTERM), 0);
+  runner.join();
+  EXPECT_EQ(long_run.json()["error"]["code"], "AIRLOCK_SESSION_KILLED") << long_run.body;
+  EXPECT_TRUE(wait_until_gone(tool));
+  EXPECT_FALSE(exists(sock));
+  EXPECT_FALSE(exists(f->workspace() + "/reports/a.txt"));
+  std::string text = read_text(receipts_path);
+  std::string last = text.substr(text.rfind('\n', text.size() - 2) + 1);
+  auto close = Json::parse(last);
+  EXPECT_EQ(close["kind"], "session.close");
+  EXPECT_EQ(close["how"], "killed");
+  EXPECT_EQ(close["reason"], "server stopped by TERM");
+  EXPECT_EQ(f->run({"receipts", "verify", receipts_path}).status, 0);
+}
+
+TEST_F(Serve, OpenApiDescribesExactlyTheRoutesThatExist) {
+  start();
+  HttpClient c(srv->unix_endpoint());
+  auto served = must(c.get("/v1/openapi.json"));
+  ASSERT_EQ(served.status, 200);
+  Json doc = served.json();
+  EXPECT_EQ(doc, Json::parse(read_text(std::string(AIRLOCK_SOURCE_DIR) + "/src/server/openapi.json")));
+  EXPECT_EQ(doc["openapi"].get<std::string>().substr(0, 2), "3.");
+
+  std::set<std::pair<std::string, std::string>> documented, registered;
+  for (const auto& [path, ops] : doc["paths"].items())
+    for (const auto& [method, op] : ops.items()) {
+      std::string m = method;
+      std::transform(m.begin(), m.end(), m.begin(), ::toupper);
+      documented.emplace(m, path);
+    }
+  for (const auto& r : server::routes()) registered.emplace(std::string(r.method), std::string(r.path));
+  EXPECT_EQ(documented, registered);
+
+  // And the live server answers each one with its own handler, never "no route".
+  for (const auto& [method, path] : documented) {
+    std::string p = path;
+    if (auto at = p.find("{id}"); at != std::string::npos) p.replace(at, 4, "no-such-session");
+    auto r = must(c.request(method, p, method == "POST" ? "{" : ""));
+    std::string code = r.json().is_object() && r.json().contains("error") ? r.json()["error"]["code"] : "";
+    EXPECT_NE(code, "AIRLOCK_NOT_FOUND") << method << " " << path;
+    if (path.find("{id}") != std::string::npos) {
+      EXPECT_EQ(code, "AIRLOCK_SESSION_UNKNOWN") << method << " " << path;
+    }
+  }
+  auto executors = must(c.get("/v1/executors")).json();
+  EXPECT_EQ(executors["executors"].size(), 5u);
+}
+
+TEST_F(Serve, ReadmePythonClientRuns) {
+  start();
+  std::string policy = f->write_policy(policy_json(*f));
+  auto r = f->run_program({"/usr/bin/python3", std::string(AIRLOCK_SOURCE_DIR) + "/examples/serve_client.py",
+                           srv->socket(), policy});
+  if (r.err.find("AIRLOCK_EXECUTOR_UNAVAILABLE") != std::string::npos && !require_all_tiers()) GTEST_SKIP() << r.err;
+  ASSERT_EQ(r.status, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("read: print('hi')"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("refused: 403 AIRLOCK_PATH_DENIED"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("closed: ['reports/notes.txt']"), std::string::npos) << r.out;
+  EXPECT_EQ(read_text(f->workspace() + "/reports/notes.txt"), "checked\n");
+}
+
+}  // namespace
+}  // namespace airlock::testing

@@ -1,0 +1,27 @@
+// Drives `airlock mcp` with the official MCP TypeScript SDK: initialize, list tools, read a file,
+// provoke a refusal, call an unknown tool; prints what came back as one JSON object.
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+
+const [airlock, stateDir, policy, workspace] = process.argv.slice(2);
+const transport = new StdioClientTransport({
+  command: airlock,
+  args: ["--state-dir", stateDir, "mcp", "--policy", policy, "--workspace", workspace],
+  stderr: "inherit",
+});
+const client = new Client({ name: "airlock-integration-test", version: "1.0.0" });
+await client.connect(transport);
+const out = { server: client.getServerVersion() };
+out.tools = (await client.listTools()).tools;
+out.read = await client.callTool({ name: "read_file", arguments: { path: "src/app.py" } });
+out.refused = await client.callTool({ name: "read_file", arguments: { path: "../../etc/passwd" } });
+out.tool = await client.callTool({ name: "count", arguments: {} });
+try {
+  await client.callTool({ name: "no_such_tool", arguments: {} });
+  out.unknown = "answered";
+} catch (e) {
+  out.unknown = { code: e.code, message: e.message };
+}
+await client.ping();
+await client.close();
+console.log(JSON.stringify(out));
