@@ -3,11 +3,12 @@
 // line: {"probe", "breached", "evidence", "errno", ...}. It never decides a verdict: the suite
 // checks the host side too. Output is written with write(2), never stdio, because the
 // outlive_session probe forks and a stdio buffer would be printed twice.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <fmt/ranges.h>
 #include <linux/io_uring.h>
 #include <linux/keyctl.h>
 #include <linux/sched.h>
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -24,6 +25,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <optional>
 
 #include "cli/verbs.h"
 #include "escape/dns_wire.h"
@@ -629,8 +631,8 @@ std::optional<ProxyEnv> proxy_from_env() {
 }
 
 std::string http_get(std::string_view target, std::string_view host, const std::string& marker, bool close) {
-  return fmt::format("GET {} HTTP/1.1\r\nHost: {}\r\n{}: {}\r\n{}\r\n", target, host, escape::kRunHeader, marker,
-                     close ? "Connection: close\r\n" : "");
+  return fmt::format("GET {} HTTP/1.1\r\nHost: {}\r\n{}: {}\r\n{}\r\n", target, host, escape::kRunHeader,
+                     marker, close ? "Connection: close\r\n" : "");
 }
 
 // Asks the DNS server on 127.0.0.1:port for `name`'s A records.
@@ -641,7 +643,8 @@ struct Looked {
   std::string said() const {
     if (err) return err_name(err);
     if (!answered) return "no answer";
-    return addrs.empty() ? std::string("answered: no address") : fmt::format("answered {}", fmt::join(addrs, ", "));
+    return addrs.empty() ? std::string("answered: no address")
+                         : fmt::format("answered {}", fmt::join(addrs, ", "));
   }
 };
 Looked dns_lookup(int port, const std::string& name) {
@@ -662,7 +665,8 @@ Looked dns_lookup(int port, const std::string& name) {
     if (::poll(&p, 1, kDoorWaitMs) == 1) {
       ssize_t n = ::recv(fd, buf, sizeof buf, 0);
       if (n < 0) l.err = errno;
-      auto a = n > 0 ? escape::parse_dns_answer(std::string_view(buf, static_cast<size_t>(n)), id) : std::nullopt;
+      auto a =
+          n > 0 ? escape::parse_dns_answer(std::string_view(buf, static_cast<size_t>(n)), id) : std::nullopt;
       if (a) {
         l.answered = true;
         l.addrs = *a;
@@ -682,7 +686,10 @@ bool from_forbidden(const std::string& reply) {
 ProbeReport door_dns_query(int dns_port, const std::string& marker) {
   std::string name = fmt::format("{}.{}", marker.substr(marker.rfind('/') + 1), escape::kDoorExfilDomain);
   Looked l = dns_lookup(dns_port, name);
-  return {{}, l.answered, fmt::format("DNS query for {} to 127.0.0.1:{}: {}", name, dns_port, l.said()), l.err,
+  return {{},
+          l.answered,
+          fmt::format("DNS query for {} to 127.0.0.1:{}: {}", name, dns_port, l.said()),
+          l.err,
           Json::object()};
 }
 
@@ -690,8 +697,12 @@ ProbeReport door_dns_query(int dns_port, const std::string& marker) {
 ProbeReport door_direct_tcp(int http_port, const std::string& marker) {
   auto x = exchange("127.0.0.1", http_port, http_get("/direct-tcp", escape::kDoorAllowedHost, marker, true));
   bool got = x.reply.find(" 200 ") != std::string::npos;
-  return {{}, got, fmt::format("straight to 127.0.0.1:{} (the allowed server), not through the proxy: {}", http_port, x.said()),
-          x.err, Json::object()};
+  return {{},
+          got,
+          fmt::format("straight to 127.0.0.1:{} (the allowed server), not through the proxy: {}", http_port,
+                      x.said()),
+          x.err,
+          Json::object()};
 }
 
 // A UDP datagram to a listener on loopback.
@@ -703,9 +714,13 @@ ProbeReport door_udp(int udp_port, const std::string& marker) {
   to.sin_port = htons(static_cast<uint16_t>(udp_port));
   to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   std::string msg = "door_udp " + marker + "\n";
-  int e = ::sendto(fd, msg.data(), msg.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to) < 0 ? errno : 0;
+  int e =
+      ::sendto(fd, msg.data(), msg.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to) < 0 ? errno : 0;
   ::close(fd);
-  return {{}, e == 0, fmt::format("sendto 127.0.0.1:{}: {}", udp_port, e ? err_name(e) : std::string("SENT")), e,
+  return {{},
+          e == 0,
+          fmt::format("sendto 127.0.0.1:{}: {}", udp_port, e ? err_name(e) : std::string("SENT")),
+          e,
           Json::object()};
 }
 
@@ -717,7 +732,10 @@ ProbeReport door_ipv6(int port, const std::string& marker) {
     write_all(fd, "door_ipv6 " + marker + "\n");
     ::close(fd);
   }
-  return {{}, fd >= 0, fmt::format("connect [::1]:{}: {}", port, e ? err_name(e) : std::string("CONNECTED")), e,
+  return {{},
+          fd >= 0,
+          fmt::format("connect [::1]:{}: {}", port, e ? err_name(e) : std::string("CONNECTED")),
+          e,
           Json::object()};
 }
 
@@ -731,27 +749,40 @@ ProbeReport door_relay_forbidden(int http_port, int dns_port, const std::string&
   if (!proxy) {
     Looked l = dns_lookup(dns_port, std::string(escape::kDoorForbiddenHost));
     if (l.addrs.empty())
-      return {{}, false, fmt::format("no proxy; {} did not resolve: {}", escape::kDoorForbiddenHost, l.said()), l.err,
+      return {{},
+              false,
+              fmt::format("no proxy; {} did not resolve: {}", escape::kDoorForbiddenHost, l.said()),
+              l.err,
               Json::object()};
     auto x = exchange(l.addrs[0], http_port, http_get("/direct-forbidden", forbidden, marker, true));
-    return {{}, from_forbidden(x.reply),
-            fmt::format("no proxy in the environment: straight to {} ({}): {}", forbidden, l.addrs[0], x.said()), x.err,
-            Json::object()};
+    return {
+        {},
+        from_forbidden(x.reply),
+        fmt::format("no proxy in the environment: straight to {} ({}): {}", forbidden, l.addrs[0], x.said()),
+        x.err,
+        Json::object()};
   }
-  auto pipelined = exchange(proxy->ip, proxy->port,
-                            http_get(fmt::format("http://{}/first", allowed), allowed, marker, false) +
-                                http_get(fmt::format("http://{}/pipelined", forbidden), forbidden, marker, true));
+  auto pipelined =
+      exchange(proxy->ip, proxy->port,
+               http_get(fmt::format("http://{}/first", allowed), allowed, marker, false) +
+                   http_get(fmt::format("http://{}/pipelined", forbidden), forbidden, marker, true));
   auto host_header =
-      exchange(proxy->ip, proxy->port, http_get(fmt::format("http://{}/host-header", allowed), forbidden, marker, true));
+      exchange(proxy->ip, proxy->port,
+               http_get(fmt::format("http://{}/host-header", allowed), forbidden, marker, true));
   auto relayed = exchange(proxy->ip, proxy->port,
                           fmt::format("CONNECT {0} HTTP/1.1\r\nHost: {0}\r\n\r\n", allowed) +
                               http_get(fmt::format("http://{}/relayed", forbidden), forbidden, marker, true));
-  bool got = from_forbidden(pipelined.reply) || from_forbidden(host_header.reply) || from_forbidden(relayed.reply);
-  return {{}, got,
-          fmt::format("through the door at {}:{}: pipelined after an allowed request: {}; Host header {}: {}; "
-                      "inside a CONNECT to {}: {}",
-                      proxy->ip, proxy->port, pipelined.said(), forbidden, host_header.said(), allowed, relayed.said()),
-          pipelined.err, Json::object()};
+  bool got =
+      from_forbidden(pipelined.reply) || from_forbidden(host_header.reply) || from_forbidden(relayed.reply);
+  return {
+      {},
+      got,
+      fmt::format("through the door at {}:{}: pipelined after an allowed request: {}; Host header {}: {}; "
+                  "inside a CONNECT to {}: {}",
+                  proxy->ip, proxy->port, pipelined.said(), forbidden, host_header.said(), allowed,
+                  relayed.said()),
+      pipelined.err,
+      Json::object()};
 }
 
 // A name whose answer changes between lookups: the allowed address first, then a forbidden one.
@@ -764,20 +795,30 @@ ProbeReport door_rebinding_name(int http_port, int dns_port, const std::string& 
     Looked first = dns_lookup(dns_port, std::string(escape::kDoorRebindHost));
     Looked second = dns_lookup(dns_port, std::string(escape::kDoorRebindHost));
     if (second.addrs.empty())
-      return {{}, false, fmt::format("no proxy; {} did not resolve a second time: {}", escape::kDoorRebindHost, second.said()),
-              second.err, Json::object()};
+      return {{},
+              false,
+              fmt::format("no proxy; {} did not resolve a second time: {}", escape::kDoorRebindHost,
+                          second.said()),
+              second.err,
+              Json::object()};
     auto x = exchange(second.addrs[0], http_port, http_get("/direct-rebound", host, marker, true));
-    return {{}, from_forbidden(x.reply),
-            fmt::format("no proxy in the environment: {} checked as {}, then connected to {}: {}", escape::kDoorRebindHost,
-                        first.said(), second.addrs[0], x.said()),
-            x.err, Json::object()};
+    return {{},
+            from_forbidden(x.reply),
+            fmt::format("no proxy in the environment: {} checked as {}, then connected to {}: {}",
+                        escape::kDoorRebindHost, first.said(), second.addrs[0], x.said()),
+            x.err,
+            Json::object()};
   }
-  auto one = exchange(proxy->ip, proxy->port, http_get(fmt::format("http://{}/first", host), host, marker, true));
-  auto two = exchange(proxy->ip, proxy->port, http_get(fmt::format("http://{}/rebound", host), host, marker, true));
-  return {{}, from_forbidden(one.reply) || from_forbidden(two.reply),
-          fmt::format("through the door at {}:{}: first request: {}; second: {}", proxy->ip, proxy->port, one.said(),
-                      two.said()),
-          one.err ? one.err : two.err, Json::object()};
+  auto one =
+      exchange(proxy->ip, proxy->port, http_get(fmt::format("http://{}/first", host), host, marker, true));
+  auto two =
+      exchange(proxy->ip, proxy->port, http_get(fmt::format("http://{}/rebound", host), host, marker, true));
+  return {{},
+          from_forbidden(one.reply) || from_forbidden(two.reply),
+          fmt::format("through the door at {}:{}: first request: {}; second: {}", proxy->ip, proxy->port,
+                      one.said(), two.said()),
+          one.err ? one.err : two.err,
+          Json::object()};
 }
 
 // The first session of second_sandbox_files: writes its token to out/ in its view, then sleeps

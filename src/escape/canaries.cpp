@@ -3,9 +3,11 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
@@ -14,16 +16,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <sys/eventfd.h>
-
 #include <algorithm>
 #include <cerrno>
-#include <map>
-#include <mutex>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <thread>
+#include <utility>
 
 #include "base/fs.h"
 #include "base/hash.h"
@@ -188,9 +189,10 @@ Result<void> Canaries::plant_door() {
         std::lock_guard lk(d.mu);
         (forbidden ? d.forbidden_seen : d.allowed_seen).push_back(r);
       }
-      return broker::HttpReply{200,
-                               {{"Content-Type", "text/plain"}},
-                               fmt::format("hello from {}\n", forbidden ? kDoorForbiddenHost : kDoorAllowedHost)};
+      return broker::HttpReply{
+          200,
+          {{"Content-Type", "text/plain"}},
+          fmt::format("hello from {}\n", forbidden ? kDoorForbiddenHost : kDoorAllowedHost)};
     };
   };
   // The forbidden server on 127.0.0.2 at the allowed one's port: a name that rebinds keeps its port.
@@ -199,7 +201,8 @@ Result<void> Canaries::plant_door() {
     auto f = broker::LoopbackHttp::start("127.0.0.2", d.allowed->port(), server(true));
     if (f) d.forbidden = std::move(*f);
   }
-  if (!d.forbidden) return fail(Code::ConfigError, "no port free on both 127.0.0.1 and 127.0.0.2 for the door's servers");
+  if (!d.forbidden)
+    return fail(Code::ConfigError, "no port free on both 127.0.0.1 and 127.0.0.2 for the door's servers");
   b.http_port = d.allowed->port();
   d.dns = TRY(udp_on_loopback(&b.dns_port, "DNS responder"));
   d.udp = TRY(udp_on_loopback(&b.udp_port, "UDP sink"));
@@ -424,9 +427,9 @@ Result<std::string> Canaries::make_workspace(std::string_view name) {
 std::vector<Connection> Canaries::take_connections() {
   std::vector<Connection> out;
   std::pair<const char*, int> listeners[] = {{"tcp", tcp_.get()},
-                                              {"unix", unix_.get()},
-                                              {"abstract", abstract_.get()},
-                                              {"ipv6", door_ ? door_->ipv6.get() : -1}};
+                                             {"unix", unix_.get()},
+                                             {"abstract", abstract_.get()},
+                                             {"ipv6", door_ ? door_->ipv6.get() : -1}};
   for (auto [name, fd] : listeners) {
     if (fd < 0) continue;
     for (;;) {

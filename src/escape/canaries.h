@@ -24,10 +24,10 @@ inline constexpr std::string_view kCanaryEnvName = "AIRLOCK_ESCAPE_CANARY_SECRET
 
 // The door probes' bait: servers and listeners on loopback in the host's network namespace.
 struct DoorBait {
-  int http_port = 0;  // the allowed server on 127.0.0.1 and the forbidden one on 127.0.0.2, same port
-  int dns_port = 0;   // UDP on 127.0.0.1: the suite's DNS responder (kDoorAllowedHost and the others)
-  int udp_port = 0;   // UDP on 127.0.0.1: a sink for datagrams
-  int ipv6_port = 0;  // TCP on ::1; 0 when the host has no IPv6 loopback
+  int http_port = 0;         // the allowed server on 127.0.0.1 and the forbidden one on 127.0.0.2, same port
+  int dns_port = 0;          // UDP on 127.0.0.1: the suite's DNS responder (kDoorAllowedHost and the others)
+  int udp_port = 0;          // UDP on 127.0.0.1: a sink for datagrams
+  int ipv6_port = 0;         // TCP on ::1; 0 when the host has no IPv6 loopback
   std::string ipv6_missing;  // why there is no ::1 listener
 };
 

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
@@ -30,17 +31,28 @@ using policy::ExecutorKind;
 namespace {
 
 constexpr Breach kBreaches[] = {
-    Breach::ReadHostFile,     Breach::WriteOutsideDeclaredPaths,
-    Breach::SymlinkWriteBack, Breach::ReadCredentials,
-    Breach::ReachNetwork,     Breach::SeeOrSignalHostProcess,
-    Breach::OutliveSession,   Breach::ExceedMemory,
-    Breach::ExceedTime,       Breach::ExceedCpu,
-    Breach::TiocstiInjection, Breach::ProcRootTraversal,
-    Breach::IoUringSocket,    Breach::ShedSeccomp,
-    Breach::SessionKeyring,   Breach::SecondSandboxFiles,
-    Breach::DoorDnsQuery,     Breach::DoorDirectTcp,
-    Breach::DoorUdp,          Breach::DoorIpv6,
-    Breach::DoorRelayForbidden, Breach::DoorRebinding,
+    Breach::ReadHostFile,
+    Breach::WriteOutsideDeclaredPaths,
+    Breach::SymlinkWriteBack,
+    Breach::ReadCredentials,
+    Breach::ReachNetwork,
+    Breach::SeeOrSignalHostProcess,
+    Breach::OutliveSession,
+    Breach::ExceedMemory,
+    Breach::ExceedTime,
+    Breach::ExceedCpu,
+    Breach::TiocstiInjection,
+    Breach::ProcRootTraversal,
+    Breach::IoUringSocket,
+    Breach::ShedSeccomp,
+    Breach::SessionKeyring,
+    Breach::SecondSandboxFiles,
+    Breach::DoorDnsQuery,
+    Breach::DoorDirectTcp,
+    Breach::DoorUdp,
+    Breach::DoorIpv6,
+    Breach::DoorRelayForbidden,
+    Breach::DoorRebinding,
 };
 
 // How much of its output the suite reads back from a probe.
@@ -332,7 +344,10 @@ Judged judge(Breach b, const Observed& o, const Bait& bait, Canaries& canaries, 
     }
     case Breach::DoorDnsQuery: {
       // The probe asks for MARKER-NAME.exfil.test: a query that reaches the responder carries it out.
+      // DNS names are case-insensitive; the responder records them lower-cased.
       std::string label = std::filesystem::path(bait.root).filename().string();
+      std::transform(label.begin(), label.end(), label.begin(),
+                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
       std::vector<std::string> asked;
       for (const auto& q : canaries.take_dns_queries())
         if (has(q, label)) asked.push_back(q);
@@ -358,8 +373,8 @@ Judged judge(Breach b, const Observed& o, const Bait& bait, Canaries& canaries, 
       }
       j.host = {{forbidden ? "forbidden_server_requests" : "allowed_server_direct_requests", got}};
       j.breached = !got.empty();
-      j.evidence = fmt::format("{}; host: the {} server (127.0.0.{}:{}) {}", said, forbidden ? "forbidden" : "allowed",
-                               forbidden ? 2 : 1, bait.door.http_port,
+      j.evidence = fmt::format("{}; host: the {} server (127.0.0.{}:{}) {}", said,
+                               forbidden ? "forbidden" : "allowed", forbidden ? 2 : 1, bait.door.http_port,
                                got.empty() ? std::string("answered no request of the probe's")
                                            : fmt::format("ANSWERED {}", fmt::join(got, ", ")));
       break;
@@ -378,7 +393,8 @@ Judged judge(Breach b, const Observed& o, const Bait& bait, Canaries& canaries, 
     case Breach::DoorIpv6: {
       std::vector<std::string> got;
       for (const auto& c : canaries.take_connections())
-        if (c.listener == "ipv6") got.push_back(has(c.first_line, bait.root) ? "ipv6" : "ipv6 (without the run marker)");
+        if (c.listener == "ipv6")
+          got.push_back(has(c.first_line, bait.root) ? "ipv6" : "ipv6 (without the run marker)");
       j.host = {{"ipv6_connections", got}};
       j.breached = !got.empty();
       j.evidence = fmt::format("{}; host: the listener on [::1]:{} {}", said, bait.door.ipv6_port,
@@ -455,7 +471,7 @@ std::vector<std::string> probe_args(Breach b, const Bait& bait, const std::strin
 
 struct TierContext {
   const policy::TaskPolicy& policy;
-  const policy::TaskPolicy* door_policy;  // the door probes' policy, when this tier could plan it
+  const policy::TaskPolicy* door_policy;     // the door probes' policy, when this tier could plan it
   const std::optional<Error>& door_refusal;  // ... or why it could not
   const plan::HostFacts& facts;
   const SuiteOptions& opts;
@@ -686,7 +702,9 @@ std::string cell(const TierResult& t, Breach b) {
   if (t.status != TierStatus::Ran) return "unavailable";
   for (const auto& r : t.results)
     if (r.breach == b)
-      return r.breached() ? "BREACHED" : r.verdict == Verdict::Refused ? "REFUSED" : std::string(to_string(r.verdict));
+      return r.breached()                    ? "BREACHED"
+             : r.verdict == Verdict::Refused ? "REFUSED"
+                                             : std::string(to_string(r.verdict));
   return "not run";
 }
 
@@ -895,8 +913,9 @@ std::string TierResult::verdict() const {
     line = fmt::format("{}: {}/{} contained", name, matching() - refused, total - door_total);
     if (doorless)
       line += fmt::format("; door probes {}/{} refused{}", refused, door_total,
-                          door_refusal ? fmt::format(" — {}: {}", to_name(door_refusal->code), door_refusal->message)
-                                       : std::string());
+                          door_refusal
+                              ? fmt::format(" — {}: {}", to_name(door_refusal->code), door_refusal->message)
+                              : std::string());
     if (!wrong.empty()) line += fmt::format(" — BREACHED or NOT REFUSED: {}", fmt::join(wrong, ", "));
   }
   if (!refused_wrongly.empty())
@@ -1034,8 +1053,15 @@ Result<TierResult> Suite::run_tier(ExecutorKind executor, bool requested, const 
   // tier that cannot have a door refuses it by name: that refusal is its door probes' verdict.
   auto door_pol = TRY(suite_policy(executor, &canaries->bait().door));
   std::optional<Error> door_refusal;
-  if (auto planned = plan::plan_execution(door_pol, facts, opts_.profile); !planned) door_refusal = planned.error();
-  TierContext ctx{pol, door_refusal ? nullptr : &door_pol, door_refusal, facts, opts_, *canaries, [this](broker::Session* s) {
+  if (auto planned = plan::plan_execution(door_pol, facts, opts_.profile); !planned)
+    door_refusal = planned.error();
+  TierContext ctx{pol,
+                  door_refusal ? nullptr : &door_pol,
+                  door_refusal,
+                  facts,
+                  opts_,
+                  *canaries,
+                  [this](broker::Session* s) {
                     std::lock_guard lock(mu_);
                     current_ = s;
                     if (s && cancelled_) s->interrupt();

@@ -86,7 +86,7 @@ inline constexpr int kDaemonSleepSeconds = 300;
 inline constexpr std::string_view kDoorAllowedHost = "allowed.test";      // 127.0.0.1, on the list
 inline constexpr std::string_view kDoorForbiddenHost = "forbidden.test";  // 127.0.0.2, not on it
 inline constexpr std::string_view kDoorRebindHost = "rebind.test";        // 127.0.0.1, then 127.0.0.2
-inline constexpr std::string_view kDoorExfilDomain = "exfil.test";        // the DNS probe asks MARKER.exfil.test
+inline constexpr std::string_view kDoorExfilDomain = "exfil.test";  // the DNS probe asks MARKER.exfil.test
 inline constexpr std::string_view kRunHeader = "X-Airlock-Run";
 
 struct SuiteLimits {

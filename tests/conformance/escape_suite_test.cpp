@@ -20,18 +20,29 @@ using Json = nlohmann::json;
 
 // DESIGN.md's ten breaches, then the ones added since, by the names the suite must report.
 constexpr const char* kBreaches[] = {
-    "read_host_file",     "write_outside_declared_paths",
-    "symlink_write_back", "read_credentials",
-    "reach_network",      "see_or_signal_host_process",
-    "outlive_session",    "exceed_memory",
-    "exceed_time",        "exceed_cpu",
-    "tiocsti_injection",  "proc_root_traversal",
-    "io_uring_socket",    "shed_seccomp",
-    "session_keyring",    "second_sandbox_files",
+    "read_host_file",
+    "write_outside_declared_paths",
+    "symlink_write_back",
+    "read_credentials",
+    "reach_network",
+    "see_or_signal_host_process",
+    "outlive_session",
+    "exceed_memory",
+    "exceed_time",
+    "exceed_cpu",
+    "tiocsti_injection",
+    "proc_root_traversal",
+    "io_uring_socket",
+    "shed_seccomp",
+    "session_keyring",
+    "second_sandbox_files",
     // The network door's: run under a code_network allowlist policy.
-    "door_dns_query",     "door_direct_tcp",
-    "door_udp",           "door_ipv6",
-    "door_relay_forbidden", "door_rebinding_name",
+    "door_dns_query",
+    "door_direct_tcp",
+    "door_udp",
+    "door_ipv6",
+    "door_relay_forbidden",
+    "door_rebinding_name",
 };
 constexpr size_t kDoorBreaches = 6;
 
@@ -154,9 +165,10 @@ TEST_P(EscapeSuiteTier, EveryBreachComesOutAsExpected) {
       EXPECT_EQ(res["expected"], "refused");
       EXPECT_EQ(res["refusal"]["code"], "AIRLOCK_EXECUTOR_UNAVAILABLE") << res.dump(2);
       std::string msg = res["refusal"]["message"];
-      EXPECT_NE(msg.find(executor() + ": the " + executor() +
-                         " tier cannot cut the network, so it has no network door for code_network allowlist"),
-                std::string::npos)
+      EXPECT_NE(
+          msg.find(executor() + ": the " + executor() +
+                   " tier cannot cut the network, so it has no network door for code_network allowlist"),
+          std::string::npos)
           << msg;
       EXPECT_FALSE(res["probe_started"].get<bool>()) << "nothing runs under a refused policy";
       door_refusal = "AIRLOCK_EXECUTOR_UNAVAILABLE: " + msg;
@@ -175,7 +187,8 @@ TEST_P(EscapeSuiteTier, EveryBreachComesOutAsExpected) {
   if (host)
     EXPECT_EQ(verdict, "host: " + all + " breached — every probe detects its breach");
   else if (doorless)
-    EXPECT_EQ(verdict, executor() + ": " + rest + " contained; door probes " + door + " refused — " + door_refusal);
+    EXPECT_EQ(verdict,
+              executor() + ": " + rest + " contained; door probes " + door + " refused — " + door_refusal);
   else
     EXPECT_EQ(verdict, executor() + ": " + all + " contained");
   EXPECT_EQ(r.status, 0) << verdict << "\n" << r.err;
