@@ -859,9 +859,9 @@ Verdict TierResult::expected(Breach b) const {
 
 size_t TierResult::matching() const {
   return static_cast<size_t>(std::count_if(results.begin(), results.end(), [&](const ScenarioResult& r) {
-    // A refusal matches only when it is the planner's, for a tier that cannot have a door.
-    return r.verdict == expected(r.breach) &&
-           (r.verdict != Verdict::Refused || (r.error && r.error->code == Code::ExecutorUnavailable));
+    // A refusal is only ever the planner's for the door policy, which differs from the suite's own
+    // policy (planned for this tier, or the tier would not run) in code_network alone.
+    return r.verdict == expected(r.breach);
   }));
 }
 
@@ -890,7 +890,7 @@ std::string TierResult::verdict() const {
     } else if (r.verdict == Verdict::Inconclusive) {
       unsure.push_back(std::string(to_string(r.breach)));
     } else if (r.verdict == Verdict::Refused) {
-      if (r.verdict == expected(r.breach) && r.error && r.error->code == Code::ExecutorUnavailable) {
+      if (r.verdict == expected(r.breach) && r.error) {
         ++refused;
         door_refusal = &*r.error;
       } else {
@@ -1050,7 +1050,8 @@ Result<TierResult> Suite::run_tier(ExecutorKind executor, bool requested, const 
   canaries->set_foreign_children(foreign_children_);
   t.canary_root = canaries->bait().root;
   // The door probes' policy names the allowed server's port, known once the bait is planted. A
-  // tier that cannot have a door refuses it by name: that refusal is its door probes' verdict.
+  // tier that cannot have a door refuses it by name: that refusal is its door probes' verdict. The
+  // two policies differ in code_network alone, so a refusal here is the door's.
   auto door_pol = TRY(suite_policy(executor, &canaries->bait().door));
   std::optional<Error> door_refusal;
   if (auto planned = plan::plan_execution(door_pol, facts, opts_.profile); !planned)

@@ -158,7 +158,7 @@ struct TierResult {
   // Every breach ran and came out as expected (never true for a tier that did not run).
   bool matched() const;
   // "host: 22/22 breached — every probe detects its breach", "namespaces: 22/22 contained",
-  // "landlock: 16/16 contained; door probes 6/6 refused — AIRLOCK_EXECUTOR_UNAVAILABLE: ...", ...
+  // "landlock: 16/16 contained; door probes 6/6 refused — AIRLOCK_ISOLATION_POLICY_INVALID: ...", ...
   std::string verdict() const;
 };
 

@@ -163,15 +163,14 @@ TEST_P(EscapeSuiteTier, EveryBreachComesOutAsExpected) {
       // Never run open, never a silent pass, never counted as contained: the planner's refusal.
       EXPECT_EQ(res["verdict"], "refused") << res.dump(2);
       EXPECT_EQ(res["expected"], "refused");
-      EXPECT_EQ(res["refusal"]["code"], "AIRLOCK_EXECUTOR_UNAVAILABLE") << res.dump(2);
+      // The policy names its executor, so the planner refuses it for the isolation level.
+      EXPECT_EQ(res["refusal"]["code"], "AIRLOCK_ISOLATION_POLICY_INVALID") << res.dump(2);
       std::string msg = res["refusal"]["message"];
-      EXPECT_NE(
-          msg.find(executor() + ": the " + executor() +
-                   " tier cannot cut the network, so it has no network door for code_network allowlist"),
-          std::string::npos)
-          << msg;
+      EXPECT_EQ(
+          msg, "executor " + executor() +
+                   " gives isolation level 1, but network for code needs a network cut and a door (level 2)");
       EXPECT_FALSE(res["probe_started"].get<bool>()) << "nothing runs under a refused policy";
-      door_refusal = "AIRLOCK_EXECUTOR_UNAVAILABLE: " + msg;
+      door_refusal = "AIRLOCK_ISOLATION_POLICY_INVALID: " + msg;
       continue;
     }
     EXPECT_EQ(res["verdict"], expected)
