@@ -188,6 +188,15 @@ Judged judge(Breach b, const Observed& o, const Bait& bait, Canaries& canaries, 
   Judged j;
   bool claimed = o.probe && o.probe->breached;
   std::string said = o.probe_said();
+  // The door probes' judgement: what the host's bait saw of the probe, if anything, is the breach.
+  auto host_saw = [&](const char* key, const std::vector<std::string>& got, const std::string& where,
+                      std::string_view none, std::string_view seen) {
+    j.host = {{key, got}};
+    j.breached = !got.empty();
+    j.evidence =
+        fmt::format("{}; host: {} {}", said, where,
+                    got.empty() ? std::string(none) : fmt::format("{} {}", seen, fmt::join(got, ", ")));
+  };
   switch (b) {
     case Breach::ReadHostFile: {
       bool seen = has(o.output, bait.secret_token);
@@ -351,11 +360,9 @@ Judged judge(Breach b, const Observed& o, const Bait& bait, Canaries& canaries, 
       std::vector<std::string> asked;
       for (const auto& q : canaries.take_dns_queries())
         if (has(q, label)) asked.push_back(q);
-      j.host = {{"queries_with_run_marker", asked}};
-      j.breached = !asked.empty();
-      j.evidence = fmt::format("{}; host: the DNS responder on 127.0.0.1:{} {}", said, bait.door.dns_port,
-                               asked.empty() ? std::string("was asked nothing of the probe's")
-                                             : fmt::format("WAS ASKED {}", fmt::join(asked, ", ")));
+      host_saw("queries_with_run_marker", asked,
+               fmt::format("the DNS responder on 127.0.0.1:{}", bait.door.dns_port),
+               "was asked nothing of the probe's", "WAS ASKED");
       break;
     }
     case Breach::DoorDirectTcp:
@@ -371,23 +378,19 @@ Judged judge(Breach b, const Observed& o, const Bait& bait, Canaries& canaries, 
         if (!forbidden && r.path.rfind("/direct", 0) != 0) continue;
         got.push_back(r.header(kRunHeader) == bait.root ? r.path : r.path + " (without the run marker)");
       }
-      j.host = {{forbidden ? "forbidden_server_requests" : "allowed_server_direct_requests", got}};
-      j.breached = !got.empty();
-      j.evidence = fmt::format("{}; host: the {} server (127.0.0.{}:{}) {}", said,
-                               forbidden ? "forbidden" : "allowed", forbidden ? 2 : 1, bait.door.http_port,
-                               got.empty() ? std::string("answered no request of the probe's")
-                                           : fmt::format("ANSWERED {}", fmt::join(got, ", ")));
+      host_saw(forbidden ? "forbidden_server_requests" : "allowed_server_direct_requests", got,
+               fmt::format("the {} server (127.0.0.{}:{})", forbidden ? "forbidden" : "allowed",
+                           forbidden ? 2 : 1, bait.door.http_port),
+               "answered no request of the probe's", "ANSWERED");
       break;
     }
     case Breach::DoorUdp: {
       std::vector<std::string> got;
       for (const auto& d : canaries.take_datagrams())
         if (has(d, bait.root)) got.push_back(d.substr(0, 200));
-      j.host = {{"datagrams_with_run_marker", got.size()}};
-      j.breached = !got.empty();
-      j.evidence = fmt::format("{}; host: the UDP sink on 127.0.0.1:{} {}", said, bait.door.udp_port,
-                               got.empty() ? std::string("received nothing of the probe's")
-                                           : fmt::format("RECEIVED {} datagram(s)", got.size()));
+      host_saw("datagrams_with_run_marker", got,
+               fmt::format("the UDP sink on 127.0.0.1:{}", bait.door.udp_port),
+               "received nothing of the probe's", "RECEIVED");
       break;
     }
     case Breach::DoorIpv6: {
@@ -395,11 +398,8 @@ Judged judge(Breach b, const Observed& o, const Bait& bait, Canaries& canaries, 
       for (const auto& c : canaries.take_connections())
         if (c.listener == "ipv6")
           got.push_back(has(c.first_line, bait.root) ? "ipv6" : "ipv6 (without the run marker)");
-      j.host = {{"ipv6_connections", got}};
-      j.breached = !got.empty();
-      j.evidence = fmt::format("{}; host: the listener on [::1]:{} {}", said, bait.door.ipv6_port,
-                               got.empty() ? std::string("accepted no connection")
-                                           : fmt::format("ACCEPTED {}", fmt::join(got, ", ")));
+      host_saw("ipv6_connections", got, fmt::format("the listener on [::1]:{}", bait.door.ipv6_port),
+               "accepted no connection", "ACCEPTED");
       break;
     }
     case Breach::IoUringSocket:
@@ -763,17 +763,8 @@ std::string_view to_string(Breach b) {
 }
 
 bool is_door_probe(Breach b) {
-  switch (b) {
-    case Breach::DoorDnsQuery:
-    case Breach::DoorDirectTcp:
-    case Breach::DoorUdp:
-    case Breach::DoorIpv6:
-    case Breach::DoorRelayForbidden:
-    case Breach::DoorRebinding:
-      return true;
-    default:
-      return false;
-  }
+  // The door group is the breaches from DoorDnsQuery on (the enum's last group).
+  return static_cast<int>(b) >= static_cast<int>(Breach::DoorDnsQuery);
 }
 
 size_t door_probe_count() {

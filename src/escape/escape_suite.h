@@ -43,8 +43,9 @@ enum class Breach {
   ShedSeccomp,         // a new user namespace (unshare or clone3), where a filter's rules may not reach
   SessionKeyring,      // the kernel keyrings: join a session keyring, add a key, find the user keyring
   SecondSandboxFiles,  // read what another session, running at the same time, wrote in its own view
-  // The network door (code_network allowlist): every way around it. These run under the door
-  // policy (kDoorAllowedHost on the suite's allowed server, nothing else), not the suite's own.
+  // The network door (code_network allowlist): every way around it, the enum's last group (add
+  // breaches of other kinds above it). These run under the door policy (kDoorAllowedHost on the
+  // suite's allowed server, nothing else), not the suite's own.
   DoorDnsQuery,        // a DNS query to the resolver the suite runs on loopback (exfiltration by name)
   DoorDirectTcp,       // a raw TCP connect to the allowed server's address, around the proxy
   DoorUdp,             // a UDP datagram to a listener on loopback
