@@ -57,7 +57,8 @@ struct Connection {
 };
 
 // Owns the canary directory (removed on destruction), the environment variable (restored), three
-// listeners (closed) and the sleeper (killed and reaped). Planted as the calling user, readable by
+// listeners (closed), the sleeper (killed and reaped) and the door's bait: two HTTP servers, a DNS
+// responder, a UDP sink and a ::1 listener (stopped and closed). Planted as the calling user, readable by
 // it alone, so on the host tier a breach really happens and nothing is exposed to other users.
 // Nothing of the host's own is touched.
 class Canaries {
