@@ -3,11 +3,14 @@
 // line: {"probe", "breached", "evidence", "errno", ...}. It never decides a verdict: the suite
 // checks the host side too. Output is written with write(2), never stdio, because the
 // outlive_session probe forks and a stdio buffer would be printed twice.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <fmt/ranges.h>
 #include <linux/io_uring.h>
 #include <linux/keyctl.h>
 #include <linux/sched.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -22,8 +25,10 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <optional>
 
 #include "cli/verbs.h"
+#include "escape/dns_wire.h"
 #include "escape/escape_suite.h"
 #include "linux/cgroup.h"
 
@@ -548,6 +553,274 @@ ProbeReport session_keyring() {
 // The same attempt as read_host_file; only the file differs.
 ProbeReport second_sandbox_files(const std::string& path) { return read_host_file(path); }
 
+// ---- The network door's probes. Each goes the way an agent would: through the proxy the
+// environment names when there is one, otherwise straight out (the host baseline has no door).
+
+constexpr int kDoorWaitMs = 1000;  // how long a probe waits for an answer on loopback
+
+// A connected TCP socket to ip:port (IPv4 or IPv6 literal), or -1 with errno.
+int connect_to(const std::string& ip, int port) {
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  int family = AF_INET;
+  if (ip.find(':') != std::string::npos) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    a->sin6_family = family = AF_INET6;
+    a->sin6_port = htons(static_cast<uint16_t>(port));
+    if (::inet_pton(AF_INET6, ip.c_str(), &a->sin6_addr) != 1) return errno = EINVAL, -1;
+    len = sizeof *a;
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    a->sin_family = AF_INET;
+    a->sin_port = htons(static_cast<uint16_t>(port));
+    if (::inet_pton(AF_INET, ip.c_str(), &a->sin_addr) != 1) return errno = EINVAL, -1;
+    len = sizeof *a;
+  }
+  int fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  timeval tv{kDoorWaitMs / 1000, (kDoorWaitMs % 1000) * 1000};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&ss), len) < 0) {
+    int e = errno;
+    ::close(fd);
+    errno = e;
+    return -1;
+  }
+  return fd;
+}
+
+// Sends `request` on a new connection to ip:port and reads until EOF or the wait runs out.
+struct Exchanged {
+  int err = 0;
+  std::string reply;
+  std::string said() const {
+    if (err) return "connect: " + err_name(err);
+    return reply.empty() ? std::string("no answer") : "\"" + printable(reply, 300) + "\"";
+  }
+};
+Exchanged exchange(const std::string& ip, int port, const std::string& request) {
+  int fd = connect_to(ip, port);
+  if (fd < 0) return {errno, {}};
+  write_all(fd, request);
+  Exchanged x;
+  char buf[4096];
+  for (ssize_t n; x.reply.size() < 64 * 1024 && (n = ::read(fd, buf, sizeof buf)) > 0;)
+    x.reply.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return x;
+}
+
+// The proxy the environment names (HTTP_PROXY and friends: "http://ADDRESS:PORT"), if any.
+struct ProxyEnv {
+  std::string ip;
+  int port = 0;
+};
+std::optional<ProxyEnv> proxy_from_env() {
+  for (const char* name : {"http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"}) {
+    const char* v = ::getenv(name);
+    if (!v) continue;
+    std::string url = v;
+    if (url.rfind("http://", 0) == 0) url = url.substr(7);
+    while (!url.empty() && url.back() == '/') url.pop_back();
+    auto colon = url.rfind(':');
+    if (colon == std::string::npos) continue;
+    return ProxyEnv{url.substr(0, colon), std::atoi(url.c_str() + colon + 1)};
+  }
+  return std::nullopt;
+}
+
+std::string http_get(std::string_view target, std::string_view host, const std::string& marker, bool close) {
+  return fmt::format("GET {} HTTP/1.1\r\nHost: {}\r\n{}: {}\r\n{}\r\n", target, host, escape::kRunHeader,
+                     marker, close ? "Connection: close\r\n" : "");
+}
+
+// Asks the DNS server on 127.0.0.1:port for `name`'s A records.
+struct Looked {
+  int err = 0;
+  std::vector<std::string> addrs;
+  bool answered = false;
+  std::string said() const {
+    if (err) return err_name(err);
+    if (!answered) return "no answer";
+    return addrs.empty() ? std::string("answered: no address")
+                         : fmt::format("answered {}", fmt::join(addrs, ", "));
+  }
+};
+Looked dns_lookup(int port, const std::string& name) {
+  Looked l;
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return {errno, {}, false};
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(port));
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  auto id = static_cast<uint16_t>(::getpid() ^ port);
+  std::string q = escape::encode_dns_query(id, name);
+  if (::sendto(fd, q.data(), q.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to) < 0) {
+    l.err = errno;
+  } else {
+    pollfd p{fd, POLLIN, 0};
+    char buf[512];
+    if (::poll(&p, 1, kDoorWaitMs) == 1) {
+      ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n < 0) l.err = errno;
+      auto a =
+          n > 0 ? escape::parse_dns_answer(std::string_view(buf, static_cast<size_t>(n)), id) : std::nullopt;
+      if (a) {
+        l.answered = true;
+        l.addrs = *a;
+      }
+    }
+  }
+  ::close(fd);
+  return l;
+}
+
+bool from_forbidden(const std::string& reply) {
+  return reply.find(fmt::format("hello from {}", escape::kDoorForbiddenHost)) != std::string::npos;
+}
+
+// A DNS query to the suite's resolver on loopback, for a name that carries data out (the run's
+// marker). A sandbox behind a door has no resolver: the door resolves names, the code never does.
+ProbeReport door_dns_query(int dns_port, const std::string& marker) {
+  std::string name = fmt::format("{}.{}", marker.substr(marker.rfind('/') + 1), escape::kDoorExfilDomain);
+  Looked l = dns_lookup(dns_port, name);
+  return {{},
+          l.answered,
+          fmt::format("DNS query for {} to 127.0.0.1:{}: {}", name, dns_port, l.said()),
+          l.err,
+          Json::object()};
+}
+
+// A raw TCP connection to the allowed server's address, around the proxy.
+ProbeReport door_direct_tcp(int http_port, const std::string& marker) {
+  auto x = exchange("127.0.0.1", http_port, http_get("/direct-tcp", escape::kDoorAllowedHost, marker, true));
+  bool got = x.reply.find(" 200 ") != std::string::npos;
+  return {{},
+          got,
+          fmt::format("straight to 127.0.0.1:{} (the allowed server), not through the proxy: {}", http_port,
+                      x.said()),
+          x.err,
+          Json::object()};
+}
+
+// A UDP datagram to a listener on loopback.
+ProbeReport door_udp(int udp_port, const std::string& marker) {
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return {{}, false, "socket(AF_INET, SOCK_DGRAM): " + err_name(errno), errno, Json::object()};
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(udp_port));
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string msg = "door_udp " + marker + "\n";
+  int e =
+      ::sendto(fd, msg.data(), msg.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to) < 0 ? errno : 0;
+  ::close(fd);
+  return {{},
+          e == 0,
+          fmt::format("sendto 127.0.0.1:{}: {}", udp_port, e ? err_name(e) : std::string("SENT")),
+          e,
+          Json::object()};
+}
+
+// A TCP connection over IPv6 to a listener on ::1.
+ProbeReport door_ipv6(int port, const std::string& marker) {
+  int fd = connect_to("::1", port);
+  int e = fd < 0 ? errno : 0;
+  if (fd >= 0) {
+    write_all(fd, "door_ipv6 " + marker + "\n");
+    ::close(fd);
+  }
+  return {{},
+          fd >= 0,
+          fmt::format("connect [::1]:{}: {}", port, e ? err_name(e) : std::string("CONNECTED")),
+          e,
+          Json::object()};
+}
+
+// Through the door to a host not on the list: a second request pipelined on a kept-alive
+// connection, a Host header that names it, and a request relayed inside a CONNECT tunnel to the
+// allowed host. Without a door (the host baseline) straight to it, as the whole network allows.
+ProbeReport door_relay_forbidden(int http_port, int dns_port, const std::string& marker) {
+  std::string allowed = fmt::format("{}:{}", escape::kDoorAllowedHost, http_port);
+  std::string forbidden = fmt::format("{}:{}", escape::kDoorForbiddenHost, http_port);
+  auto proxy = proxy_from_env();
+  if (!proxy) {
+    Looked l = dns_lookup(dns_port, std::string(escape::kDoorForbiddenHost));
+    if (l.addrs.empty())
+      return {{},
+              false,
+              fmt::format("no proxy; {} did not resolve: {}", escape::kDoorForbiddenHost, l.said()),
+              l.err,
+              Json::object()};
+    auto x = exchange(l.addrs[0], http_port, http_get("/direct-forbidden", forbidden, marker, true));
+    return {
+        {},
+        from_forbidden(x.reply),
+        fmt::format("no proxy in the environment: straight to {} ({}): {}", forbidden, l.addrs[0], x.said()),
+        x.err,
+        Json::object()};
+  }
+  auto pipelined =
+      exchange(proxy->ip, proxy->port,
+               http_get(fmt::format("http://{}/first", allowed), allowed, marker, false) +
+                   http_get(fmt::format("http://{}/pipelined", forbidden), forbidden, marker, true));
+  auto host_header =
+      exchange(proxy->ip, proxy->port,
+               http_get(fmt::format("http://{}/host-header", allowed), forbidden, marker, true));
+  auto relayed = exchange(proxy->ip, proxy->port,
+                          fmt::format("CONNECT {0} HTTP/1.1\r\nHost: {0}\r\n\r\n", allowed) +
+                              http_get(fmt::format("http://{}/relayed", forbidden), forbidden, marker, true));
+  bool got =
+      from_forbidden(pipelined.reply) || from_forbidden(host_header.reply) || from_forbidden(relayed.reply);
+  return {
+      {},
+      got,
+      fmt::format("through the door at {}:{}: pipelined after an allowed request: {}; Host header {}: {}; "
+                  "inside a CONNECT to {}: {}",
+                  proxy->ip, proxy->port, pipelined.said(), forbidden, host_header.said(), allowed,
+                  relayed.said()),
+      pipelined.err,
+      Json::object()};
+}
+
+// A name whose answer changes between lookups: the allowed address first, then a forbidden one.
+// Through the door, twice (a door that checks one lookup and connects by another is fooled);
+// without one, the check-then-connect of a naive client.
+ProbeReport door_rebinding_name(int http_port, int dns_port, const std::string& marker) {
+  std::string host = fmt::format("{}:{}", escape::kDoorRebindHost, http_port);
+  auto proxy = proxy_from_env();
+  if (!proxy) {
+    Looked first = dns_lookup(dns_port, std::string(escape::kDoorRebindHost));
+    Looked second = dns_lookup(dns_port, std::string(escape::kDoorRebindHost));
+    if (second.addrs.empty())
+      return {{},
+              false,
+              fmt::format("no proxy; {} did not resolve a second time: {}", escape::kDoorRebindHost,
+                          second.said()),
+              second.err,
+              Json::object()};
+    auto x = exchange(second.addrs[0], http_port, http_get("/direct-rebound", host, marker, true));
+    return {{},
+            from_forbidden(x.reply),
+            fmt::format("no proxy in the environment: {} checked as {}, then connected to {}: {}",
+                        escape::kDoorRebindHost, first.said(), second.addrs[0], x.said()),
+            x.err,
+            Json::object()};
+  }
+  auto one =
+      exchange(proxy->ip, proxy->port, http_get(fmt::format("http://{}/first", host), host, marker, true));
+  auto two =
+      exchange(proxy->ip, proxy->port, http_get(fmt::format("http://{}/rebound", host), host, marker, true));
+  return {{},
+          from_forbidden(one.reply) || from_forbidden(two.reply),
+          fmt::format("through the door at {}:{}: first request: {}; second: {}", proxy->ip, proxy->port,
+                      one.said(), two.said()),
+          one.err ? one.err : two.err,
+          Json::object()};
+}
+
 // The first session of second_sandbox_files: writes its token to out/ in its view, then sleeps
 // until the suite stops it.
 [[noreturn]] void sandbox_neighbour(const std::string& token) {
@@ -585,6 +858,9 @@ int probe_verb(const ProbeOptions& o) {
     static const std::string none;
     return i < o.args.size() ? o.args[i] : none;
   };
+  // The door probes' arguments: the allowed server's, the DNS responder's, the UDP sink's and the
+  // ::1 listener's ports.
+  auto port = [&](size_t i) { return std::atoi(arg(i).c_str()); };
   ProbeReport r;
   switch (*breach) {
     case Breach::ReadHostFile:
@@ -634,6 +910,24 @@ int probe_verb(const ProbeOptions& o) {
       break;
     case Breach::SecondSandboxFiles:
       r = second_sandbox_files(arg(0));
+      break;
+    case Breach::DoorDnsQuery:
+      r = door_dns_query(port(1), o.marker);
+      break;
+    case Breach::DoorDirectTcp:
+      r = door_direct_tcp(port(0), o.marker);
+      break;
+    case Breach::DoorUdp:
+      r = door_udp(port(2), o.marker);
+      break;
+    case Breach::DoorIpv6:
+      r = door_ipv6(port(3), o.marker);
+      break;
+    case Breach::DoorRelayForbidden:
+      r = door_relay_forbidden(port(0), port(1), o.marker);
+      break;
+    case Breach::DoorRebinding:
+      r = door_rebinding_name(port(0), port(1), o.marker);
       break;
   }
   print(o.name, r);

@@ -3,9 +3,11 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
@@ -19,10 +21,14 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <thread>
+#include <utility>
 
 #include "base/fs.h"
 #include "base/hash.h"
+#include "escape/dns_wire.h"
 #include "escape/escape_suite.h"
 
 namespace airlock::escape {
@@ -106,7 +112,150 @@ uint64_t pending_mask(pid_t pid) {
 
 bool contains(const std::vector<pid_t>& v, pid_t p) { return std::find(v.begin(), v.end(), p) != v.end(); }
 
+Result<UniqueFd> udp_on_loopback(int* port, const std::string& what) {
+  UniqueFd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd) return fail_errno(Code::ConfigError, "socket for the " + what, errno);
+  sockaddr_in in{};
+  in.sin_family = AF_INET;
+  in.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof in;
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&in), len) < 0 ||
+      ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&in), &len) < 0)
+    return fail_errno(Code::ConfigError, "bind the " + what, errno);
+  *port = ntohs(in.sin_port);
+  return fd;
+}
+
 }  // namespace
+
+// The door's bait. The servers are declared last, so they stop (and stop calling record) first.
+struct Canaries::Door {
+  std::mutex mu;
+  std::vector<broker::HttpRequest> allowed_seen, forbidden_seen;  // guarded by mu
+  std::vector<std::string> queries;                               // guarded by mu
+  std::map<std::string, int> lookups;                             // guarded by mu
+  UniqueFd dns, udp, ipv6, stop;
+  std::thread dns_thread;
+  std::unique_ptr<broker::LoopbackHttp> allowed, forbidden;
+
+  // The one table both the DNS responder and the door's resolver answer from.
+  std::vector<std::string> answer(const std::string& host) {
+    std::lock_guard lk(mu);
+    if (host == kDoorAllowedHost) return {"127.0.0.1"};
+    if (host == kDoorForbiddenHost) return {"127.0.0.2"};
+    if (host == kDoorRebindHost) return {lookups[host]++ == 0 ? "127.0.0.1" : "127.0.0.2"};
+    return {};
+  }
+
+  void serve_dns() {
+    pollfd p[2] = {{dns.get(), POLLIN, 0}, {stop.get(), POLLIN, 0}};
+    while (::poll(p, 2, -1) >= 0 || errno == EINTR) {
+      if (p[1].revents) return;
+      if (!(p[0].revents & POLLIN)) continue;
+      char buf[512];
+      sockaddr_storage from{};
+      socklen_t len = sizeof from;
+      ssize_t n = ::recvfrom(dns.get(), buf, sizeof buf, 0, reinterpret_cast<sockaddr*>(&from), &len);
+      if (n <= 0) continue;
+      auto q = parse_dns_question(std::string_view(buf, static_cast<size_t>(n)));
+      if (!q) continue;
+      {
+        std::lock_guard lk(mu);
+        queries.push_back(q->name);
+      }
+      std::string reply = encode_dns_answer(*q, q->qtype == 1 ? answer(q->name) : std::vector<std::string>{});
+      (void)::sendto(dns.get(), reply.data(), reply.size(), 0, reinterpret_cast<sockaddr*>(&from), len);
+    }
+  }
+
+  ~Door() {
+    allowed.reset();
+    forbidden.reset();
+    if (dns_thread.joinable()) {
+      uint64_t one = 1;
+      (void)!::write(stop.get(), &one, sizeof one);
+      dns_thread.join();
+    }
+  }
+};
+
+Result<void> Canaries::plant_door() {
+  door_ = std::make_unique<Door>();
+  Door& d = *door_;
+  DoorBait& b = bait_.door;
+  auto server = [&d](bool forbidden) {
+    return [&d, forbidden](const broker::HttpRequest& r) {
+      {
+        std::lock_guard lk(d.mu);
+        (forbidden ? d.forbidden_seen : d.allowed_seen).push_back(r);
+      }
+      return broker::HttpReply{
+          200,
+          {{"Content-Type", "text/plain"}},
+          fmt::format("hello from {}\n", forbidden ? kDoorForbiddenHost : kDoorAllowedHost)};
+    };
+  };
+  // The forbidden server on 127.0.0.2 at the allowed one's port: a name that rebinds keeps its port.
+  for (int attempt = 0; attempt < 20 && !d.forbidden; ++attempt) {
+    d.allowed = TRY(broker::LoopbackHttp::start("127.0.0.1", 0, server(false)));
+    auto f = broker::LoopbackHttp::start("127.0.0.2", d.allowed->port(), server(true));
+    if (f) d.forbidden = std::move(*f);
+  }
+  if (!d.forbidden)
+    return fail(Code::ConfigError, "no port free on both 127.0.0.1 and 127.0.0.2 for the door's servers");
+  b.http_port = d.allowed->port();
+  d.dns = TRY(udp_on_loopback(&b.dns_port, "DNS responder"));
+  d.udp = TRY(udp_on_loopback(&b.udp_port, "UDP sink"));
+  sockaddr_in6 in6{};
+  in6.sin6_family = AF_INET6;
+  in6.sin6_addr = in6addr_loopback;
+  if (auto fd = listen_on(reinterpret_cast<sockaddr*>(&in6), sizeof in6, AF_INET6, "ipv6")) {
+    d.ipv6 = std::move(*fd);
+    socklen_t len = sizeof in6;
+    if (::getsockname(d.ipv6.get(), reinterpret_cast<sockaddr*>(&in6), &len) < 0)
+      return fail_errno(Code::ConfigError, "getsockname", errno);
+    b.ipv6_port = ntohs(in6.sin6_port);
+  } else {
+    b.ipv6_missing = fd.error().message;
+  }
+  d.stop = UniqueFd(::eventfd(0, EFD_CLOEXEC));
+  if (!d.stop) return fail_errno(Code::ConfigError, "eventfd", errno);
+  d.dns_thread = std::thread([&d] { d.serve_dns(); });
+  return {};
+}
+
+std::vector<broker::HttpRequest> Canaries::take_requests(bool forbidden) {
+  std::lock_guard lk(door_->mu);
+  return std::exchange(forbidden ? door_->forbidden_seen : door_->allowed_seen, {});
+}
+
+std::vector<std::string> Canaries::take_dns_queries() {
+  std::lock_guard lk(door_->mu);
+  return std::exchange(door_->queries, {});
+}
+
+std::vector<std::string> Canaries::take_datagrams() {
+  std::vector<std::string> out;
+  char buf[512];
+  for (ssize_t n; (n = ::recv(door_->udp.get(), buf, sizeof buf, MSG_DONTWAIT)) >= 0;)
+    out.emplace_back(buf, static_cast<size_t>(n));
+  return out;
+}
+
+egress::Resolver Canaries::resolver() {
+  return [d = door_.get()](const std::string& host) -> Result<std::vector<egress::IpAddress>> {
+    std::vector<egress::IpAddress> out;
+    for (const auto& a : d->answer(host))
+      if (auto ip = egress::parse_literal(a)) out.push_back(*ip);
+    if (out.empty()) return fail(Code::EgressDenied, host + " does not resolve (the escape suite's names)");
+    return out;
+  };
+}
+
+void Canaries::reset_names() {
+  std::lock_guard lk(door_->mu);
+  door_->lookups.clear();
+}
 
 std::vector<pid_t> children_of_self() {
   std::vector<pid_t> out;
@@ -241,6 +390,7 @@ Result<std::unique_ptr<Canaries>> Canaries::plant(const std::string& airlock_bin
   }
   if (process_cmdline(pid).find(b.sleeper_token) == std::string::npos)
     return fail(Code::ConfigError, "the host sleeper process did not start");
+  TRY(c->plant_door());
   return c;
 }
 
@@ -250,6 +400,7 @@ Canaries::~Canaries() {
     (void)sleeper_.wait();
   }
   if (!bait_.root.empty()) (void)kill_leftovers();
+  door_.reset();
   tcp_.reset();
   unix_.reset();
   abstract_.reset();
@@ -275,8 +426,10 @@ Result<std::string> Canaries::make_workspace(std::string_view name) {
 
 std::vector<Connection> Canaries::take_connections() {
   std::vector<Connection> out;
-  std::pair<const char*, int> listeners[] = {
-      {"tcp", tcp_.get()}, {"unix", unix_.get()}, {"abstract", abstract_.get()}};
+  std::pair<const char*, int> listeners[] = {{"tcp", tcp_.get()},
+                                             {"unix", unix_.get()},
+                                             {"abstract", abstract_.get()},
+                                             {"ipv6", door_ ? door_->ipv6.get() : -1}};
   for (auto [name, fd] : listeners) {
     if (fd < 0) continue;
     for (;;) {

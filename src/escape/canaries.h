@@ -12,6 +12,8 @@
 #include "base/child_process.h"
 #include "base/error.h"
 #include "base/unique_fd.h"
+#include "broker/loopback_http.h"
+#include "egress/egress.h"
 
 namespace airlock::escape {
 
@@ -19,6 +21,15 @@ namespace airlock::escape {
 inline constexpr std::string_view kCanaryDirTemplate = "/tmp/airlock-escape-XXXXXX";
 // The secret the suite puts in its own environment while a tier runs.
 inline constexpr std::string_view kCanaryEnvName = "AIRLOCK_ESCAPE_CANARY_SECRET";
+
+// The door probes' bait: servers and listeners on loopback in the host's network namespace.
+struct DoorBait {
+  int http_port = 0;         // the allowed server on 127.0.0.1 and the forbidden one on 127.0.0.2, same port
+  int dns_port = 0;          // UDP on 127.0.0.1: the suite's DNS responder (kDoorAllowedHost and the others)
+  int udp_port = 0;          // UDP on 127.0.0.1: a sink for datagrams
+  int ipv6_port = 0;         // TCP on ::1; 0 when the host has no IPv6 loopback
+  std::string ipv6_missing;  // why there is no ::1 listener
+};
 
 // What was planted, as plain values the scenarios pass to probes and check afterwards. Every
 // token is random per run, so a token seen later can only have come from its canary.
@@ -36,16 +47,18 @@ struct Bait {
   std::string abstract_socket;  // a listener in the abstract unix namespace (name without the NUL)
   pid_t sleeper_pid = 0;        // a host process: `airlock __probe host_sleeper --run ROOT TOKEN`
   std::string sleeper_token;
+  DoorBait door;
 };
 
 // One connection a listener accepted, and the first line the peer sent.
 struct Connection {
-  std::string listener;  // "tcp", "unix", "abstract"
+  std::string listener;  // "tcp", "unix", "abstract", "ipv6"
   std::string first_line;
 };
 
 // Owns the canary directory (removed on destruction), the environment variable (restored), three
-// listeners (closed) and the sleeper (killed and reaped). Planted as the calling user, readable by
+// listeners (closed), the sleeper (killed and reaped) and the door's bait: two HTTP servers, a DNS
+// responder, a UDP sink and a ::1 listener (stopped and closed). Planted as the calling user, readable by
 // it alone, so on the host tier a breach really happens and nothing is exposed to other users.
 // Nothing of the host's own is touched.
 class Canaries {
@@ -70,6 +83,17 @@ class Canaries {
   // (this process is a child subreaper during the run) and every process whose argv carries the
   // run marker. Reaps its children. Returns the pids that were still running (zombies aside).
   std::vector<pid_t> kill_leftovers();
+  // The door's bait, as the host sees it. Each take_ call returns what arrived since the last one.
+  // Requests the allowed server (127.0.0.1) or the forbidden one (127.0.0.2) answered.
+  std::vector<broker::HttpRequest> take_requests(bool forbidden);
+  std::vector<std::string> take_dns_queries();  // the names the DNS responder was asked
+  std::vector<std::string> take_datagrams();    // what the UDP sink received
+  // The names of the door probes, for the door a session serves: the same table (and the same
+  // count of lookups of kDoorRebindHost) the DNS responder answers from. Valid while this lives.
+  egress::Resolver resolver();
+  // Forgets every lookup, so kDoorRebindHost's first answer is the allowed address again.
+  void reset_names();
+
   // Children this process already had before the suite started: never touched.
   void set_foreign_children(std::vector<pid_t> pids) { foreign_children_ = std::move(pids); }
 
@@ -81,6 +105,9 @@ class Canaries {
   UniqueFd tcp_, unix_, abstract_;
   ChildProcess sleeper_;
   std::vector<pid_t> foreign_children_;
+  struct Door;
+  std::unique_ptr<Door> door_;
+  Result<void> plant_door();
 };
 
 // The pids of this process's children (all threads), from /proc/self/task/*/children.

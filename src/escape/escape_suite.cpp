@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
@@ -31,14 +32,28 @@ using policy::ExecutorKind;
 namespace {
 
 constexpr Breach kBreaches[] = {
-    Breach::ReadHostFile,     Breach::WriteOutsideDeclaredPaths,
-    Breach::SymlinkWriteBack, Breach::ReadCredentials,
-    Breach::ReachNetwork,     Breach::SeeOrSignalHostProcess,
-    Breach::OutliveSession,   Breach::ExceedMemory,
-    Breach::ExceedTime,       Breach::ExceedCpu,
-    Breach::TiocstiInjection, Breach::ProcRootTraversal,
-    Breach::IoUringSocket,    Breach::ShedSeccomp,
-    Breach::SessionKeyring,   Breach::SecondSandboxFiles,
+    Breach::ReadHostFile,
+    Breach::WriteOutsideDeclaredPaths,
+    Breach::SymlinkWriteBack,
+    Breach::ReadCredentials,
+    Breach::ReachNetwork,
+    Breach::SeeOrSignalHostProcess,
+    Breach::OutliveSession,
+    Breach::ExceedMemory,
+    Breach::ExceedTime,
+    Breach::ExceedCpu,
+    Breach::TiocstiInjection,
+    Breach::ProcRootTraversal,
+    Breach::IoUringSocket,
+    Breach::ShedSeccomp,
+    Breach::SessionKeyring,
+    Breach::SecondSandboxFiles,
+    Breach::DoorDnsQuery,
+    Breach::DoorDirectTcp,
+    Breach::DoorUdp,
+    Breach::DoorIpv6,
+    Breach::DoorRelayForbidden,
+    Breach::DoorRebinding,
 };
 
 // How much of its output the suite reads back from a probe.
@@ -71,8 +86,11 @@ std::string read_back(int fd) {
 }
 
 // The policy every scenario of one executor runs under: the whole workspace readable, out/ the
-// one write-back path, and the limits of a real tier (or the host baseline's wider ones).
-Result<policy::TaskPolicy> suite_policy(ExecutorKind e) {
+// one write-back path, and the limits of a real tier (or the host baseline's wider ones). The door
+// probes' policy adds a door (code_network allowlist) to the suite's allowed server alone: by name
+// (allow_private: it is on loopback) and by range (127.0.0.1/32, which kDoorRebindHost's first
+// answer falls in and its second does not).
+Result<policy::TaskPolicy> suite_policy(ExecutorKind e, const DoorBait* door = nullptr) {
   const SuiteLimits& l = e == ExecutorKind::Host ? kHostBaselineLimits : kTierLimits;
   Json doc = {{"schema_version", std::string(policy::kSchemaVersion)},
               {"task_id", "escape-suite"},
@@ -84,6 +102,16 @@ Result<policy::TaskPolicy> suite_policy(ExecutorKind e) {
                 {"cpu_seconds", l.cpu_seconds},
                 {"max_processes", l.max_processes},
                 {"command_timeout_seconds", l.command_timeout_seconds}}}};
+  if (door) {
+    Json ports = Json::array({door->http_port}), schemes = Json::array({"http", "https"});
+    doc["code_network"] = {
+        {"mode", "allowlist"},
+        {"rules", Json::array({{{"host", std::string(kDoorAllowedHost)},
+                                {"ports", ports},
+                                {"schemes", schemes},
+                                {"allow_private", true}},
+                               {{"cidr", "127.0.0.1/32"}, {"ports", ports}, {"schemes", schemes}}})}};
+  }
   return policy::parse_layer(doc, policy::builtin_default());
 }
 
@@ -161,6 +189,15 @@ Judged judge(Breach b, const Observed& o, const Bait& bait, Canaries& canaries, 
   Judged j;
   bool claimed = o.probe && o.probe->breached;
   std::string said = o.probe_said();
+  // The door probes' judgement: what the host's bait saw of the probe, if anything, is the breach.
+  auto host_saw = [&](const char* key, const std::vector<std::string>& got, const std::string& where,
+                      std::string_view none, std::string_view seen) {
+    j.host = {{key, got}};
+    j.breached = !got.empty();
+    j.evidence =
+        fmt::format("{}; host: {} {}", said, where,
+                    got.empty() ? std::string(none) : fmt::format("{} {}", seen, fmt::join(got, ", ")));
+  };
   switch (b) {
     case Breach::ReadHostFile: {
       bool seen = has(o.output, bait.secret_token);
@@ -315,6 +352,57 @@ Judged judge(Breach b, const Observed& o, const Bait& bait, Canaries& canaries, 
                                o.neighbour_file, seen ? "IS IN" : "is not in");
       break;
     }
+    case Breach::DoorDnsQuery: {
+      // The probe asks for MARKER-NAME.exfil.test: a query that reaches the responder carries it out.
+      // DNS names are case-insensitive; the responder records them lower-cased.
+      std::string label = std::filesystem::path(bait.root).filename().string();
+      std::transform(label.begin(), label.end(), label.begin(),
+                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+      std::vector<std::string> asked;
+      for (const auto& q : canaries.take_dns_queries())
+        if (has(q, label)) asked.push_back(q);
+      host_saw("queries_with_run_marker", asked,
+               fmt::format("the DNS responder on 127.0.0.1:{}", bait.door.dns_port),
+               "was asked nothing of the probe's", "WAS ASKED");
+      break;
+    }
+    case Breach::DoorDirectTcp:
+    case Breach::DoorRelayForbidden:
+    case Breach::DoorRebinding: {
+      // Straight to the allowed server's address, or through the door to the forbidden server: the
+      // server that must see nothing of the probe's is the judge.
+      bool forbidden = b != Breach::DoorDirectTcp;
+      std::vector<std::string> got;
+      for (const auto& r : canaries.take_requests(forbidden)) {
+        // The allowed server may be reached through the door; only what went around it counts
+        // there (the probe asks for /direct...). Anything at the forbidden server counts.
+        if (!forbidden && r.path.rfind("/direct", 0) != 0) continue;
+        got.push_back(r.header(kRunHeader) == bait.root ? r.path : r.path + " (without the run marker)");
+      }
+      host_saw(forbidden ? "forbidden_server_requests" : "allowed_server_direct_requests", got,
+               fmt::format("the {} server (127.0.0.{}:{})", forbidden ? "forbidden" : "allowed",
+                           forbidden ? 2 : 1, bait.door.http_port),
+               "answered no request of the probe's", "ANSWERED");
+      break;
+    }
+    case Breach::DoorUdp: {
+      std::vector<std::string> got;
+      for (const auto& d : canaries.take_datagrams())
+        if (has(d, bait.root)) got.push_back(d.substr(0, 200));
+      host_saw("datagrams_with_run_marker", got,
+               fmt::format("the UDP sink on 127.0.0.1:{}", bait.door.udp_port),
+               "received nothing of the probe's", "RECEIVED");
+      break;
+    }
+    case Breach::DoorIpv6: {
+      std::vector<std::string> got;
+      for (const auto& c : canaries.take_connections())
+        if (c.listener == "ipv6")
+          got.push_back(has(c.first_line, bait.root) ? "ipv6" : "ipv6 (without the run marker)");
+      host_saw("ipv6_connections", got, fmt::format("the listener on [::1]:{}", bait.door.ipv6_port),
+               "accepted no connection", "ACCEPTED");
+      break;
+    }
     case Breach::IoUringSocket:
     case Breach::ShedSeccomp:
     case Breach::SessionKeyring: {
@@ -368,12 +456,24 @@ std::vector<std::string> probe_args(Breach b, const Bait& bait, const std::strin
     case Breach::SessionKeyring:
     case Breach::SecondSandboxFiles:  // the path is added by run_one, which runs the first session
       return {};
+    case Breach::DoorDnsQuery:
+    case Breach::DoorDirectTcp:
+    case Breach::DoorUdp:
+    case Breach::DoorIpv6:
+    case Breach::DoorRelayForbidden:
+    case Breach::DoorRebinding:
+      // The same four ports for each: the allowed (and forbidden) server, the DNS responder, the
+      // UDP sink, the ::1 listener. The names are kDoor*Host.
+      return {std::to_string(bait.door.http_port), std::to_string(bait.door.dns_port),
+              std::to_string(bait.door.udp_port), std::to_string(bait.door.ipv6_port)};
   }
   return {};
 }
 
 struct TierContext {
   const policy::TaskPolicy& policy;
+  const policy::TaskPolicy* door_policy;     // the door probes' policy, when this tier could plan it
+  const std::optional<Error>& door_refusal;  // ... or why it could not
   const plan::HostFacts& facts;
   const SuiteOptions& opts;
   Canaries& canaries;
@@ -394,6 +494,21 @@ ScenarioResult run_one(Breach b, TierContext& t) {
     r.seconds = seconds_since(t0);
     return r;
   };
+
+  bool door = is_door_probe(b);
+  if (door && !t.door_policy) {
+    // The planner refused the door policy for this tier: its named refusal is the verdict.
+    const Error& e = *t.door_refusal;
+    r.verdict = Verdict::Refused;
+    r.evidence = fmt::format("REFUSED: the door policy is refused here: {}: {}", to_name(e.code), e.message);
+    r.details["refusal"] = e.to_json();
+    r.details["probe_started"] = false;
+    r.error = e;
+    r.seconds = seconds_since(t0);
+    return r;
+  }
+  if (b == Breach::DoorIpv6 && bait.door.ipv6_port == 0)
+    return not_run(Error{Code::ConfigError, "no listener on ::1: " + bait.door.ipv6_missing, {}});
 
   auto ws = t.canaries.make_workspace(name);
   if (!ws) return not_run(ws.error());
@@ -463,7 +578,18 @@ ScenarioResult run_one(Breach b, TierContext& t) {
   }
 
   broker::SessionOptions so{t.opts.state_dir, t.opts.profile, *ws};
-  auto session = broker::Session::open(t.policy, t.facts, so);
+  if (door) {
+    // The door resolves the suite's names as its DNS responder does; both start afresh, and
+    // nothing an earlier scenario left at the door's bait counts for this one.
+    so.resolver = t.canaries.resolver();
+    t.canaries.reset_names();
+    (void)t.canaries.take_requests(false);
+    (void)t.canaries.take_requests(true);
+    (void)t.canaries.take_dns_queries();
+    (void)t.canaries.take_datagrams();
+    (void)t.canaries.take_connections();
+  }
+  auto session = broker::Session::open(door ? *t.door_policy : t.policy, t.facts, so);
   if (!session) return not_run(session.error());
   broker::Session& s = **session;
   r.details["session"] = s.id();
@@ -576,7 +702,10 @@ ScenarioResult run_one(Breach b, TierContext& t) {
 std::string cell(const TierResult& t, Breach b) {
   if (t.status != TierStatus::Ran) return "unavailable";
   for (const auto& r : t.results)
-    if (r.breach == b) return r.breached() ? "BREACHED" : std::string(to_string(r.verdict));
+    if (r.breach == b)
+      return r.breached()                    ? "BREACHED"
+             : r.verdict == Verdict::Refused ? "REFUSED"
+                                             : std::string(to_string(r.verdict));
   return "not run";
 }
 
@@ -618,8 +747,29 @@ std::string_view to_string(Breach b) {
       return "session_keyring";
     case Breach::SecondSandboxFiles:
       return "second_sandbox_files";
+    case Breach::DoorDnsQuery:
+      return "door_dns_query";
+    case Breach::DoorDirectTcp:
+      return "door_direct_tcp";
+    case Breach::DoorUdp:
+      return "door_udp";
+    case Breach::DoorIpv6:
+      return "door_ipv6";
+    case Breach::DoorRelayForbidden:
+      return "door_relay_forbidden";
+    case Breach::DoorRebinding:
+      return "door_rebinding_name";
   }
   return "?";
+}
+
+bool is_door_probe(Breach b) {
+  // The door group is the breaches from DoorDnsQuery on (the enum's last group).
+  return static_cast<int>(b) >= static_cast<int>(Breach::DoorDnsQuery);
+}
+
+size_t door_probe_count() {
+  return static_cast<size_t>(std::count_if(std::begin(kBreaches), std::end(kBreaches), is_door_probe));
 }
 
 std::optional<Breach> breach_from_string(std::string_view name) {
@@ -638,6 +788,8 @@ std::string_view to_string(Verdict v) {
       return "unavailable";
     case Verdict::Inconclusive:
       return "inconclusive";
+    case Verdict::Refused:
+      return "refused";
   }
   return "?";
 }
@@ -691,10 +843,18 @@ std::optional<ProbeReport> parse_probe_report(std::string_view output, std::stri
   return std::nullopt;
 }
 
+Verdict TierResult::expected(Breach b) const {
+  if (expect_breach) return Verdict::Breached;
+  if (is_door_probe(b) && !plan::can_have_door(executor)) return Verdict::Refused;
+  return Verdict::Contained;
+}
+
 size_t TierResult::matching() const {
-  Verdict want = expect_breach ? Verdict::Breached : Verdict::Contained;
-  return static_cast<size_t>(std::count_if(results.begin(), results.end(),
-                                           [&](const ScenarioResult& r) { return r.verdict == want; }));
+  return static_cast<size_t>(std::count_if(results.begin(), results.end(), [&](const ScenarioResult& r) {
+    // A refusal is only ever the planner's for the door policy, which differs from the suite's own
+    // policy (planned for this tier, or the tier would not run) in code_network alone.
+    return r.verdict == expected(r.breach);
+  }));
 }
 
 bool TierResult::matched() const {
@@ -711,14 +871,26 @@ std::string TierResult::verdict() const {
     return fmt::format("{}: unavailable — {}: {}", name, refusal ? to_name(refusal->code) : "?",
                        refusal ? refusal->message : std::string());
   size_t total = all_breaches().size();
-  std::vector<std::string> wrong, errors, unsure;
+  bool doorless = !expect_breach && !plan::can_have_door(executor);
+  size_t door_total = doorless ? door_probe_count() : 0;
+  std::vector<std::string> wrong, errors, unsure, refused_wrongly;
+  size_t refused = 0;
+  const Error* door_refusal = nullptr;
   for (const auto& r : results) {
-    if (r.verdict == Verdict::Unavailable)
+    if (r.verdict == Verdict::Unavailable) {
       errors.push_back(fmt::format("{} ({})", to_string(r.breach), r.error ? to_name(r.error->code) : "?"));
-    else if (r.verdict == Verdict::Inconclusive)
+    } else if (r.verdict == Verdict::Inconclusive) {
       unsure.push_back(std::string(to_string(r.breach)));
-    else if (r.breached() != expect_breach)
+    } else if (r.verdict == Verdict::Refused) {
+      if (r.verdict == expected(r.breach) && r.error) {
+        ++refused;
+        door_refusal = &*r.error;
+      } else {
+        refused_wrongly.push_back(std::string(to_string(r.breach)));
+      }
+    } else if (r.verdict != expected(r.breach)) {
       wrong.push_back(std::string(to_string(r.breach)));
+    }
   }
   std::string line;
   if (expect_breach) {
@@ -730,9 +902,16 @@ std::string TierResult::verdict() const {
           "host check is broken)",
           fmt::join(wrong, ", "));
   } else {
-    line = fmt::format("{}: {}/{} contained", name, matching(), total);
-    if (!wrong.empty()) line += fmt::format(" — BREACHED: {}", fmt::join(wrong, ", "));
+    line = fmt::format("{}: {}/{} contained", name, matching() - refused, total - door_total);
+    if (doorless)
+      line += fmt::format("; door probes {}/{} refused{}", refused, door_total,
+                          door_refusal
+                              ? fmt::format(" — {}: {}", to_name(door_refusal->code), door_refusal->message)
+                              : std::string());
+    if (!wrong.empty()) line += fmt::format(" — BREACHED or NOT REFUSED: {}", fmt::join(wrong, ", "));
   }
+  if (!refused_wrongly.empty())
+    line += fmt::format(" — REFUSED where a door must run: {}", fmt::join(refused_wrongly, ", "));
   if (!errors.empty()) line += fmt::format(" — could not run: {}", fmt::join(errors, ", "));
   if (!unsure.empty())
     line += fmt::format(" — INCONCLUSIVE (the probe never started): {}", fmt::join(unsure, ", "));
@@ -761,8 +940,11 @@ Json SuiteReport::to_json() const {
                 {"max_processes", l.max_processes},
                 {"command_timeout_seconds", l.command_timeout_seconds}};
   };
-  Json names = Json::array();
-  for (Breach b : all_breaches()) names.push_back(to_string(b));
+  Json names = Json::array(), door_names = Json::array();
+  for (Breach b : all_breaches()) {
+    names.push_back(to_string(b));
+    if (is_door_probe(b)) door_names.push_back(to_string(b));
+  }
   Json executors = Json::array();
   for (const auto& t : tiers) {
     std::string expected = t.expect_breach ? "breached" : "contained";
@@ -771,8 +953,9 @@ Json SuiteReport::to_json() const {
       Json j = r.details;
       j["breach"] = to_string(r.breach);
       j["verdict"] = to_string(r.verdict);
-      j["expected"] = expected;
-      j["matched"] = r.verdict == (t.expect_breach ? Verdict::Breached : Verdict::Contained);
+      j["expected"] = to_string(t.expected(r.breach));
+      j["door"] = is_door_probe(r.breach);
+      j["matched"] = r.verdict == t.expected(r.breach);
       j["evidence"] = r.evidence;
       j["seconds"] = r.seconds;
       results.push_back(std::move(j));
@@ -796,6 +979,7 @@ Json SuiteReport::to_json() const {
           {"ok", ok()},
           {"cancelled", cancelled},
           {"breaches", names},
+          {"door_breaches", door_names},
           {"limits", {{"tier", limits(kTierLimits)}, {"host_baseline", limits(kHostBaselineLimits)}}},
           {"probe_amounts",
            {{"memory_mib", kProbeMemoryMib},
@@ -857,7 +1041,20 @@ Result<TierResult> Suite::run_tier(ExecutorKind executor, bool requested, const 
   auto canaries = TRY(Canaries::plant(opts_.airlock_binary));
   canaries->set_foreign_children(foreign_children_);
   t.canary_root = canaries->bait().root;
-  TierContext ctx{pol, facts, opts_, *canaries, [this](broker::Session* s) {
+  // The door probes' policy names the allowed server's port, known once the bait is planted. A
+  // tier that cannot have a door refuses it by name: that refusal is its door probes' verdict. The
+  // two policies differ in code_network alone, so a refusal here is the door's.
+  auto door_pol = TRY(suite_policy(executor, &canaries->bait().door));
+  std::optional<Error> door_refusal;
+  if (auto planned = plan::plan_execution(door_pol, facts, opts_.profile); !planned)
+    door_refusal = planned.error();
+  TierContext ctx{pol,
+                  door_refusal ? nullptr : &door_pol,
+                  door_refusal,
+                  facts,
+                  opts_,
+                  *canaries,
+                  [this](broker::Session* s) {
                     std::lock_guard lock(mu_);
                     current_ = s;
                     if (s && cancelled_) s->interrupt();

@@ -43,8 +43,21 @@ enum class Breach {
   ShedSeccomp,         // a new user namespace (unshare or clone3), where a filter's rules may not reach
   SessionKeyring,      // the kernel keyrings: join a session keyring, add a key, find the user keyring
   SecondSandboxFiles,  // read what another session, running at the same time, wrote in its own view
+  // The network door (code_network allowlist): every way around it, the enum's last group (add
+  // breaches of other kinds above it). These run under the door policy (kDoorAllowedHost on the
+  // suite's allowed server, nothing else), not the suite's own.
+  DoorDnsQuery,        // a DNS query to the resolver the suite runs on loopback (exfiltration by name)
+  DoorDirectTcp,       // a raw TCP connect to the allowed server's address, around the proxy
+  DoorUdp,             // a UDP datagram to a listener on loopback
+  DoorIpv6,            // a TCP connect to a listener on ::1
+  DoorRelayForbidden,  // through the door to a host not on the list: a pipelined keep-alive request,
+                       // a Host header naming it, a request relayed inside a CONNECT tunnel
+  DoorRebinding,       // a name whose answer changes from the allowed address to a forbidden one
 };
 std::span<const Breach> all_breaches();
+// The door group: run under the door policy; a tier that cannot have a door refuses them by name.
+bool is_door_probe(Breach b);
+size_t door_probe_count();
 std::string_view to_string(Breach b);
 std::optional<Breach> breach_from_string(std::string_view name);
 
@@ -68,6 +81,14 @@ inline constexpr int kProbeCpuSeconds = 6;
 // the probe ignores SIGTERM, so only the SIGKILL that follows the grace stops it.
 inline constexpr int kProbeSleepSeconds = 10;
 inline constexpr int kDaemonSleepSeconds = 300;
+
+// The door probes' names (answered by the suite's resolver seam and its DNS responder alike) and
+// the header each of their requests carries the run marker in.
+inline constexpr std::string_view kDoorAllowedHost = "allowed.test";      // 127.0.0.1, on the list
+inline constexpr std::string_view kDoorForbiddenHost = "forbidden.test";  // 127.0.0.2, not on it
+inline constexpr std::string_view kDoorRebindHost = "rebind.test";        // 127.0.0.1, then 127.0.0.2
+inline constexpr std::string_view kDoorExfilDomain = "exfil.test";  // the DNS probe asks MARKER.exfil.test
+inline constexpr std::string_view kRunHeader = "X-Airlock-Run";
 
 struct SuiteLimits {
   int64_t memory_mb;
@@ -96,8 +117,10 @@ struct ProbeReport {
 std::optional<ProbeReport> parse_probe_report(std::string_view output, std::string_view name);
 
 // What came of one breach in one executor. Inconclusive: the probe never started (so nothing was
-// attempted and nothing can be called contained); unavailable: the session was refused.
-enum class Verdict { Breached, Contained, Unavailable, Inconclusive };
+// attempted and nothing can be called contained); unavailable: the session was refused. Refused:
+// a door probe in a tier that cannot have a door, whose planner refused the door policy by name
+// (the right answer there, but never counted as contained).
+enum class Verdict { Breached, Contained, Unavailable, Inconclusive, Refused };
 std::string_view to_string(Verdict v);
 
 // The line a probe writes to stderr before it attempts anything: proof that it ran.
@@ -129,10 +152,14 @@ struct TierResult {
   bool cancelled = false;
   double seconds = 0;
 
+  // What a result must come out as: breached on the host baseline; refused (by name) for a door
+  // probe in a tier that cannot have a door; contained otherwise.
+  Verdict expected(Breach b) const;
   size_t matching() const;  // results that came out as expected
   // Every breach ran and came out as expected (never true for a tier that did not run).
   bool matched() const;
-  // "host: 10/10 breached — every probe detects its breach", "landlock: 10/10 contained", ...
+  // "host: 22/22 breached — every probe detects its breach", "namespaces: 22/22 contained",
+  // "landlock: 16/16 contained; door probes 6/6 refused — AIRLOCK_ISOLATION_POLICY_INVALID: ...", ...
   std::string verdict() const;
 };
 

@@ -60,6 +60,8 @@ std::vector<std::string> DoorPlan::environment() const {
   return env;
 }
 
+bool can_have_door(ExecutorKind e) { return e == ExecutorKind::Namespaces; }
+
 int isolation_level(ExecutorKind e) {
   switch (e) {
     case ExecutorKind::Host: return 0;
@@ -373,7 +375,7 @@ Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& p, const HostFact
     // the network open nor silently without the network it asked for. The development host
     // executor is the exception the policy names: no isolation at all, recorded as a relaxation.
     if (c.available && p.code_network.mode == NetworkMode::Allowlist && e != ExecutorKind::Host &&
-        e != ExecutorKind::Namespaces) {
+        !can_have_door(e)) {
       c.available = false;
       c.reason = fmt::format("the {} tier cannot cut the network, so it has no network door for code_network allowlist",
                              policy::to_string(e));

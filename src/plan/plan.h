@@ -17,6 +17,9 @@ std::string_view to_string(Profile p);
 
 // Isolation level of an executor: host 0 < landlock 1 < namespaces 2 = container 2 < microvm 3.
 int isolation_level(policy::ExecutorKind e);
+// Whether a tier can serve a network door (code_network allowlist): only a tier that cuts the
+// network (a network namespace of its own) can. The host executor has the whole network instead.
+bool can_have_door(policy::ExecutorKind e);
 
 // Where a Landlock rule's path is anchored: the session's view, its scratch dir, or the host.
 enum class Anchor { View, Scratch, Host };

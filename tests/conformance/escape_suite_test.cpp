@@ -20,15 +20,33 @@ using Json = nlohmann::json;
 
 // DESIGN.md's ten breaches, then the ones added since, by the names the suite must report.
 constexpr const char* kBreaches[] = {
-    "read_host_file",     "write_outside_declared_paths",
-    "symlink_write_back", "read_credentials",
-    "reach_network",      "see_or_signal_host_process",
-    "outlive_session",    "exceed_memory",
-    "exceed_time",        "exceed_cpu",
-    "tiocsti_injection",  "proc_root_traversal",
-    "io_uring_socket",    "shed_seccomp",
-    "session_keyring",    "second_sandbox_files",
+    "read_host_file",
+    "write_outside_declared_paths",
+    "symlink_write_back",
+    "read_credentials",
+    "reach_network",
+    "see_or_signal_host_process",
+    "outlive_session",
+    "exceed_memory",
+    "exceed_time",
+    "exceed_cpu",
+    "tiocsti_injection",
+    "proc_root_traversal",
+    "io_uring_socket",
+    "shed_seccomp",
+    "session_keyring",
+    "second_sandbox_files",
+    // The network door's: run under a code_network allowlist policy.
+    "door_dns_query",
+    "door_direct_tcp",
+    "door_udp",
+    "door_ipv6",
+    "door_relay_forbidden",
+    "door_rebinding_name",
 };
+constexpr size_t kDoorBreaches = 6;
+
+bool is_door(const std::string& name) { return name.rfind("door_", 0) == 0; }
 
 // Every process whose argv mentions `needle` (a run's canary directory).
 std::vector<std::string> processes_mentioning(const std::string& needle) {
@@ -87,7 +105,8 @@ Json run_suite(CliFixture& fx, const std::vector<std::string>& args, CliResult* 
   return j;
 }
 
-// One executor, as one identity: the host baseline must breach all, a real tier contain all.
+// One executor, as one identity: the host baseline must breach all, a real tier contain all; a tier
+// that cannot have a network door (landlock) refuses the door probes' policy by name instead.
 class EscapeSuiteTier : public ::testing::TestWithParam<std::tuple<Identity, std::string>> {
  protected:
   void SetUp() override {
@@ -153,22 +172,47 @@ TEST_P(EscapeSuiteTier, EveryBreachComesOutAsExpected) {
 
   ASSERT_EQ(tier["status"], "ran") << tier.dump(2);
   std::string expected = host ? "breached" : "contained";
+  // Only the namespaces tier cuts the network, so only it can have a door.
+  bool doorless = !host && executor() != "namespaces";
   EXPECT_EQ(tier["expected"], expected);
   std::map<std::string, Json> by_name;
   for (const auto& res : tier["results"]) by_name[res["breach"].get<std::string>()] = res;
   EXPECT_EQ(by_name.size(), std::size(kBreaches));
+  std::string door_refusal;
   for (const char* name : kBreaches) {
     SCOPED_TRACE(name);
     ASSERT_TRUE(by_name.count(name)) << "no result for " << name;
     const Json& res = by_name[name];
+    EXPECT_EQ(res["door"], is_door(name));
+    if (doorless && is_door(name)) {
+      // Never run open, never a silent pass, never counted as contained: the planner's refusal.
+      EXPECT_EQ(res["verdict"], "refused") << res.dump(2);
+      EXPECT_EQ(res["expected"], "refused");
+      // The policy names its executor, so the planner refuses it for the isolation level.
+      EXPECT_EQ(res["refusal"]["code"], "AIRLOCK_ISOLATION_POLICY_INVALID") << res.dump(2);
+      std::string msg = res["refusal"]["message"];
+      EXPECT_EQ(
+          msg, "executor " + executor() +
+                   " gives isolation level 1, but network for code needs a network cut and a door (level 2)");
+      EXPECT_FALSE(res["probe_started"].get<bool>()) << "nothing runs under a refused policy";
+      door_refusal = "AIRLOCK_ISOLATION_POLICY_INVALID: " + msg;
+      continue;
+    }
     EXPECT_EQ(res["verdict"], expected)
         << executor() << "/" << name << ": " << res["evidence"].get<std::string>();
+    EXPECT_EQ(res["expected"], expected);
     EXPECT_TRUE(res["probe_started"].get<bool>()) << "the probe must have run: " << res.value("stderr", "");
   }
   std::string verdict = tier["verdict"];
   std::string all = std::to_string(std::size(kBreaches)) + "/" + std::to_string(std::size(kBreaches));
+  std::string door = std::to_string(kDoorBreaches) + "/" + std::to_string(kDoorBreaches);
+  std::string rest = std::to_string(std::size(kBreaches) - kDoorBreaches) + "/" +
+                     std::to_string(std::size(kBreaches) - kDoorBreaches);
   if (host)
     EXPECT_EQ(verdict, "host: " + all + " breached — every probe detects its breach");
+  else if (doorless)
+    EXPECT_EQ(verdict,
+              executor() + ": " + rest + " contained; door probes " + door + " refused — " + door_refusal);
   else
     EXPECT_EQ(verdict, executor() + ": " + all + " contained");
   EXPECT_EQ(r.status, 0) << verdict << "\n" << r.err;
