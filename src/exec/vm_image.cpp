@@ -87,16 +87,71 @@ Result<void> run_step(const std::vector<std::string>& argv, const std::string& c
   return {};
 }
 
-Result<std::string> build_key(const BuildOptions& o) {
+// What the kernel is built from: the configuration and linux-source. The agent is not part of it:
+// a changed agent repacks the initramfs alone.
+Result<std::string> kernel_key(const BuildOptions& o) {
   auto src = sha256_file(o.linux_source);
   if (!src)
     return fail(Code::ConfigError,
                 fmt::format("{} is missing: install Debian's linux-source-6.1 (scripts/install-deps)", o.linux_source),
                 {{"linux_source", o.linux_source}});
+  return sha256_hex(fmt::format("airlock guest kernel 1\n{}\n{}\n", sha256_hex(kGuestConfig), *src));
+}
+
+// The whole image's key: the kernel's and the agent's.
+Result<std::string> image_key(const std::string& kernel, const BuildOptions& o) {
   auto agent = sha256_file(o.agent);
   if (!agent)
     return fail(Code::ConfigError, fmt::format("the guest agent {} is missing", o.agent), {{"agent", o.agent}});
-  return sha256_hex(fmt::format("airlock guest image 1\n{}\n{}\n{}\n", sha256_hex(kGuestConfig), *src, *agent));
+  return sha256_hex(fmt::format("airlock guest image 2\n{}\n{}\n", kernel, *agent));
+}
+
+// Extracts linux-source into `work`, configures it (tinyconfig + the fragment, every line of which
+// must survive) and builds vmlinux there. Its output goes to `log`.
+Result<void> build_kernel(const BuildOptions& o, const std::string& work, int log) {
+  auto say = [&](std::string_view stage, std::string_view line) {
+    if (o.progress) o.progress(stage, line);
+  };
+  say("extract", fmt::format("extracting {}", o.linux_source));
+  // Documentation is the biggest part of the tree; the build reads only its top-level files
+  // (Kconfig sources Documentation/Kconfig), so everything beneath its subdirectories is left out.
+  TRY(run_step({"tar", "-xJf", o.linux_source, "--strip-components=1", "--exclude=*/Documentation/*/*"}, work, log,
+               nullptr));
+  std::string config = work + "/airlock-guest.config";
+  TRY(write_file_atomic(config, kGuestConfig));
+  // A reproducible build: no timestamp, user or host of this machine in the kernel.
+  ::setenv("KBUILD_BUILD_TIMESTAMP", "1970-01-01", 1);
+  ::setenv("KBUILD_BUILD_USER", "airlock", 1);
+  ::setenv("KBUILD_BUILD_HOST", "airlock", 1);
+  ::setenv("KBUILD_BUILD_VERSION", "1", 1);
+  say("configure", "tinyconfig + vm/guest.config");
+  for (auto argv : {std::vector<std::string>{"make", "ARCH=x86_64", "tinyconfig"},
+                    std::vector<std::string>{"scripts/kconfig/merge_config.sh", "-m", ".config", config},
+                    std::vector<std::string>{"make", "ARCH=x86_64", "olddefconfig"}})
+    TRY(run_step(argv, work, log, nullptr));
+  // Every line of the fragment must have survived olddefconfig: a dependency left unmet would
+  // silently drop an option (9p without INET did).
+  auto merged = TRY(read_file(work + "/.config"));
+  for (size_t pos = 0; pos < kGuestConfig.size();) {
+    size_t nl = kGuestConfig.find('\n', pos);
+    std::string_view line = kGuestConfig.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos);
+    pos = nl == std::string_view::npos ? kGuestConfig.size() : nl + 1;
+    if (line.empty() || line[0] == '#') continue;
+    std::string want = line.ends_with("=n") ? fmt::format("# {} is not set", line.substr(0, line.size() - 2))
+                                            : std::string(line);
+    if (merged.find("\n" + want + "\n") == std::string::npos)
+      return fail(Code::ConfigError, fmt::format("the guest kernel configuration lost {}", line),
+                  {{"option", std::string(line)}});
+  }
+  int objects = 0;
+  say("compile", fmt::format("make -j{} vmlinux", o.jobs));
+  return run_step({"nice", "make", "ARCH=x86_64", fmt::format("-j{}", o.jobs), "vmlinux"}, work, log,
+                  [&](std::string_view l) {
+                    if (l.starts_with("  CC ") || l.starts_with("  AS ")) {
+                      ++objects;
+                      say("compile", fmt::format("{} objects: {}", objects, l.substr(2)));
+                    }
+                  });
 }
 
 }  // namespace
@@ -129,6 +184,7 @@ Result<GuestImage> load_guest_image(const std::string& dir) {
   try {
     Json j = Json::parse(*text);
     img.key = j.at("key").get<std::string>();
+    img.kernel_key = j.value("kernel_key", "");
     img.kernel = dir + "/" + j.at("kernel").get<std::string>();
     img.kernel_sha256 = j.at("kernel_sha256").get<std::string>();
     img.initramfs = dir + "/" + j.at("initramfs").get<std::string>();
@@ -167,13 +223,14 @@ Result<GuestImage> build_guest_image(const BuildOptions& o) {
   auto say = [&](std::string_view stage, std::string_view line) {
     if (o.progress) o.progress(stage, line);
   };
-  std::string key = TRY(build_key(o));
-  if (!o.force) {
-    auto have = load_guest_image(o.dir);
-    if (have && have->key == key) {
-      say("done", "the cache already holds this image; digests verified");
-      return have;
-    }
+  std::string kkey = TRY(kernel_key(o));
+  std::string key = TRY(image_key(kkey, o));
+  std::optional<GuestImage> have;
+  if (!o.force)
+    if (auto h = load_guest_image(o.dir); h) have = *h;
+  if (have && have->key == key) {
+    say("done", "the cache already holds this image; digests verified");
+    return *have;
   }
   TRY(make_dirs(o.dir, 0755));
   std::string work = o.dir + "/build";
@@ -187,50 +244,15 @@ Result<GuestImage> build_guest_image(const BuildOptions& o) {
     e.message += fmt::format(" (log: {})", log_path);
     return std::unexpected(std::move(e));
   };
-
-  say("extract", fmt::format("extracting {}", o.linux_source));
-  // Documentation is the biggest part of the tree and nothing of the build reads it.
-  if (auto r = run_step({"tar", "-xJf", o.linux_source, "--strip-components=1", "--exclude=*/Documentation"}, work,
-                        log.get(), nullptr);
-      !r)
-    return with_log(r.error());
-  std::string config = work + "/airlock-guest.config";
-  TRY(write_file_atomic(config, kGuestConfig));
-  // A reproducible build: no timestamp, user or host of this machine in the kernel.
-  ::setenv("KBUILD_BUILD_TIMESTAMP", "1970-01-01", 1);
-  ::setenv("KBUILD_BUILD_USER", "airlock", 1);
-  ::setenv("KBUILD_BUILD_HOST", "airlock", 1);
-  ::setenv("KBUILD_BUILD_VERSION", "1", 1);
-  say("configure", "tinyconfig + vm/guest.config");
-  for (auto argv : {std::vector<std::string>{"make", "ARCH=x86_64", "tinyconfig"},
-                    std::vector<std::string>{"scripts/kconfig/merge_config.sh", "-m", ".config", config},
-                    std::vector<std::string>{"make", "ARCH=x86_64", "olddefconfig"}})
-    if (auto r = run_step(argv, work, log.get(), nullptr); !r) return with_log(r.error());
-  // Every line of the fragment must have survived olddefconfig: a dependency left unmet would
-  // silently drop an option (9p without INET did).
-  auto merged = TRY(read_file(work + "/.config"));
-  for (size_t pos = 0; pos < kGuestConfig.size();) {
-    size_t nl = kGuestConfig.find('\n', pos);
-    std::string_view line = kGuestConfig.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos);
-    pos = nl == std::string_view::npos ? kGuestConfig.size() : nl + 1;
-    if (line.empty() || line[0] == '#') continue;
-    std::string want = line.ends_with("=n") ? fmt::format("# {} is not set", line.substr(0, line.size() - 2))
-                                            : std::string(line);
-    if (merged.find("\n" + want + "\n") == std::string::npos)
-      return with_log(fail(Code::ConfigError, fmt::format("the guest kernel configuration lost {}", line),
-                           {{"option", std::string(line)}}).error());
+  if (have && have->kernel_key == kkey) {
+    // The kernel is the one this configuration and source build (its digest verified on load):
+    // only the agent changed.
+    say("compile", "the cache already holds this kernel; digest verified");
+    if (::link(have->kernel.c_str(), (work + "/vmlinux").c_str()) < 0)
+      return fail_errno(Code::ConfigError, "link " + have->kernel + " into " + work, errno);
+  } else {
+    if (auto r = build_kernel(o, work, log.get()); !r) return with_log(r.error());
   }
-  int objects = 0;
-  say("compile", fmt::format("make -j{} vmlinux", o.jobs));
-  if (auto r = run_step({"nice", "make", "ARCH=x86_64", fmt::format("-j{}", o.jobs), "vmlinux"}, work, log.get(),
-                        [&](std::string_view l) {
-                          if (l.starts_with("  CC ") || l.starts_with("  AS ")) {
-                            ++objects;
-                            say("compile", fmt::format("{} objects: {}", objects, l.substr(2)));
-                          }
-                        });
-      !r)
-    return with_log(r.error());
 
   say("initramfs", "packing the guest agent");
   auto agent = TRY(read_file(o.agent));
@@ -238,6 +260,7 @@ Result<GuestImage> build_guest_image(const BuildOptions& o) {
   GuestImage img;
   img.dir = o.dir;
   img.key = key;
+  img.kernel_key = kkey;
   img.kernel_sha256 = TRY(sha256_file(work + "/vmlinux"));
   img.initramfs_sha256 = sha256_hex(initramfs);
   std::string kernel_name = "vmlinux-" + img.kernel_sha256.substr(0, 16);
@@ -248,6 +271,7 @@ Result<GuestImage> build_guest_image(const BuildOptions& o) {
     return fail_errno(Code::ConfigError, "rename vmlinux into " + o.dir, errno);
   TRY(write_file_atomic(img.initramfs, initramfs));
   Json manifest = {{"key", key},
+                   {"kernel_key", kkey},
                    {"kernel", kernel_name},
                    {"kernel_sha256", img.kernel_sha256},
                    {"initramfs", initramfs_name},

@@ -19,7 +19,8 @@ struct GuestImage {
   std::string dir;  // <cache>/vm
   std::string kernel, kernel_sha256;        // an uncompressed vmlinux, booted through its PVH entry
   std::string initramfs, initramfs_sha256;  // an uncompressed newc cpio
-  std::string key;  // sha256 of what it was built from: config, linux-source, agent
+  std::string key;         // sha256 of what it was built from: the kernel key and the agent
+  std::string kernel_key;  // sha256 of what the kernel was built from: config, linux-source
   Json to_json() const;
 };
 
