@@ -6,7 +6,9 @@
 // to init as an environment variable). The request lives there as NUL-terminated
 // "key\0value\0" pairs: argv (repeated, in order), env (repeated), cwd, workdir (where the
 // workspace share is mounted), cpu_seconds, nofile, fsize (0: no limit), fd3 (present: the file
-// "fd3" beside it is the command's fd 3). stdin is the file "stdin" beside it. Once read, the
+// "fd3" beside it is the command's fd 3). stdin is the file "stdin" beside it. The agent reads
+// them once the host writes a byte to the go port (/dev/vport0p4): a guest may boot before its
+// request exists (the executor's pool). Once read, the
 // control directory is removed. The agent writes "exit N" or "signal N" to the status port
 // (/dev/vport0p3), then every process of the guest dies with it: the kernel's reboot=t and
 // QEMU's -no-reboot end the VM.
@@ -107,6 +109,16 @@ int main(void) {
     errno = EINVAL;
     die("no control directory named on the kernel command line");
   }
+  // The host says go (one byte on the fourth port, QEMU's stdin) once the request is in place: a
+  // pooled guest boots before there is one.
+  int go = open("/dev/vport0p4", O_RDONLY);
+  if (go < 0) die("open the go port");
+  char byte;
+  ssize_t got;
+  while ((got = read(go, &byte, 1)) < 0 && errno == EINTR) {
+  }
+  if (got != 1) die("the host closed the go port");
+  close(go);
   ctl = openat(open("/tmp", O_PATH | O_DIRECTORY), ctl_name, O_PATH | O_DIRECTORY | O_NOFOLLOW);
   if (ctl < 0) die("open the control directory %s", ctl_name);
 

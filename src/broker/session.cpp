@@ -53,6 +53,7 @@ Result<std::unique_ptr<Session>> Session::open(const policy::TaskPolicy& pol, co
 
   auto planned = plan::plan_execution(pol, facts, opts.profile);
   if (!planned) return std::unexpected(record_refusal(planned.error(), opts.state_dir, id, base));
+  if (planned->microvm) planned->microvm->pool = opts.vm_pool;
   base["plan"] = plan::to_json(*planned);
 
   if (workspace) {

@@ -38,6 +38,8 @@ struct SessionOptions {
   // An agent run (`airlock agent run`): its profile, executable, hashes and confinement, written
   // into the first receipt (session.open, or session.refused) as "agent". Null otherwise.
   Json agent;
+  // The microvm tier's pool: guests booted ahead, each used for one command (plan.microvm.pool).
+  size_t vm_pool = 0;
 };
 
 // What run_tool returns: the tool's exit and its captured output.

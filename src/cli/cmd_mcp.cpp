@@ -13,13 +13,18 @@
 namespace airlock::cli {
 namespace {
 
-int mcp_verb(Globals& g, SessionCliOptions& o) {
+struct McpOptions : SessionCliOptions {
+  size_t vm_pool = 0;
+};
+
+int mcp_verb(Globals& g, McpOptions& o) {
   auto start = prepare_session(g, o.defaults, o.policy_file);
   if (!start) return refuse(start.error(), false);
   sigset_t mask = block_stop_signals();
   ::signal(SIGPIPE, SIG_IGN);  // a client that went away is an end of input, not a crash
 
   broker::SessionOptions so(start->state_dir, start->profile, o.workspace);
+  so.vm_pool = o.vm_pool;
   auto session = broker::Session::open(start->policy, start->facts, so);
   if (!session) return refuse(session.error(), false);
   auto& s = **session;
@@ -53,9 +58,12 @@ int mcp_verb(Globals& g, SessionCliOptions& o) {
 }  // namespace
 
 void add_mcp(CLI::App& app, Globals& g, Action& run) {
-  static SessionCliOptions o;
+  static McpOptions o;
   auto* cmd = app.add_subcommand("mcp", "an MCP server over stdio: one session's actions as tools");
   add_session_options(cmd, o)->required();
+  cmd->add_option("--vm-pool", o.vm_pool,
+                  "on the microvm tier, keep N guests booted ahead, each used for one tool call (default 0: off)")
+      ->check(CLI::Range(0, 16));
   cmd->callback([&g, &run] { run = [&g] { return mcp_verb(g, o); }; });
 }
 

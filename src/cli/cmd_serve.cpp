@@ -12,7 +12,7 @@ namespace {
 
 struct ServeOptions {
   std::optional<std::string> defaults, socket, listen, token_file;
-  size_t threads = 64, max_sessions = 256, max_body_bytes = 8u << 20;
+  size_t threads = 64, max_sessions = 256, max_body_bytes = 8u << 20, vm_pool = 0;
 };
 
 Result<int> serve(Globals& g, ServeOptions& o) {
@@ -23,6 +23,7 @@ Result<int> serve(Globals& g, ServeOptions& o) {
   so.threads = o.threads;
   so.max_sessions = o.max_sessions;
   so.max_body_bytes = o.max_body_bytes;
+  so.vm_pool = o.vm_pool;
   so.executors_report = [profile = so.profile] { return doctor_report(profile, linux::probe_host()); };
   std::optional<server::ListenAddress> tcp;
   std::string token;
@@ -70,6 +71,9 @@ void add_serve(CLI::App& app, Globals& g, Action& run) {
   cmd->add_option("--threads", o.threads, "worker threads per listener (a running tool holds one)")
       ->check(CLI::Range(4, 1024));
   cmd->add_option("--max-sessions", o.max_sessions, "open sessions at most")->check(CLI::Range(1, 65536));
+  cmd->add_option("--vm-pool", o.vm_pool,
+                  "microvm sessions keep N guests booted ahead, each used for one tool call (default 0: off)")
+      ->check(CLI::Range(0, 16));
   cmd->add_option("--max-body-bytes", o.max_body_bytes, "largest request body")->check(CLI::Range(1024, 1 << 30));
   cmd->callback([&g, &run] {
     run = [&g] {

@@ -9,6 +9,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,6 +17,10 @@
 
 #include <atomic>
 #include <charconv>
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <mutex>
 #include <thread>
 #include <tuple>
 
@@ -57,43 +62,87 @@ Result<std::string> read_fd_to_end(int fd, const std::string& what) {
   }
 }
 
-// Copies QEMU's stdout and stderr pipes to the command's own descriptors until both close. A
-// relay, not the descriptors themselves: QEMU (confined by Landlock) opens its chardevs by path,
-// which a terminal or a file outside the sandbox's paths would refuse.
+// Copies QEMU's stdout and stderr pipes to the command's own descriptors until QEMU has ended,
+// then drains what is left. A relay, not the descriptors themselves: QEMU (confined by Landlock)
+// opens its chardevs by path, which a terminal or a file outside the sandbox's paths would refuse.
+// It never waits for end of file: a sandbox started meanwhile on another thread (a pooled guest
+// booting) holds copies of the write ends until it ends itself.
 class Relay {
  public:
-  Relay(UniqueFd out_rd, UniqueFd err_rd, int out_to, int err_to)
-      : thread_([this, o = std::move(out_rd), e = std::move(err_rd), out_to, err_to]() mutable {
-          pollfd p[2] = {{o.get(), POLLIN, 0}, {e.get(), POLLIN, 0}};
-          int to[2] = {out_to, err_to};
-          char buf[65536];
-          int open = 2;
-          while (open > 0) {
-            if (::poll(p, 2, -1) < 0) {
-              if (errno == EINTR) continue;
-              break;
-            }
-            for (int i = 0; i < 2; ++i) {
-              if (p[i].fd < 0 || !p[i].revents) continue;
-              ssize_t n = ::read(p[i].fd, buf, sizeof buf);
-              if (n < 0 && errno == EINTR) continue;
-              if (n <= 0) {
-                p[i].fd = -1;
-                --open;
-                continue;
-              }
-              // A reader that went away (EPIPE) drops the rest; QEMU is not stalled by it.
-              if (to[i] >= 0) (void)write_all(to[i], std::string_view(buf, n), Code::ToolFailed, "relay");
-            }
-          }
-        }) {}
-  ~Relay() { join(); }
-  void join() {
-    if (thread_.joinable()) thread_.join();
+  Relay(int out_rd, int err_rd, int out_to, int err_to) : done_(::eventfd(0, EFD_CLOEXEC)) {
+    thread_ = std::thread([this, out_rd, err_rd, out_to, err_to] {
+      pollfd p[3] = {{out_rd, POLLIN, 0}, {err_rd, POLLIN, 0}, {done_.get(), POLLIN, 0}};
+      int to[2] = {out_to, err_to};
+      char buf[65536];
+      auto copy = [&](int i) {
+        ssize_t n = ::read(p[i].fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) return true;
+        if (n <= 0) {
+          p[i].fd = -1;
+          return false;
+        }
+        // A reader that went away (EPIPE) drops the rest; QEMU is not stalled by it.
+        if (to[i] >= 0) (void)write_all(to[i], std::string_view(buf, n), Code::ToolFailed, "relay");
+        return true;
+      };
+      for (;;) {
+        if (::poll(p, 3, -1) < 0) {
+          if (errno == EINTR) continue;
+          break;
+        }
+        if (p[2].revents) break;
+        for (int i = 0; i < 2; ++i)
+          if (p[i].fd >= 0 && p[i].revents) copy(i);
+      }
+      // QEMU has ended: everything it wrote is in the pipes.
+      for (int i = 0; i < 2; ++i) {
+        if (p[i].fd < 0) continue;
+        (void)::fcntl(p[i].fd, F_SETFL, O_NONBLOCK);
+        while (copy(i)) {
+        }
+      }
+    });
+  }
+  ~Relay() { finish(); }
+  // QEMU has ended: drain and stop.
+  void finish() {
+    if (!thread_.joinable()) return;
+    uint64_t one = 1;
+    (void)!::write(done_.get(), &one, sizeof one);
+    thread_.join();
   }
 
  private:
+  UniqueFd done_;
   std::thread thread_;
+};
+
+std::pair<UniqueFd, UniqueFd> pipe_pair() {
+  int p[2] = {-1, -1};
+  if (::pipe2(p, O_CLOEXEC) < 0) return {};
+  return {UniqueFd(p[0]), UniqueFd(p[1])};
+}
+
+// One guest: QEMU booted in a namespaces-tier sandbox of its own, its agent waiting for the go
+// byte before it reads its request. Used for exactly one command and then gone: a guest is never
+// reused, pooled or not.
+struct Guest {
+  std::unique_ptr<Executor> sandbox;
+  std::string ctl_name, ctl;  // the control directory: its name in the guest's /tmp, its host path
+  UniqueFd go, out, err, status;  // host ends: QEMU's stdin (the go byte), the three serial ports
+  std::future<Result<RunOutcome>> ended;  // QEMU's run, on a thread of its own
+  std::chrono::steady_clock::time_point booted_at;
+
+  bool alive() const {
+    return ended.valid() && ended.wait_for(std::chrono::seconds(0)) == std::future_status::timeout;
+  }
+  ~Guest() {
+    if (sandbox && ended.valid()) {
+      sandbox->stop();
+      ended.wait();
+    }
+    if (!ctl.empty()) (void)remove_tree(ctl);
+  }
 };
 
 class MicrovmExecutor final : public Executor {
@@ -101,18 +150,23 @@ class MicrovmExecutor final : public Executor {
   MicrovmExecutor(const plan::ExecutionPlan& plan, SessionDirs dirs, std::string session_id, std::string workspace)
       : plan_(plan), dirs_(std::move(dirs)), session_id_(std::move(session_id)), workspace_(std::move(workspace)) {
     inside_ = workspace_inside(workspace_);
+    qemu_plan_ = plan_;
+    qemu_plan_.executor = policy::ExecutorKind::Namespaces;
+    qemu_plan_.microvm.reset();
+    // The command's wall time is kept from the host, from the moment the guest is told to go
+    // (run() below): a pooled guest's QEMU started long before its command.
+    qemu_plan_.limits.wall_timeout_ms = 0;
   }
+  ~MicrovmExecutor() override { stop_pool(); }
 
   Result<void> prepare() {
     if (!plan_.microvm) return fail(Code::ExecutorUnavailable, "a microvm plan without its guest");
-    // QEMU's own confinement: the same plan as the namespaces tier (the planner sized its
-    // cgroup and limits for QEMU).
-    plan::ExecutionPlan qemu_plan = plan_;
-    qemu_plan.executor = policy::ExecutorKind::Namespaces;
-    qemu_plan.microvm.reset();
-    qemu_ = TRY(make_executor(qemu_plan, dirs_, session_id_, workspace_));
     const auto& vm = *plan_.microvm;
-    enforced_ = qemu_->enforced();
+    // QEMU's own confinement: the same plan as the namespaces tier (the planner sized its cgroup
+    // and limits for QEMU). Prepared once here so a tier that cannot prepare is refused now;
+    // every guest then gets a sandbox of its own.
+    auto probe = TRY(make_executor(qemu_plan_, dirs_, session_id_, workspace_));
+    enforced_ = probe->enforced();
     enforced_["executor"] = "microvm";
     enforced_["tier"] = plan_.tier;
     enforced_["microvm"] = {{"acceleration", vm.acceleration},
@@ -122,9 +176,11 @@ class MicrovmExecutor final : public Executor {
                             {"initramfs_sha256", vm.initramfs_sha256},
                             {"network_devices", "none"},
                             {"qemu_sandbox", "-sandbox on (obsolete, elevateprivileges, spawn, resourcecontrol denied)"},
-                            {"qemu_confined_by", "the namespaces tier (the rest of this record)"},
-                            {"teardown", "one guest per run; QEMU is killed with the namespace's init"}};
+                            {"qemu_confined_by", "the namespaces tier (the rest of this record), one sandbox per guest"},
+                            {"pool", vm.pool},
+                            {"teardown", "one guest per run, never reused; QEMU is killed with the namespace's init"}};
     enforced_["network"] = "none (no network device in the guest)";
+    if (vm.pool > 0) refill_ = std::thread([this] { refill(); });
     return {};
   }
 
@@ -132,18 +188,11 @@ class MicrovmExecutor final : public Executor {
 
   Result<RunOutcome> run(const Command& cmd) override {
     if (cmd.argv.empty()) return fail(Code::PolicyInvalid, "no command to run");
+    if (stopped_) return fail(Code::SessionKilled, "the executor was stopped");
     std::string program = TRY(resolve_program(cmd.argv[0], dirs_.view));
     std::string cwd = TRY(sandbox_path(cmd.cwd, dirs_, inside_));
 
-    std::string ctl_name = fmt::format(".airlock-vm-{}", ++runs_);
-    std::string ctl = dirs_.scratch + "/" + ctl_name;
-    TRY(remove_tree(ctl));
-    if (::mkdir(ctl.c_str(), 0700) < 0) return fail_errno(Code::ExecutorUnavailable, "mkdir " + ctl, errno);
-    struct RemoveCtl {
-      std::string path;
-      ~RemoveCtl() { (void)remove_tree(path); }
-    } remove_ctl{ctl};
-
+    // The request first, so a failure here costs no guest.
     std::string request;
     auto put = [&](std::string_view key, std::string_view value) {
       request.append(key);
@@ -162,53 +211,65 @@ class MicrovmExecutor final : public Executor {
     put("fsize", std::to_string(plan_.limits.max_file_bytes));
     // stdin crosses as a file; a terminal never ends, and the guest gets none of the host's
     // terminals (nothing to inject input into), so a terminal is an empty stdin.
-    std::string stdin_data;
+    std::string stdin_data, fd3_data;
     int in = cmd.stdin_fd >= 0 ? cmd.stdin_fd : 0;
     if (!::isatty(in)) stdin_data = TRY(read_fd_to_end(in, "the command's stdin"));
     if (cmd.pass_fd >= 0) {
-      TRY(write_file_atomic(ctl + "/fd3", TRY(read_fd_to_end(cmd.pass_fd, "the descriptor passed as fd 3")), 0600));
+      fd3_data = TRY(read_fd_to_end(cmd.pass_fd, "the descriptor passed as fd 3"));
       put("fd3", "fd3");
     }
-    TRY(stage_image(ctl));
-    TRY(write_file_atomic(ctl + "/request", request, 0600));
-    TRY(write_file_atomic(ctl + "/stdin", stdin_data, 0600));
 
-    int out_p[2], err_p[2];
-    if (::pipe2(out_p, O_CLOEXEC) < 0) return fail_errno(Code::ExecutorUnavailable, "pipe", errno);
-    UniqueFd out_rd(out_p[0]), out_wr(out_p[1]);
-    if (::pipe2(err_p, O_CLOEXEC) < 0) return fail_errno(Code::ExecutorUnavailable, "pipe", errno);
-    UniqueFd err_rd(err_p[0]), err_wr(err_p[1]);
-    // The command's end comes on a third serial port, through QEMU's fd 3: nothing of it is in
-    // the guest's /tmp (the agent removes the control directory once it has read it).
-    int st_p[2];
-    if (::pipe2(st_p, O_CLOEXEC) < 0) return fail_errno(Code::ExecutorUnavailable, "pipe", errno);
-    UniqueFd st_rd(st_p[0]), st_wr(st_p[1]);
-    UniqueFd devnull(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-    if (!devnull) return fail_errno(Code::ExecutorUnavailable, "open /dev/null", errno);
-    Command q;
-    q.argv = qemu_argv(*plan_.microvm, inside_, ctl_name);
-    q.stdin_fd = devnull.get();
-    q.stdout_fd = out_wr.get();
-    q.stderr_fd = err_wr.get();
-    q.timeout_ms = cmd.timeout_ms;
-    q.pass_fd = st_wr.get();
-    Relay relay(std::move(out_rd), std::move(err_rd), cmd.stdout_fd >= 0 ? cmd.stdout_fd : 1,
+    // A pooled guest that is still waiting, else one booted now.
+    std::unique_ptr<Guest> g = take_pooled();
+    bool pooled = g != nullptr;
+    if (!g) g = TRY(boot());
+    {
+      std::lock_guard lk(mu_);
+      current_ = g.get();
+    }
+    struct Forget {
+      MicrovmExecutor* self;
+      ~Forget() {
+        std::lock_guard lk(self->mu_);
+        self->current_ = nullptr;
+      }
+    } forget{this};
+    if (stopped_) return fail(Code::SessionKilled, "the executor was stopped");
+    if (!fd3_data.empty() || cmd.pass_fd >= 0) TRY(write_file_atomic(g->ctl + "/fd3", fd3_data, 0600));
+    TRY(write_file_atomic(g->ctl + "/stdin", stdin_data, 0600));
+    TRY(write_file_atomic(g->ctl + "/request", request, 0600));
+
+    auto t0 = std::chrono::steady_clock::now();
+    Relay relay(g->out.get(), g->err.get(), cmd.stdout_fd >= 0 ? cmd.stdout_fd : 1,
                 cmd.stderr_fd >= 0 ? cmd.stderr_fd : 2);
-    auto ran = qemu_->run(q);
-    // The write ends close here; the relay ends when QEMU and its supervisor have let go too.
-    out_wr.reset();
-    err_wr.reset();
-    st_wr.reset();
-    relay.join();
+    TRY(write_all(g->go.get(), "g", Code::ExecutorUnavailable, "the guest's go port"));
+    g->go.reset();
+    // The command's wall time, from now (a pooled guest's QEMU started long before): past it, QEMU
+    // is killed from the host.
+    uint64_t timeout_ms = plan_.limits.wall_timeout_ms;
+    if (cmd.timeout_ms && (*cmd.timeout_ms < timeout_ms || timeout_ms == 0)) timeout_ms = *cmd.timeout_ms;
+    bool timed_out = false;
+    if (timeout_ms > 0 && g->ended.wait_for(std::chrono::milliseconds(timeout_ms)) == std::future_status::timeout) {
+      timed_out = true;
+      g->sandbox->stop_run();
+    }
+    auto ran = g->ended.get();
+    relay.finish();
     if (!ran) return std::unexpected(ran.error());
     RunOutcome out = *ran;
     out.program = program;
+    out.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (timed_out) {
+      out.timed_out = true;
+      out.stopped = false;
+    }
     if (out.timed_out || out.stopped || out.budget_exhausted) return out;
 
     std::string status;
     {
+      (void)::fcntl(g->status.get(), F_SETFL, O_NONBLOCK);
       char buf[kMaxStatusBytes];
-      ssize_t n = ::read(st_rd.get(), buf, sizeof buf);
+      ssize_t n = ::read(g->status.get(), buf, sizeof buf);
       if (n > 0) status.assign(buf, n);
     }
     auto number = [](std::string_view s) -> std::optional<int> {
@@ -230,20 +291,114 @@ class MicrovmExecutor final : public Executor {
       }
     }
     std::string console;
-    if (auto c = read_file(ctl + "/console"); c) console = c->substr(c->size() > 2000 ? c->size() - 2000 : 0);
+    if (auto c = read_file(g->ctl + "/console"); c) console = c->substr(c->size() > 2000 ? c->size() - 2000 : 0);
     return fail(Code::ExecutorUnavailable,
                 status.starts_with("agent_error ")
                     ? fmt::format("the guest agent failed: {}", status.substr(12))
                     : fmt::format("the guest ended without reporting the command's end (QEMU status {})",
                                   ran->status.shell_status()),
-                {{"qemu_status", ran->status.shell_status()}, {"guest_status", status}, {"console", console}});
+                {{"qemu_status", ran->status.shell_status()}, {"guest_status", status}, {"console", console},
+                 {"pooled", pooled}});
   }
 
-  void stop() override { qemu_->stop(); }
-  void stop_run() override { qemu_->stop_run(); }
+  void stop() override {
+    stopped_ = true;
+    stop_pool();
+    std::lock_guard lk(mu_);
+    if (current_) current_->sandbox->stop();
+  }
+  void stop_run() override {
+    std::lock_guard lk(mu_);
+    if (current_) current_->sandbox->stop_run();
+  }
 
  private:
-  // Copies the image into the run's control directory, checking the bytes copied against the
+  // Starts a guest: its control directory with the image staged, its sandbox, QEMU on a thread.
+  Result<std::unique_ptr<Guest>> boot() {
+    auto g = std::make_unique<Guest>();
+    int n = ++guests_;
+    g->ctl_name = fmt::format(".airlock-vm-{}", n);
+    g->ctl = dirs_.scratch + "/" + g->ctl_name;
+    TRY(remove_tree(g->ctl));
+    if (::mkdir(g->ctl.c_str(), 0700) < 0) return fail_errno(Code::ExecutorUnavailable, "mkdir " + g->ctl, errno);
+    TRY(stage_image(g->ctl));
+    g->sandbox = TRY(make_executor(qemu_plan_, dirs_, fmt::format("{}-g{}", session_id_, n), workspace_));
+    auto [go_rd, go_wr] = pipe_pair();
+    auto [out_rd, out_wr] = pipe_pair();
+    auto [err_rd, err_wr] = pipe_pair();
+    auto [st_rd, st_wr] = pipe_pair();
+    if (!go_rd || !out_rd || !err_rd || !st_rd) return fail_errno(Code::ExecutorUnavailable, "pipe", errno);
+    g->go = std::move(go_wr);
+    g->out = std::move(out_rd);
+    g->err = std::move(err_rd);
+    g->status = std::move(st_rd);
+    g->booted_at = std::chrono::steady_clock::now();
+    Executor* sandbox = g->sandbox.get();
+    std::vector<std::string> argv = qemu_argv(*plan_.microvm, inside_, g->ctl_name);
+    g->ended = std::async(std::launch::async, [sandbox, argv = std::move(argv), go = std::move(go_rd),
+                                               o = std::move(out_wr), e = std::move(err_wr),
+                                               st = std::move(st_wr)]() mutable -> Result<RunOutcome> {
+      Command q;
+      q.argv = std::move(argv);
+      q.stdin_fd = go.get();
+      q.stdout_fd = o.get();
+      q.stderr_fd = e.get();
+      q.pass_fd = st.get();
+      return sandbox->run(q);
+    });
+    return g;
+  }
+
+  std::unique_ptr<Guest> take_pooled() {
+    std::unique_lock lk(mu_);
+    while (!pool_.empty()) {
+      std::unique_ptr<Guest> g = std::move(pool_.front());
+      pool_.pop_front();
+      wake_.notify_all();
+      if (g->alive()) return g;
+      lk.unlock();
+      g.reset();  // it died waiting (its wall time, or a crash): destroyed, never used
+      lk.lock();
+    }
+    return nullptr;
+  }
+
+  // Keeps plan.microvm.pool guests booted and waiting, until the executor stops.
+  void refill() {
+    std::unique_lock lk(mu_);
+    while (!pool_stopping_) {
+      if (pool_.size() >= plan_.microvm->pool) {
+        wake_.wait(lk);
+        continue;
+      }
+      lk.unlock();
+      auto g = boot();
+      lk.lock();
+      if (!g) {
+        // Nothing to pool: calls boot their own guest (and meet the same error by name).
+        wake_.wait_for(lk, std::chrono::seconds(5));
+        continue;
+      }
+      pool_.push_back(std::move(*g));
+    }
+  }
+
+  void stop_pool() {
+    {
+      std::lock_guard lk(mu_);
+      pool_stopping_ = true;
+      wake_.notify_all();
+    }
+    if (refill_.joinable()) refill_.join();
+    std::deque<std::unique_ptr<Guest>> pool;
+    {
+      std::lock_guard lk(mu_);
+      pool.swap(pool_);
+    }
+    pool.clear();  // each guest's sandbox stopped and its control directory removed
+  }
+
+  // Copies the image into the guest's control directory, checking the bytes copied against the
   // digests the plan recorded: what QEMU boots is what was checked, and a cache under /tmp (which
   // QEMU's namespace covers with the scratch directory) works as well as any other.
   Result<void> stage_image(const std::string& ctl) const {
@@ -261,12 +416,18 @@ class MicrovmExecutor final : public Executor {
     return {};
   }
 
-  plan::ExecutionPlan plan_;
+  plan::ExecutionPlan plan_, qemu_plan_;
   SessionDirs dirs_;
   std::string session_id_, workspace_, inside_;
-  std::unique_ptr<Executor> qemu_;
   Json enforced_;
-  int runs_ = 0;
+  std::atomic<int> guests_ = 0;
+  std::atomic<bool> stopped_ = false;
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<std::unique_ptr<Guest>> pool_;
+  bool pool_stopping_ = false;
+  Guest* current_ = nullptr;
+  std::thread refill_;
 };
 
 }  // namespace
@@ -285,7 +446,8 @@ std::vector<std::string> qemu_argv(const plan::MicrovmPlan& vm, const std::strin
       "-device", "virtio-serial-device",
       "-chardev", "file,id=out,path=/proc/self/fd/1", "-device", "virtserialport,chardev=out,nr=1",
       "-chardev", "file,id=err,path=/proc/self/fd/2", "-device", "virtserialport,chardev=err,nr=2",
-      "-chardev", "file,id=status,path=/proc/self/fd/3", "-device", "virtserialport,chardev=status,nr=3"};
+      "-chardev", "file,id=status,path=/proc/self/fd/3", "-device", "virtserialport,chardev=status,nr=3",
+      "-chardev", "stdio,id=go,signal=off", "-device", "virtserialport,chardev=go,nr=4"};
   auto share = [&](const std::string& id, const std::string& path, bool ro) {
     a.push_back("-fsdev");
     a.push_back(fmt::format("local,id={},path={},security_model=none{}", id, qemu_escape(path), ro ? ",readonly=on" : ""));

@@ -18,9 +18,10 @@ OwnedExecutor::~OwnedExecutor() {
 
 Result<OwnedExecutor> open_owned_executor(const policy::TaskPolicy& policy, const plan::HostFacts& facts,
                                           plan::Profile profile, const std::string& state_dir,
-                                          const std::optional<std::string>& workspace) {
+                                          const std::optional<std::string>& workspace, size_t vm_pool) {
   OwnedExecutor o;
   o.plan = TRY(plan::plan_execution(policy, facts, profile));
+  if (o.plan.microvm) o.plan.microvm->pool = vm_pool;
   TRY(make_dirs(state_dir, 0700));
   linux::release_abandoned_cgroups(sweep_abandoned_sessions(state_dir));
   o.id = random_id();

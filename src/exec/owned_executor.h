@@ -31,6 +31,7 @@ struct OwnedExecutor {
 // prepares the planned executor. Fails closed: nothing runs unless every step succeeded.
 Result<OwnedExecutor> open_owned_executor(const policy::TaskPolicy& policy, const plan::HostFacts& facts,
                                           plan::Profile profile, const std::string& state_dir,
-                                          const std::optional<std::string>& workspace = std::nullopt);
+                                          const std::optional<std::string>& workspace = std::nullopt,
+                                          size_t vm_pool = 0);
 
 }  // namespace airlock::exec

@@ -137,9 +137,11 @@ Result<void> build_kernel(const BuildOptions& o, const std::string& work, int lo
     std::string_view line = kGuestConfig.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos);
     pos = nl == std::string_view::npos ? kGuestConfig.size() : nl + 1;
     if (line.empty() || line[0] == '#') continue;
-    std::string want = line.ends_with("=n") ? fmt::format("# {} is not set", line.substr(0, line.size() - 2))
-                                            : std::string(line);
-    if (merged.find("\n" + want + "\n") == std::string::npos)
+    // An option turned off is off when it is "not set" or absent (a menu above it is off too).
+    bool lost = line.ends_with("=n")
+                    ? merged.find(fmt::format("\n{}=", line.substr(0, line.size() - 2))) != std::string::npos
+                    : merged.find("\n" + std::string(line) + "\n") == std::string::npos;
+    if (lost)
       return fail(Code::ConfigError, fmt::format("the guest kernel configuration lost {}", line),
                   {{"option", std::string(line)}});
   }

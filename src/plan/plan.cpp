@@ -377,8 +377,12 @@ Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& p, const HostFact
     if (c.available && p.code_network.mode == NetworkMode::Allowlist && e != ExecutorKind::Host &&
         !can_have_door(e)) {
       c.available = false;
-      c.reason = fmt::format("the {} tier cannot cut the network, so it has no network door for code_network allowlist",
-                             policy::to_string(e));
+      c.reason = e == ExecutorKind::Microvm
+                     ? std::string("the microvm tier's guest has no network device and no network door yet, so it "
+                                   "cannot give code_network allowlist")
+                     : fmt::format("the {} tier cannot cut the network, so it has no network door for code_network "
+                                   "allowlist",
+                                   policy::to_string(e));
     }
     plan.considered.push_back(c);
     considered.push_back({{"executor", policy::to_string(e)}, {"available", c.available}, {"reason", c.reason}});
@@ -578,6 +582,7 @@ Json to_json(const ExecutionPlan& p) {
                     {"initramfs_sha256", p.microvm->initramfs_sha256},
                     {"tsc_khz", p.microvm->tsc_khz},
                     {"cpu_seconds", p.microvm->cpu_seconds},
+                    {"pool", p.microvm->pool},
                     {"network_devices", Json::array()}};
   } else {
     j["microvm"] = nullptr;

@@ -106,6 +106,9 @@ struct MicrovmPlan {
   std::string kernel, kernel_sha256, initramfs, initramfs_sha256;
   uint64_t tsc_khz = 0;
   uint64_t cpu_seconds = 0;  // RLIMIT_CPU of the command inside the guest
+  // Guests booted ahead and kept waiting, each used for exactly one command (0: every command
+  // boots its own). The operator's setting (`airlock serve --vm-pool N`), not the policy's.
+  size_t pool = 0;
 };
 
 // What QEMU may use on top of the guest's RAM (its own code, TCG's translation cache, 9p).

@@ -214,7 +214,9 @@ struct Server::Impl {
       std::lock_guard lk(probe_mu);
       return linux::probe_host(plan::fact_needs(pol));
     }();
-    auto s = TRY(broker::Session::open(pol, facts, broker::SessionOptions(opts.state_dir, opts.profile)));
+    broker::SessionOptions so(opts.state_dir, opts.profile);
+    so.vm_pool = opts.vm_pool;
+    auto s = TRY(broker::Session::open(pol, facts, so));
     auto receipts = TRY(s->receipts());
     Json out = {{"session", s->id()},
                 {"executor", policy::to_string(s->plan().executor)},

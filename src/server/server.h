@@ -37,6 +37,8 @@ struct ServerOptions {
   // how many requests are served at once; kill and other sessions need a free one.
   size_t threads = 64;
   size_t max_sessions = 256;
+  // Guests each microvm session keeps booted ahead (SessionOptions::vm_pool).
+  size_t vm_pool = 0;
 };
 
 // A token file: a regular file owned by the caller that no one else may read or write

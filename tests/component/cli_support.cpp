@@ -163,6 +163,23 @@ CliResult CliFixture::run(const std::vector<std::string>& args, const std::map<s
   return run_program(argv, "", env, timeout_seconds, on_start);
 }
 
+bool CliFixture::adopt_vm_verification(std::string* why) {
+  const char* from = std::getenv("AIRLOCK_TEST_VM_VERIFIED");
+  if (!from) {
+    *why = "AIRLOCK_TEST_VM_VERIFIED is not set (CTest's vm_verified fixture sets it)";
+    return false;
+  }
+  std::string record = read_text(from);
+  if (record.empty()) {
+    *why = std::string("`airlock vm verify` did not pass here: no ") + from + " (see the vm_verify test's output)";
+    return false;
+  }
+  std::string to = state_ + "/vm-verified.json";
+  std::ofstream(to) << record;
+  (void)!::chown(to.c_str(), uid(), static_cast<gid_t>(-1));
+  return true;
+}
+
 CliResult CliFixture::run_program(std::vector<std::string> argv, const std::string& input,
                                   const std::map<std::string, std::string>& env, int timeout_seconds,
                                   void (*on_start)(pid_t)) {

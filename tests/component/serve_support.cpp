@@ -32,8 +32,12 @@ ServeProcess::ServeProcess(const CliFixture& f, const std::vector<std::string>& 
   std::vector<char*> av;
   for (auto& a : argv) av.push_back(a.data());
   av.push_back(nullptr);
-  std::string path_env = "PATH=/usr/bin:/bin", lang = "LANG=C.UTF-8";
-  char* ev[] = {path_env.data(), lang.data(), nullptr};
+  std::vector<std::string> envs = {"PATH=/usr/bin:/bin", "LANG=C.UTF-8"};
+  // The microVM guest image CTest's vm_image fixture built (tests/CMakeLists.txt).
+  if (const char* cache = std::getenv("AIRLOCK_CACHE_DIR")) envs.push_back(std::string("AIRLOCK_CACHE_DIR=") + cache);
+  std::vector<char*> ev;
+  for (auto& e : envs) ev.push_back(e.data());
+  ev.push_back(nullptr);
   pid_ = ::fork();
   if (pid_ == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // a test that dies takes its server with it
@@ -41,7 +45,7 @@ ServeProcess::ServeProcess(const CliFixture& f, const std::vector<std::string>& 
     ::dup2(null, 0);
     ::dup2(out[1], 1);
     ::dup2(err, 2);
-    ::execve(av[0], av.data(), ev);
+    ::execve(av[0], av.data(), ev.data());
     ::_exit(123);
   }
   ::close(out[1]);

@@ -110,21 +110,6 @@ std::vector<std::string> live_processes_mentioning(const std::string& needle) {
 
 class ToolBattery : public ::testing::TestWithParam<std::tuple<Identity, std::string>> {
  protected:
-  // The microvm tier runs only where `airlock vm verify` passed (the escape suite against a real
-  // guest). It runs once per identity, for real; later fixtures get a copy of the record it wrote.
-  void record_vm_verification() {
-    static std::map<Identity, std::string> records;
-    std::string path = fx_->state_dir() + "/vm-verified.json";
-    auto it = records.find(identity());
-    if (it == records.end()) {
-      auto r = fx_->run({"vm", "verify", "--json"}, {}, 1800);
-      it = records.emplace(identity(), r.status == 0 ? read_text(path) : std::string()).first;
-    }
-    if (it->second.empty()) return;  // not verified: the probe call below says why
-    std::ofstream(path) << it->second;
-    (void)!::chown(path.c_str(), fx_->uid(), static_cast<gid_t>(-1));
-  }
-
   void SetUp() override {
     std::string why;
     if (!identity_available(identity(), &why)) GTEST_SKIP() << why;
@@ -136,7 +121,10 @@ class ToolBattery : public ::testing::TestWithParam<std::tuple<Identity, std::st
                    {"tools", battery_tools(marker_)}};
     policy_ = fx_->write_policy(policy.dump());
     ledger_ = fx_->state_dir() + "/effects.jsonl";
-    if (executor() == "microvm") record_vm_verification();
+    // The microvm tier runs only where `airlock vm verify` passed (the escape suite against a real
+    // guest): CTest's vm_verified fixture ran it once on this host; without it the probe call below
+    // says why the tier is unavailable.
+    if (executor() == "microvm") (void)fx_->adopt_vm_verification(&why);
     // Whether this executor can run for this identity here, as `airlock tool call` decides it.
     auto probe = call("quiet", "{}");
     if (probe.status != 0) {

@@ -1,0 +1,229 @@
+// The microvm tier end to end, through the real `airlock` on this host (TCG here): a guest sees
+// none of the host's processes, files or network; write-back refuses what the guest planted;
+// nothing of a guest outlives it; a pooled guest serves exactly one call.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "serve_support.h"
+
+namespace airlock::testing {
+namespace {
+
+using Json = nlohmann::json;
+namespace fs = std::filesystem;
+
+struct Qemu {
+  int pid;
+  std::vector<std::string> cgroups;  // the cgroup directories it was in, as /sys/fs/cgroup paths
+};
+
+// QEMU processes whose command line names `needle` (the fixture's workspace: each guest's 9p share).
+std::vector<Qemu> qemus_mentioning(const std::string& needle) {
+  std::vector<Qemu> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/proc", ec)) {
+    std::string pid = e.path().filename().string();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmd = read_text(e.path().string() + "/cmdline");
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    if (cmd.find("qemu-system") == std::string::npos || cmd.find(needle) == std::string::npos) continue;
+    Qemu q{std::stoi(pid), {}};
+    std::istringstream cg(read_text(e.path().string() + "/cgroup"));
+    for (std::string line; std::getline(cg, line);) {
+      // "ID:CONTROLLERS:PATH" (v1) or "0::PATH" (v2)
+      auto a = line.find(':'), b = line.find(':', a + 1);
+      std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+      if (path.find("airlock-") == std::string::npos) continue;
+      std::string first = controllers.substr(0, controllers.find(','));
+      q.cgroups.push_back(controllers.empty() ? "/sys/fs/cgroup" + path : "/sys/fs/cgroup/" + first + path);
+    }
+    out.push_back(std::move(q));
+  }
+  return out;
+}
+
+template <typename F>
+bool eventually(F f, int seconds) {
+  for (int i = 0; i < seconds * 10; ++i) {
+    if (f()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return f();
+}
+
+class MicrovmTier : public ::testing::TestWithParam<Identity> {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!identity_available(GetParam(), &why)) GTEST_SKIP() << why;
+    fx_ = std::make_unique<CliFixture>(GetParam());
+    if (!fx_->adopt_vm_verification(&why)) {
+      if (require_all_tiers()) FAIL() << "AIRLOCK_REQUIRE_ALL_TIERS=1 but the microvm tier is unverified: " << why;
+      GTEST_SKIP() << why;
+    }
+    fx_->put("src/a.txt", "from the host\n");
+    policy_ = fx_->write_policy(R"({"schema_version": "airlock.task_policy.v1", "workload": "untrusted_code",
+                                    "readable": ["src"], "write_back_paths": ["out"],
+                                    "limits": {"memory_mb": 256, "command_timeout_seconds": 120}})");
+  }
+  CliResult run_sh(const std::string& script) {
+    auto r = fx_->run({"run", "--policy", policy_, "--workspace", fx_->workspace(), "--", "/bin/sh", "-c", script},
+                      {}, 300);
+    if (r.status == 125 && r.err.find("AIRLOCK_EXECUTOR_UNAVAILABLE") != std::string::npos)
+      ADD_FAILURE() << "the microvm tier is verified but did not run: " << r.err;
+    return r;
+  }
+  std::unique_ptr<CliFixture> fx_;
+  std::string policy_;
+};
+
+TEST_P(MicrovmTier, TheGuestSeesNoHostProcessFileOrNetwork) {
+  // A host process with a name to look for, a host file outside the workspace, a host listener.
+  std::string marker = "airlock-host-marker-" + std::to_string(::getpid());
+  pid_t host_proc = ::fork();
+  if (host_proc == 0) {
+    ::execl("/bin/sh", "sh", "-c", ("exec -a " + marker + " sleep 600").c_str(), nullptr);
+    ::_exit(127);
+  }
+  TempDir secret_dir(fx_->uid());
+  std::string secret = secret_dir / "key";
+  std::ofstream(secret) << "canary-vm-5e1a";
+  ::chmod(secret.c_str(), 0644);
+  ::chmod(secret_dir.path().c_str(), 0755);
+  eventually([&] { return read_text("/proc/" + std::to_string(host_proc) + "/cmdline").starts_with(marker); }, 5);
+
+  auto r = run_sh("echo KERNEL $(uname -r); echo PROCS $(ls -d /proc/[0-9]* | wc -l); cat /proc/[0-9]*/cmdline | tr '\\0' ' '; echo;"
+                  "cat " + secret + " || echo DENIED-secret; ls " + fx_->state_dir() + " || echo DENIED-state;"
+                  "cat /etc/shadow || echo DENIED-shadow; ls /home || echo DENIED-home;"
+                  "echo NETDEVS $(tail -n +3 /proc/net/dev | cut -d: -f1); cat src/a.txt");
+  ::kill(host_proc, SIGKILL);
+  ::waitpid(host_proc, nullptr, 0);
+  ASSERT_EQ(r.status, 0) << r.err;
+  struct utsname host{};
+  ::uname(&host);
+  // Its own kernel: the guest's, not the host's.
+  EXPECT_NE(r.out.find("KERNEL "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find(std::string("KERNEL ") + host.release + "\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find(marker), std::string::npos) << "a host process is visible in the guest: " << r.out;
+  // pid 1 (the agent), the shell, and what it runs: a handful, never the host's hundreds.
+  auto procs = r.out.find("PROCS ");
+  ASSERT_NE(procs, std::string::npos);
+  EXPECT_LE(std::stoi(r.out.substr(procs + 6)), 6) << r.out;
+  EXPECT_EQ(r.out.find("canary-vm-5e1a"), std::string::npos) << r.out;
+  for (const char* what : {"secret", "state", "shadow", "home"})
+    EXPECT_NE(r.out.find(std::string("DENIED-") + what), std::string::npos) << what << ": " << r.out;
+  // No network device at all: loopback alone.
+  auto net = r.out.find("NETDEVS");
+  ASSERT_NE(net, std::string::npos);
+  std::string devs = r.out.substr(net, r.out.find('\n', net) - net);
+  EXPECT_TRUE(devs == "NETDEVS lo" || devs == "NETDEVS") << devs;
+  // The workspace view did cross.
+  EXPECT_NE(r.out.find("from the host\n"), std::string::npos) << r.out;
+}
+
+TEST_P(MicrovmTier, WriteBackRefusesWhatTheGuestPlanted) {
+  auto r = run_sh("ln -s /etc/passwd out/link && ln src/a.txt out/hard && echo fine > out/fine.txt");
+  EXPECT_EQ(r.status, 125) << r.err;
+  EXPECT_NE(r.err.find("AIRLOCK_WRITE_BACK_REFUSED"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("out/link (symlink)"), std::string::npos) << r.err;
+  EXPECT_FALSE(exists(fx_->workspace() + "/out/link"));
+  EXPECT_FALSE(exists(fx_->workspace() + "/out/hard"));
+  EXPECT_EQ(read_text(fx_->workspace() + "/src/a.txt"), "from the host\n");
+  struct stat st{};
+  ASSERT_EQ(::stat((fx_->workspace() + "/src/a.txt").c_str(), &st), 0);
+  EXPECT_EQ(st.st_nlink, 1u) << "a hard link to a host file was made";
+}
+
+// QEMU, its cgroups, its mounts and the session's files are gone when airlock returns, even with
+// a daemon left running inside the guest.
+TEST_P(MicrovmTier, NothingOfTheGuestSurvivesIt) {
+  std::vector<Qemu> seen;
+  std::thread watch([&] {
+    eventually(
+        [&] {
+          seen = qemus_mentioning(fx_->workspace());
+          return !seen.empty() && !seen[0].cgroups.empty();
+        },
+        120);
+  });
+  auto r = run_sh("(sleep 1000 &) ; sleep 3; echo started");
+  watch.join();
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "started\n");
+  ASSERT_FALSE(seen.empty()) << "QEMU was never seen running: the checks below would prove nothing";
+  EXPECT_FALSE(seen[0].cgroups.empty()) << "QEMU ran outside a cgroup of ours";
+  EXPECT_TRUE(qemus_mentioning(fx_->workspace()).empty()) << "QEMU outlived the run";
+  EXPECT_FALSE(exists("/proc/" + std::to_string(seen[0].pid) + "/cmdline") &&
+               read_text("/proc/" + std::to_string(seen[0].pid) + "/cmdline").find("qemu") != std::string::npos);
+  for (const auto& cg : seen[0].cgroups) EXPECT_FALSE(exists(cg)) << cg << " outlived the run";
+  std::string mounts = read_text("/proc/self/mountinfo");
+  EXPECT_EQ(mounts.find(fx_->state_dir()), std::string::npos) << "a mount of the session is left";
+  size_t sessions = 0;
+  std::error_code ec;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(fx_->state_dir() + "/sessions", ec)) ++sessions;
+  EXPECT_EQ(sessions, 0u) << "session directories are left behind";
+}
+
+INSTANTIATE_TEST_SUITE_P(AsEachUser, MicrovmTier, ::testing::Values(Identity::Self, Identity::Nobody),
+                         [](const auto& info) { return to_string(info.param); });
+
+// `airlock serve --vm-pool 1`: a guest is booted ahead and waits; each call takes one, never one
+// that served before, and the pool refills in the background; closing the session ends them all.
+TEST(MicrovmPool, EachCallGetsAFreshPreBootedGuest) {
+  CliFixture fx(Identity::Self);
+  std::string why;
+  if (!fx.adopt_vm_verification(&why)) {
+    if (require_all_tiers()) FAIL() << "AIRLOCK_REQUIRE_ALL_TIERS=1 but the microvm tier is unverified: " << why;
+    GTEST_SKIP() << why;
+  }
+  ServeProcess srv(fx, {"--vm-pool", "1"});
+  ASSERT_TRUE(srv.ready()) << srv.failure();
+  server::HttpClient c(srv.unix_endpoint(), 300);
+  Json policy = {{"schema_version", "airlock.task_policy.v1"},
+                 {"workload", "untrusted_code"},
+                 {"workspace", fx.workspace()},
+                 {"tools",
+                  {{{"name", "mark"},
+                    {"argv", {"/bin/sh", "-c", "test -e /run/used && echo REUSED; touch /run/used; echo fresh"}}}}},
+                 {"limits", {{"memory_mb", 256}, {"command_timeout_seconds", 120}}}};
+  auto opened = c.request("POST", "/v1/sessions", policy.dump());
+  ASSERT_TRUE(opened) << opened.error().message;
+  ASSERT_EQ(opened->status, 201) << opened->body;
+  Json o = opened->json();
+  EXPECT_EQ(o["executor"], "microvm");
+  EXPECT_EQ(o["enforced"]["microvm"]["pool"], 1);
+  std::string base = "/v1/sessions/" + o["session"].get<std::string>();
+  // Booted ahead: a QEMU for this workspace runs before any call.
+  EXPECT_TRUE(eventually([&] { return !qemus_mentioning(fx.workspace()).empty(); }, 60))
+      << "no guest was booted ahead";
+  std::set<int> pids;
+  for (int i = 0; i < 3; ++i) {
+    // The pooled guest is waiting before the call (the one before it has ended).
+    ASSERT_TRUE(eventually([&] { return qemus_mentioning(fx.workspace()).size() == 1; }, 60));
+    pids.insert(qemus_mentioning(fx.workspace()).at(0).pid);
+    auto ran = c.post(base + "/run_tool", {{"tool", "mark"}});
+    ASSERT_TRUE(ran) << ran.error().message;
+    EXPECT_EQ(ran->json()["stdout"], "fresh\n") << ran->body;
+    EXPECT_EQ(ran->json()["outcome"]["exit_code"], 0) << ran->body;
+  }
+  EXPECT_EQ(pids.size(), 3u) << "a guest served more than one call";
+  auto closed = c.post(base + "/close", Json::object());
+  ASSERT_TRUE(closed);
+  EXPECT_EQ(closed->status, 200) << closed->body;
+  EXPECT_TRUE(eventually([&] { return qemus_mentioning(fx.workspace()).empty(); }, 30))
+      << "a pooled guest outlived its session";
+}
+
+}  // namespace
+}  // namespace airlock::testing
