@@ -3,8 +3,9 @@
 //                    [--json] NAME=COMMAND ...
 // COMMAND is split on spaces; `fork: ARGV...` runs it with fork+exec instead of posix_spawn (vfork).
 // `lib:POLICY ARGV...` runs ARGV through the library instead: one
-// executor prepared once under POLICY (as a C++ host holds it), then Executor::run per call. The
-// first variant is the baseline the ratios refer to.
+// executor prepared once under POLICY (as a C++ host holds it), then Executor::run per call;
+// `pool:POLICY ARGV...` the same with one microvm guest booted ahead (each guest serves one run).
+// The first variant is the baseline the ratios refer to.
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -21,6 +22,7 @@
 
 #include "base/json_util.h"
 #include "exec/owned_executor.h"
+#include "exec/vm_image.h"
 #include "linux/probe.h"
 #include "policy/task_policy.h"
 
@@ -173,8 +175,10 @@ int main(int argc, char** argv) {
     if (v.argv[0] == "fork:") {
       v.fork = true;
       v.argv.erase(v.argv.begin());
-    } else if (v.argv[0].starts_with("lib:")) {
-      std::string policy_file = v.argv[0].substr(4);
+    } else if (v.argv[0].starts_with("lib:") || v.argv[0].starts_with("pool:")) {
+      // pool: a microvm executor keeping one guest booted ahead (each used for one run).
+      size_t vm_pool = v.argv[0].starts_with("pool:") ? 1 : 0;
+      std::string policy_file = v.argv[0].substr(v.argv[0].find(':') + 1);
       v.argv.erase(v.argv.begin());
       if (state_dir.empty()) {
         std::fprintf(stderr, "spawn_bench: %s: a library variant needs --state-dir first\n", v.name.c_str());
@@ -182,8 +186,9 @@ int main(int argc, char** argv) {
       }
       auto opened = [&]() -> Result<exec::OwnedExecutor> {
         auto pol = TRY(policy::load_effective(std::nullopt, policy_file));
-        return exec::open_owned_executor(pol, linux::probe_host(plan::fact_needs(pol)),
-                                         plan::Profile::Development, state_dir);
+        auto facts = linux::probe_host(plan::fact_needs(pol));
+        exec::probe_microvm(facts, state_dir);
+        return exec::open_owned_executor(pol, facts, plan::Profile::Development, state_dir, std::nullopt, vm_pool);
       }();
       if (opened)
         v.lib.emplace(std::move(*opened));
