@@ -186,8 +186,7 @@ int main(int argc, char** argv) {
       }
       auto opened = [&]() -> Result<exec::OwnedExecutor> {
         auto pol = TRY(policy::load_effective(std::nullopt, policy_file));
-        auto facts = linux::probe_host(plan::fact_needs(pol));
-        exec::probe_microvm(facts, state_dir);
+        auto facts = exec::probe_host_facts(plan::fact_needs(pol), state_dir);
         return exec::open_owned_executor(pol, facts, plan::Profile::Development, state_dir, std::nullopt, vm_pool);
       }();
       if (opened)

@@ -390,6 +390,9 @@ Result<exec::RunOutcome> Session::run_command(const exec::Command& cmd) {
 
 Result<void> Session::finish(std::string_view how, Json body) {
   ended_ = true;
+  // Nothing runs in an ended session: whatever the executor still holds (the microvm tier's
+  // pooled guests, which share the view) ends before the view is removed.
+  executor_->stop();
   body["how"] = how;
   auto removed = exec::remove_session_dirs(dirs_);
   body["view_removed"] = removed.has_value();

@@ -71,9 +71,7 @@ Result<SessionStart> prepare_session(const Globals& g, const std::optional<std::
   auto profile = TRY(parse_profile(g.profile));
   auto pol = TRY(load_policy(defaults_file, policy_file, agent_run));
   auto state = TRY(resolve_state_dir(g.state_dir));
-  auto needs = plan::fact_needs(pol);
-  plan::HostFacts facts = linux::probe_host(needs);
-  if (needs.kvm) exec::probe_microvm(facts, state);
+  plan::HostFacts facts = exec::probe_host_facts(plan::fact_needs(pol), state);
   return SessionStart{profile, std::move(state), std::move(pol), std::move(facts)};
 }
 

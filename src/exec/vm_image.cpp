@@ -19,6 +19,7 @@
 #include "base/fs.h"
 #include "base/hash.h"
 #include "base/unique_fd.h"
+#include "linux/probe.h"
 
 extern char** environ;
 
@@ -351,6 +352,12 @@ void probe_microvm(plan::HostFacts& f, const std::string& state_dir) {
   } catch (const Json::exception& e) {
     why(fmt::format("{} is unreadable ({}): run `airlock vm verify` again", vm_verification_path(state_dir), e.what()));
   }
+}
+
+plan::HostFacts probe_host_facts(const plan::FactNeeds& needs, const std::string& state_dir) {
+  plan::HostFacts f = linux::probe_host(needs);
+  if (needs.kvm) probe_microvm(f, state_dir);
+  return f;
 }
 
 }  // namespace airlock::exec

@@ -22,6 +22,7 @@
 #include "base/unique_fd.h"
 #include "broker/protocol.h"
 #include "broker/session.h"
+#include "exec/vm_image.h"
 #include "linux/probe.h"
 #include "server/http_status.h"
 
@@ -212,7 +213,7 @@ struct Server::Impl {
     }
     plan::HostFacts facts = [&] {
       std::lock_guard lk(probe_mu);
-      return linux::probe_host(plan::fact_needs(pol));
+      return exec::probe_host_facts(plan::fact_needs(pol), opts.state_dir);
     }();
     broker::SessionOptions so(opts.state_dir, opts.profile);
     so.vm_pool = opts.vm_pool;

@@ -164,14 +164,15 @@ CliResult CliFixture::run(const std::vector<std::string>& args, const std::map<s
 }
 
 bool CliFixture::adopt_vm_verification(std::string* why) {
-  const char* from = std::getenv("AIRLOCK_TEST_VM_VERIFIED");
-  if (!from) {
-    *why = "AIRLOCK_TEST_VM_VERIFIED is not set (CTest's vm_verified fixture sets it)";
+  const char* cache = std::getenv("AIRLOCK_CACHE_DIR");
+  if (!cache) {
+    *why = "AIRLOCK_CACHE_DIR is not set (CTest sets it for the vm_image and vm_verified fixtures)";
     return false;
   }
+  std::string from = std::string(cache) + "/verify/vm-verified.json";
   std::string record = read_text(from);
   if (record.empty()) {
-    *why = std::string("`airlock vm verify` did not pass here: no ") + from + " (see the vm_verify test's output)";
+    *why = "`airlock vm verify` did not pass here: no " + from + " (see the vm_verify test's output)";
     return false;
   }
   std::string to = state_ + "/vm-verified.json";

@@ -59,7 +59,7 @@ class CliFixture {
                         void (*on_start)(pid_t) = nullptr);
   // Makes the microvm tier available to this fixture's state directory: copies the record of the
   // `airlock vm verify` that CTest's vm_verified fixture ran on this host with this image
-  // ($AIRLOCK_TEST_VM_VERIFIED). False, with why, when there is none.
+  // ($AIRLOCK_CACHE_DIR/verify/vm-verified.json). False, with why, when there is none.
   bool adopt_vm_verification(std::string* why);
   // The receipts files in the state directory.
   std::vector<std::string> receipts() const;
