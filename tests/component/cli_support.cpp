@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -161,6 +162,22 @@ CliResult CliFixture::run(const std::vector<std::string>& args, const std::map<s
   std::vector<std::string> argv = {binary_, "--state-dir", state_};
   argv.insert(argv.end(), args.begin(), args.end());
   return run_program(argv, "", env, timeout_seconds, on_start);
+}
+
+std::vector<ProcessInfo> live_processes() {
+  std::vector<ProcessInfo> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    std::string pid = e.path().filename().string();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmd = read_text(e.path().string() + "/cmdline");
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    std::string stat = read_text(e.path().string() + "/stat");
+    auto close = stat.rfind(')');
+    bool zombie = close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'Z';
+    if (!zombie) out.push_back({std::stoi(pid), std::move(cmd)});
+  }
+  return out;
 }
 
 bool CliFixture::adopt_vm_verification(std::string* why) {

@@ -81,6 +81,12 @@ bool identity_available(Identity id, std::string* why);
 bool require_all_tiers();
 
 std::string read_text(const std::string& path);
+// Every live (not zombie) process: its pid and its command line with NULs as spaces.
+struct ProcessInfo {
+  int pid;
+  std::string cmdline;
+};
+std::vector<ProcessInfo> live_processes();
 // The receipts of one file, oldest first.
 std::vector<nlohmann::json> read_receipts(const std::string& path);
 bool exists(const std::string& path);

@@ -39,18 +39,14 @@ int parent_of(const std::string& pid) {
 // QEMU processes descended from `ancestor` (the airlock the test started).
 std::vector<Qemu> qemus_under(int ancestor) {
   std::vector<Qemu> out;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator("/proc", ec)) {
-    std::string pid = e.path().filename().string();
-    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string cmd = read_text(e.path().string() + "/cmdline");
-    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
-    if (cmd.find("qemu-system") == std::string::npos) continue;
+  for (const auto& p : live_processes()) {
+    if (p.cmdline.find("qemu-system") == std::string::npos) continue;
+    std::string pid = std::to_string(p.pid);
     int up = parent_of(pid);
     while (up > 1 && up != ancestor) up = parent_of(std::to_string(up));
     if (up != ancestor) continue;
-    Qemu q{std::stoi(pid), {}};
-    std::istringstream cg(read_text(e.path().string() + "/cgroup"));
+    Qemu q{p.pid, {}};
+    std::istringstream cg(read_text("/proc/" + pid + "/cgroup"));
     for (std::string line; std::getline(cg, line);) {
       // "ID:CONTROLLERS:PATH" (v1) or "0::PATH" (v2)
       auto a = line.find(':'), b = line.find(':', a + 1);

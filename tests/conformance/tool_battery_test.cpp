@@ -94,17 +94,8 @@ std::atomic<pid_t> g_airlock{0};
 // Every process whose command line mentions `needle` and is not a zombie.
 std::vector<std::string> live_processes_mentioning(const std::string& needle) {
   std::vector<std::string> out;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator("/proc", ec)) {
-    std::string pid = e.path().filename().string();
-    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string cmd = read_text(e.path().string() + "/cmdline");
-    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
-    std::string stat = read_text(e.path().string() + "/stat");
-    auto close = stat.rfind(')');
-    bool zombie = close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'Z';
-    if (cmd.find(needle) != std::string::npos && !zombie) out.push_back(pid + ": " + cmd.substr(0, 80));
-  }
+  for (const auto& p : live_processes())
+    if (p.cmdline.find(needle) != std::string::npos) out.push_back(std::to_string(p.pid) + ": " + p.cmdline.substr(0, 80));
   return out;
 }
 
