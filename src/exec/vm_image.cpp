@@ -88,17 +88,6 @@ Result<void> run_step(const std::vector<std::string>& argv, const std::string& c
   return {};
 }
 
-// What the kernel is built from: the configuration and linux-source. The agent is not part of it:
-// a changed agent repacks the initramfs alone.
-Result<std::string> kernel_key(const BuildOptions& o) {
-  auto src = sha256_file(o.linux_source);
-  if (!src)
-    return fail(Code::ConfigError,
-                fmt::format("{} is missing: install Debian's linux-source-6.1 (scripts/install-deps)", o.linux_source),
-                {{"linux_source", o.linux_source}});
-  return sha256_hex(fmt::format("airlock guest kernel 1\n{}\n{}\n", sha256_hex(kGuestConfig), *src));
-}
-
 // The whole image's key: the kernel's and the agent's.
 Result<std::string> image_key(const std::string& kernel, const BuildOptions& o) {
   auto agent = sha256_file(o.agent);
@@ -158,6 +147,15 @@ Result<void> build_kernel(const BuildOptions& o, const std::string& work, int lo
 }
 
 }  // namespace
+
+Result<std::string> guest_kernel_key(const BuildOptions& o) {
+  auto src = sha256_file(o.linux_source);
+  if (!src)
+    return fail(Code::ConfigError,
+                fmt::format("{} is missing: install Debian's linux-source-6.1 (scripts/install-deps)", o.linux_source),
+                {{"linux_source", o.linux_source}});
+  return sha256_hex(fmt::format("airlock guest kernel 1\n{}\n{}\n", sha256_hex(kGuestConfig), *src));
+}
 
 Json GuestImage::to_json() const {
   return {{"kernel", kernel},
@@ -226,7 +224,7 @@ Result<GuestImage> build_guest_image(const BuildOptions& o) {
   auto say = [&](std::string_view stage, std::string_view line) {
     if (o.progress) o.progress(stage, line);
   };
-  std::string kkey = TRY(kernel_key(o));
+  std::string kkey = TRY(guest_kernel_key(o));
   std::string key = TRY(image_key(kkey, o));
   std::optional<GuestImage> have;
   if (!o.force)

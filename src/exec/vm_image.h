@@ -48,6 +48,10 @@ struct BuildOptions {
   std::function<void(std::string_view stage, std::string_view line)> progress;
 };
 
+// What the kernel is built from: the configuration and linux-source. The agent is not part of it:
+// a changed agent repacks the initramfs alone (with the cached kernel, its digest verified).
+Result<std::string> guest_kernel_key(const BuildOptions& o);
+
 // Builds (or reuses, when the manifest's key matches and the digests verify) the image.
 // AIRLOCK_CONFIG_ERROR for a missing linux-source or agent; a failed build step names the step
 // and keeps its log in <dir>/build.log.
