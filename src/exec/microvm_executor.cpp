@@ -1,10 +1,12 @@
-// The microvm executor: the command runs in a guest kernel of its own. Each run boots a fresh
-// guest with QEMU (-M microvm, no network device, -sandbox on), and QEMU is the command of a
-// namespaces-tier executor prepared from the same plan, so a bug in QEMU meets a second wall.
-// The guest sees /usr read-only, the view at the workspace's path and the scratch directory at
-// /tmp, each over virtio-9p; its agent (vm/guest_agent.c) reads the request from a control
-// directory in the scratch directory, writes the command's stdout and stderr to two virtio
-// serial ports and its end to a third. Write-back is the view's, as on every tier.
+// The microvm executor: the command runs in a guest kernel of its own. Each run gets a fresh
+// guest of QEMU (-M microvm, no network device, -sandbox on), used for that run alone; QEMU is the
+// command of a namespaces-tier executor of its own, so a bug in QEMU meets a second wall. The
+// guest sees /usr read-only, the view at the workspace's path and the scratch directory at /tmp,
+// each over virtio-9p; its agent (vm/guest_agent.c) waits for a go byte on a fourth serial port,
+// reads the request from a control directory in the scratch directory, writes the command's
+// stdout and stderr to two virtio serial ports and its end to a third. Guests may be booted
+// ahead (plan.microvm.pool), so the go byte is what starts a run. Write-back is the view's, as on
+// every tier.
 #include "exec/microvm_executor.h"
 
 #include <fcntl.h>
@@ -131,7 +133,6 @@ struct Guest {
   std::string ctl_name, ctl;  // the control directory: its name in the guest's /tmp, its host path
   UniqueFd go, out, err, status;  // host ends: QEMU's stdin (the go byte), the three serial ports
   std::future<Result<RunOutcome>> ended;  // QEMU's run, on a thread of its own
-  std::chrono::steady_clock::time_point booted_at;
 
   bool alive() const {
     return ended.valid() && ended.wait_for(std::chrono::seconds(0)) == std::future_status::timeout;
@@ -235,7 +236,7 @@ class MicrovmExecutor final : public Executor {
       }
     } forget{this};
     if (stopped_) return fail(Code::SessionKilled, "the executor was stopped");
-    if (!fd3_data.empty() || cmd.pass_fd >= 0) TRY(write_file_atomic(g->ctl + "/fd3", fd3_data, 0600));
+    if (cmd.pass_fd >= 0) TRY(write_file_atomic(g->ctl + "/fd3", fd3_data, 0600));
     TRY(write_file_atomic(g->ctl + "/stdin", stdin_data, 0600));
     TRY(write_file_atomic(g->ctl + "/request", request, 0600));
 
@@ -332,7 +333,6 @@ class MicrovmExecutor final : public Executor {
     g->out = std::move(out_rd);
     g->err = std::move(err_rd);
     g->status = std::move(st_rd);
-    g->booted_at = std::chrono::steady_clock::now();
     Executor* sandbox = g->sandbox.get();
     std::vector<std::string> argv = qemu_argv(*plan_.microvm, inside_, g->ctl_name);
     g->ended = std::async(std::launch::async, [sandbox, argv = std::move(argv), go = std::move(go_rd),
