@@ -68,16 +68,8 @@ class ConfinedRun : public ::testing::TestWithParam<Case> {
   // Host processes whose command line holds `marker` and that are not zombies.
   static std::vector<int> live_with_marker(const std::string& marker) {
     std::vector<int> out;
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
-      std::string name = e.path().filename().string();
-      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-      std::string cmd = read_text(e.path().string() + "/cmdline");
-      std::replace(cmd.begin(), cmd.end(), '\0', ' ');
-      std::string stat = read_text(e.path().string() + "/stat");
-      bool zombie = !stat.empty() && stat.substr(stat.rfind(')') + 2, 1) == "Z";
-      if (cmd.find(marker) != std::string::npos && !zombie) out.push_back(std::stoi(name));
-    }
+    for (const auto& p : live_processes())
+      if (p.cmdline.find(marker) != std::string::npos) out.push_back(p.pid);
     return out;
   }
   std::string executor_;
