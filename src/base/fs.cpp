@@ -1,12 +1,14 @@
 // Small file helpers.
 #include "base/fs.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <filesystem>
+#include <string>
 
 #include "base/hash.h"
 #include "base/unique_fd.h"
@@ -72,9 +74,49 @@ Result<void> make_dirs(const std::string& path, unsigned mode) {
   return {};
 }
 
+namespace {
+
+// Gives the owner rwx on every directory beneath `dirfd` (never following a symlink), so a tree
+// whose directories were made read-only (protected paths in a view, or a command's chmod) can be
+// removed without privileges.
+void make_dirs_removable(int dirfd, int depth) {
+  if (depth > 4096) return;
+  int dup = ::fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
+  if (dup < 0) return;
+  DIR* d = ::fdopendir(dup);
+  if (!d) {
+    ::close(dup);
+    return;
+  }
+  while (dirent* e = ::readdir(d)) {
+    std::string n = e->d_name;
+    if (n == "." || n == "..") continue;
+    struct stat st{};
+    if (::fstatat(dirfd, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode)) continue;
+    ::fchmodat(dirfd, n.c_str(), 0700, 0);
+    int sub = ::openat(dirfd, n.c_str(), O_DIRECTORY | O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (sub < 0) continue;
+    make_dirs_removable(sub, depth + 1);
+    ::close(sub);
+  }
+  ::closedir(d);
+}
+
+}  // namespace
+
 Result<void> remove_tree(const std::string& path) {
   std::error_code ec;
   std::filesystem::remove_all(path, ec);  // remove_all does not follow symlinks
+  if (ec && ec != std::errc::no_such_file_or_directory) {
+    int fd = ::open(path.c_str(), O_DIRECTORY | O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+      ::fchmod(fd, 0700);
+      make_dirs_removable(fd, 0);
+      ::close(fd);
+    }
+    ec.clear();
+    std::filesystem::remove_all(path, ec);
+  }
   if (ec && ec != std::errc::no_such_file_or_directory)
     return fail(Code::ConfigError, fmt::format("cannot remove {}: {}", path, ec.message()));
   return {};

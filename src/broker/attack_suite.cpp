@@ -278,8 +278,10 @@ Result<std::vector<AttackResult>> run_attack_suite(const AttackSuiteOptions& opt
   }
   {
     auto r = s->read_file(".env");
-    std::string b = plain_read(view + "/.env");
-    add("denied_name", path_denied, answer(r), answer(r) == path_denied, why(r), leaks(b), "open(2) read .env");
+    // The baseline is a process in the workspace itself: the view never holds a denied name.
+    std::string b = plain_read(ws + "/.env");
+    add("denied_name", path_denied, answer(r), answer(r) == path_denied, why(r), leaks(b),
+        "open(2) read .env in the workspace");
   }
   {
     auto r = s->read_file("/proc/self/root" + secret);

@@ -14,6 +14,7 @@
 #include "base/hash.h"
 #include "base/json_util.h"
 #include "base/relpath.h"
+#include "policy/task_policy.h"
 
 namespace airlock::broker {
 
@@ -21,11 +22,6 @@ namespace {
 
 std::unexpected<Error> denied(const std::string& path, std::string reason) {
   return fail(Code::PathDenied, fmt::format("{}: {}", path, reason), {{"path", path}, {"reason", reason}});
-}
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
-  return s;
 }
 
 std::string join(const std::string& dir, const std::string& name) {
@@ -46,13 +42,14 @@ const char* type_of(mode_t m) {
 }  // namespace
 
 Result<PathGuard> PathGuard::open(const std::string& root, std::vector<std::string> readable,
-                                  std::vector<std::string> writable, std::vector<std::string> denied_names) {
+                                  std::vector<std::string> writable, std::vector<std::string> denied_names,
+                                  std::vector<policy::ProtectedPath> protected_paths) {
   UniqueFd fd(::open(root.c_str(), O_DIRECTORY | O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   if (!fd) return fail_errno(Code::ConfigError, "open the session view " + root, errno);
-  for (auto& n : denied_names) n = lower(n);
   for (const auto& w : writable)
     if (!under_any(w, readable)) readable.push_back(w);
-  return PathGuard(std::move(fd), std::move(readable), std::move(writable), std::move(denied_names));
+  return PathGuard(std::move(fd), std::move(readable), std::move(writable), std::move(denied_names),
+                   std::move(protected_paths));
 }
 
 Result<std::string> PathGuard::check(std::string_view path, Access access) const {
@@ -69,14 +66,17 @@ Result<std::string> PathGuard::check(std::string_view path, Access access) const
     start = end + 1;
     if (part.empty() || part == ".") continue;
     if (part == "..") return denied(p, "\"..\" leaves the directory it names");
-    if (std::find(denied_.begin(), denied_.end(), lower(part)) != denied_.end())
-      return denied(p, fmt::format("\"{}\" is a denied name", part));
+    if (policy::is_denied_name(denied_, part))
+      return denied(p, fmt::format("\"{}\" is a denied name; it is absent from the session's view", part));
     if (!rel.empty()) rel += '/';
     rel += part;
   }
   if (rel.empty()) rel.push_back('.');  // not `rel = "."`: g++ 12 warns falsely (-Wrestrict)
   if (access == Access::Write) {
     if (!under_any(rel, writable_)) return denied(rel, "outside every write_back_paths prefix");
+    if (auto e = policy::protected_by(protected_, rel, false))
+      return denied(rel, fmt::format("a protected path ({}: {}); it is read-only in every tier and never written back",
+                                     e->pattern, e->why));
   } else if (!under_any(rel, readable_)) {
     return denied(rel, "outside every readable prefix");
   }
@@ -223,7 +223,7 @@ Result<Listing> PathGuard::list(std::string_view path, size_t max_entries) const
   while (dirent* e = ::readdir(d)) {
     std::string n = e->d_name;
     if (n == "." || n == ".." || n.starts_with(".airlock-")) continue;
-    if (std::find(denied_.begin(), denied_.end(), lower(n)) != denied_.end()) continue;
+    if (policy::is_denied_name(denied_, n)) continue;
     std::string child = join(*rel, n);
     if (filtered && !leads_to_readable(child) && !under_any(child, readable_)) continue;
     struct stat st{};

@@ -9,6 +9,7 @@
 
 #include "base/error.h"
 #include "base/unique_fd.h"
+#include "policy/protected_paths.h"
 
 namespace airlock::broker {
 
@@ -47,8 +48,10 @@ class PathGuard {
  public:
   // `readable` and `writable` are workspace-relative prefixes ("." for everything);
   // readable should include the writable ones. `denied_names` match case-insensitively.
+  // `protected_paths` are readable but never writable (policy/protected_paths.h).
   static Result<PathGuard> open(const std::string& root, std::vector<std::string> readable,
-                                std::vector<std::string> writable, std::vector<std::string> denied_names);
+                                std::vector<std::string> writable, std::vector<std::string> denied_names,
+                                std::vector<policy::ProtectedPath> protected_paths = {});
 
   // The normalised relative path ("." for the root), or the refusal.
   Result<std::string> check(std::string_view path, Access access) const;
@@ -70,13 +73,16 @@ class PathGuard {
   std::function<void(const std::string&)> before_open;
 
  private:
-  PathGuard(UniqueFd root, std::vector<std::string> r, std::vector<std::string> w, std::vector<std::string> d)
-      : root_(std::move(root)), readable_(std::move(r)), writable_(std::move(w)), denied_(std::move(d)) {}
+  PathGuard(UniqueFd root, std::vector<std::string> r, std::vector<std::string> w, std::vector<std::string> d,
+            std::vector<policy::ProtectedPath> p)
+      : root_(std::move(root)), readable_(std::move(r)), writable_(std::move(w)), denied_(std::move(d)),
+        protected_(std::move(p)) {}
   Result<UniqueFd> open_checked(const std::string& rel, int flags) const;
   bool leads_to_readable(const std::string& rel) const;
 
   UniqueFd root_;
   std::vector<std::string> readable_, writable_, denied_;
+  std::vector<policy::ProtectedPath> protected_;
 };
 
 }  // namespace airlock::broker

@@ -19,10 +19,6 @@ std::string receipts_dir(const std::string& state_dir) { return state_dir + "/re
 
 namespace {
 
-Json view_copy_json(const exec::ViewCopy& c) {
-  return {{"files", c.files}, {"bytes", c.bytes}, {"skipped", c.skipped}};
-}
-
 // Records a refused open in its own receipts file, so a refusal leaves a trace too.
 Error record_refusal(Error e, const std::string& state_dir, const std::string& id, const Json& body) {
   auto log = ledger::ReceiptLog::create(receipts_dir(state_dir) + "/" + id + ".jsonl", id);
@@ -54,6 +50,7 @@ Result<std::unique_ptr<Session>> Session::open(const policy::TaskPolicy& pol, co
   auto planned = plan::plan_execution(pol, facts, opts.profile);
   if (!planned) return std::unexpected(record_refusal(planned.error(), opts.state_dir, id, base));
   if (planned->microvm) planned->microvm->pool = opts.vm_pool;
+  exec::apply_test_seams(*planned);
   base["plan"] = plan::to_json(*planned);
 
   if (workspace) {
@@ -69,11 +66,12 @@ Result<std::unique_ptr<Session>> Session::open(const policy::TaskPolicy& pol, co
   if (!dirs) return std::unexpected(record_refusal(dirs.error(), opts.state_dir, id, base));
   auto cleanup = [&] { (void)exec::remove_session_dirs(*dirs); };
 
-  auto copy = exec::create_view(workspace.value_or(""), dirs->view, planned->view_paths, planned->write_back_paths);
+  auto copy = exec::create_view(workspace.value_or(""), dirs->view, exec::view_rules(*planned));
   if (!copy) {
     cleanup();
     return std::unexpected(record_refusal(copy.error(), opts.state_dir, id, base));
   }
+  if (planned->protected_first_wall) dirs->view_read_only = copy->protected_present;
   // The network door, when the plan has one: served by airlock for each run, its receipts in this
   // session's log (the session exists by the time any run starts).
   auto door_record = std::make_shared<std::function<void(Json)>>();
@@ -102,12 +100,13 @@ Result<std::unique_ptr<Session>> Session::open(const policy::TaskPolicy& pol, co
   open_body["tier"] = planned->tier;
   open_body["landlock_abi"] = facts.landlock_abi;
   open_body["enforced"] = (*executor)->enforced();
-  open_body["view"] = {{"path", dirs->view}, {"copied", view_copy_json(*copy)}};
+  open_body["view"] = {{"path", dirs->view}, {"copied", copy->to_json()}};
   if (auto r = log->append("session.open", open_body); !r) {
     cleanup();
     return std::unexpected(r.error());
   }
-  auto guard = PathGuard::open(dirs->view, planned->view_paths, planned->write_back_paths, pol.denied_names);
+  auto guard = PathGuard::open(dirs->view, planned->view_paths, planned->write_back_paths, planned->denied_names,
+                               planned->protected_paths);
   if (!guard) {
     cleanup();
     return std::unexpected(guard.error());
@@ -407,7 +406,7 @@ Result<exec::WriteBackReport> Session::close(bool write_back) {
   exec::WriteBackReport rep;
   Json body = {{"write_back", write_back}};
   if (write_back && workspace_) {
-    auto wb = exec::write_back(dirs_.view, *workspace_, manifest_, plan_.write_back_paths);
+    auto wb = exec::write_back(dirs_.view, *workspace_, manifest_, exec::view_rules(plan_));
     if (!wb) {
       body["error"] = wb.error().to_json();
       (void)finish("closed", body);

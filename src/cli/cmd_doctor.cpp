@@ -68,6 +68,8 @@ Json doctor_report(plan::Profile profile, const plan::HostFacts& facts) {
           {"host_facts", plan::to_json(facts)},
           {"executors", executors},
           {"builtin_default", outcome_json(plan::plan_execution(def, facts, profile))},
+          {"protected_paths", policy::to_json(def.protected_paths)},
+          {"denied_names", def.denied_names},
           {"scenarios", scenarios}};
 }
 
@@ -103,6 +105,14 @@ void add_doctor(CLI::App& app, Globals& g, Action& run) {
       const Json& def = report["builtin_default"];
       std::printf("\nthe built-in default policy %s\n", outcome_text(def).c_str());
       if (def.contains("refused")) std::printf("  %s\n", def["refused"]["message"].get<std::string>().c_str());
+      std::vector<std::string> shown;
+      for (const auto& e : report["protected_paths"])
+        shown.push_back(e.is_string() ? e.get<std::string>() : e["pattern"].get<std::string>() + " (a file)");
+      std::printf("\nprotected paths, built in (read-only inside every tier, refused at write-back; a policy\n"
+                  "relaxes one only by naming it in writable_protected_paths):\n  %s\n",
+                  fmt::format("{}", fmt::join(shown, ", ")).c_str());
+      std::printf("denied names, built in (absent from the view on every tier, never written back):\n  %s\n",
+                  fmt::format("{}", fmt::join(report["denied_names"].get<std::vector<std::string>>(), ", ")).c_str());
       std::printf("\npolicies by workload:\n");
       for (const auto& sc : report["scenarios"])
         std::printf("  %-58s %s\n", sc["policy"].get<std::string>().c_str(), outcome_text(sc["outcome"]).c_str());

@@ -86,6 +86,12 @@ void add_plan(CLI::App& app, Globals& g, Action& run) {
                                           : "none");
       std::printf("view       %s; written back: %s\n", fmt::format("{}", fmt::join(planned->view_paths, ", ")).c_str(),
                   fmt::format("{}", fmt::join(planned->write_back_paths, ", ")).c_str());
+      std::vector<std::string> shown;
+      for (const auto& e : planned->protected_paths) shown.push_back(e.file_only ? e.pattern + " (a file)" : e.pattern);
+      std::printf("protected  %s\n           read-only inside the sandbox, any change refused at write-back\n",
+                  fmt::format("{}", fmt::join(shown, ", ")).c_str());
+      std::printf("denied     %s (absent from the view, never written back)\n",
+                  fmt::format("{}", fmt::join(planned->denied_names, ", ")).c_str());
       if (!planned->relaxations.empty())
         std::printf("relaxed    %s\n", fmt::format("{}", fmt::join(planned->relaxations, ", ")).c_str());
       return 0;

@@ -53,7 +53,8 @@ class ProcessExecutor final : public Executor {
       std::string root = dirs_.root + "/root";
       if (::mkdir(root.c_str(), 0700) < 0 && errno != EEXIST)
         return fail_errno(Code::ExecutorUnavailable, "mkdir " + root, errno);
-      mounts_ = TRY(linux::prepare_mounts(*plan_.namespaces, root, dirs_.view, dirs_.scratch, inside_));
+      mounts_ = TRY(
+          linux::prepare_mounts(*plan_.namespaces, root, dirs_.view, dirs_.scratch, inside_, dirs_.view_read_only));
       id_maps_ = linux::prepare_id_maps(::getuid(), ::getgid());
       enforced_["namespaces"] = {{"new", Json::array({"user", "mount", "pid", "net", "ipc", "uts", "cgroup"})},
                                  {"uid_map", id_maps_.uid_map},

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cerrno>
 #include <filesystem>
 #include <functional>
@@ -58,6 +59,10 @@ std::string refusal_reason(const struct stat& st) {
   return "";
 }
 
+std::string protected_reason(const policy::ProtectedPath& p) {
+  return fmt::format("protected path ({}: {})", p.pattern, p.why);
+}
+
 }  // namespace
 
 namespace {
@@ -82,7 +87,7 @@ std::string process_identity(pid_t pid) {
 }  // namespace
 
 Result<SessionDirs> make_session_dirs(const std::string& state_dir, const std::string& id) {
-  SessionDirs d{state_dir + "/sessions/" + id, "", ""};
+  SessionDirs d{state_dir + "/sessions/" + id, "", "", {}};
   d.view = d.root + "/view";
   d.scratch = d.root + "/tmp";
   TRY(make_dirs(state_dir + "/sessions"));
@@ -146,29 +151,58 @@ Result<UniqueFd> open_subdir(int dirfd, const std::string& name, const std::stri
   return fd;
 }
 
+// Why an entry of the workspace never enters the view, or empty when it may.
+std::string skip_reason(const struct stat& st) {
+  if (S_ISDIR(st.st_mode)) return "";
+  if (S_ISREG(st.st_mode)) return st.st_nlink > 1 ? "hard link" : "";
+  return refusal_reason(st);  // symlinks and special files
+}
+
 // Copies one workspace entry (never following a symlink) into the view, recursively.
-Result<void> copy_entry(int src_dir, int dst_dir, const std::string& name, const std::string& rel, ViewCopy& out) {
+// `under_protected`: an ancestor is a protected path, so this entry is made read-only too.
+Result<void> copy_entry(int src_dir, int dst_dir, const std::string& name, const std::string& rel,
+                        const ViewRules& rules, bool under_protected, ViewCopy& out) {
+  if (policy::is_denied_name(rules.denied_names, name)) {
+    out.skipped.push_back({rel, "denied name"});
+    return {};
+  }
   struct stat st{};
   if (::fstatat(src_dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0)
     return fail_errno(Code::ConfigError, "stat " + rel + " in the workspace", errno);
-  if (S_ISDIR(st.st_mode)) {
-    if (::mkdirat(dst_dir, name.c_str(), (st.st_mode & 0777) | 0700) < 0 && errno != EEXIST)
+  if (std::string why = skip_reason(st); !why.empty()) {
+    // A hard link is never copied: its bytes may be a file outside the workspace.
+    out.skipped.push_back({rel, why});
+    return {};
+  }
+  bool is_dir = S_ISDIR(st.st_mode);
+  bool protect = under_protected;
+  if (!protect && policy::protected_by(rules.protected_paths, rel, is_dir)) {
+    out.protected_present.push_back(rel);
+    protect = true;
+  }
+  // The first wall's write bits: cleared on a protected path and everything beneath it.
+  mode_t mode = st.st_mode & 0777;
+  if (protect && rules.first_wall) mode &= ~mode_t{0222};
+  if (is_dir) {
+    if (::mkdirat(dst_dir, name.c_str(), mode | 0500) < 0 && errno != EEXIST)
       return fail_errno(Code::ConfigError, "mkdir " + rel + " in the view", errno);
     UniqueFd src = TRY(open_subdir(src_dir, name, rel + " in the workspace"));
     UniqueFd dst = TRY(open_subdir(dst_dir, name, rel + " in the view"));
-    for (const auto& child : list_names(src.get())) TRY(copy_entry(src.get(), dst.get(), child, rel + "/" + child, out));
-  } else if (S_ISREG(st.st_mode)) {
+    // Writable while we fill it, then the mode it keeps.
+    if (::fchmod(dst.get(), 0700) < 0) return fail_errno(Code::ConfigError, "chmod " + rel + " in the view", errno);
+    for (const auto& child : list_names(src.get()))
+      TRY(copy_entry(src.get(), dst.get(), child, rel + "/" + child, rules, protect, out));
+    if (::fchmod(dst.get(), protect && rules.first_wall ? mode | 0500 : mode | 0700) < 0)
+      return fail_errno(Code::ConfigError, "chmod " + rel + " in the view", errno);
+  } else {
     UniqueFd in(::openat(src_dir, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
     if (!in) return fail_errno(Code::ConfigError, "open " + rel + " in the workspace", errno);
-    UniqueFd o(::openat(dst_dir, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, st.st_mode & 0777));
+    UniqueFd o(::openat(dst_dir, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (!o) return fail_errno(Code::ConfigError, "create " + rel + " in the view", errno);
     TRY(copy_fd(in.get(), o.get(), rel));
-    ::fchmod(o.get(), st.st_mode & 0777);  // exactly the workspace's bits, whatever the umask
+    ::fchmod(o.get(), mode);  // exactly the workspace's bits (less the first wall's), whatever the umask
     out.files++;
     out.bytes += static_cast<uint64_t>(st.st_size);
-  } else {
-    out.skipped.push_back(rel);  // symlinks and special files never enter the view
-    return {};
   }
   struct stat vst{};
   if (::fstatat(dst_dir, name.c_str(), &vst, AT_SYMLINK_NOFOLLOW) == 0) out.manifest[rel] = entry_of(vst);
@@ -180,9 +214,28 @@ Result<void> make_view_dirs(const std::string& view, const std::string& rel) { r
 
 }  // namespace
 
-Result<ViewCopy> create_view(const std::string& workspace, const std::string& view,
-                             const std::vector<std::string>& paths,
-                             const std::vector<std::string>& write_back_paths) {
+ViewRules view_rules(const plan::ExecutionPlan& plan) {
+  return {plan.view_paths, plan.write_back_paths, plan.denied_names, plan.protected_paths,
+          plan.protected_first_wall};
+}
+
+void apply_test_seams(plan::ExecutionPlan& plan) {
+  const char* v = std::getenv("AIRLOCK_TEST_NO_PROTECTED_FIRST_WALL");
+  if (v && std::string_view(v) == "1") {
+    plan.protected_first_wall = false;
+    plan.relaxations.push_back("protected paths: first wall off (test seam AIRLOCK_TEST_NO_PROTECTED_FIRST_WALL)");
+  }
+}
+
+Json ViewCopy::to_json() const {
+  Json s = Json::array();
+  for (const auto& k : skipped) s.push_back({{"path", k.path}, {"reason", k.reason}});
+  return {{"files", files}, {"bytes", bytes}, {"skipped", s}, {"protected", protected_present}};
+}
+
+Result<ViewCopy> create_view(const std::string& workspace, const std::string& view, const ViewRules& rules) {
+  const auto& paths = rules.paths;
+  const auto& write_back_paths = rules.write_back_paths;
   ViewCopy out;
   if (workspace.empty()) {
     // No workspace: an empty view, with the write-back paths as empty directories.
@@ -197,7 +250,8 @@ Result<ViewCopy> create_view(const std::string& workspace, const std::string& vi
 
   for (const auto& p : outermost(paths)) {
     if (p == ".") {
-      for (const auto& child : list_names(ws.get())) TRY(copy_entry(ws.get(), vw.get(), child, child, out));
+      for (const auto& child : list_names(ws.get()))
+        TRY(copy_entry(ws.get(), vw.get(), child, child, rules, false, out));
       continue;
     }
     // The parents must be real directories beneath the workspace: a symlinked parent would
@@ -208,7 +262,7 @@ Result<ViewCopy> create_view(const std::string& workspace, const std::string& vi
     if (!parent) {
       int e = parent.error().facts.value("errno", 0);
       if (e != ENOENT) {
-        out.skipped.push_back(p);
+        out.skipped.push_back({p, e == ELOOP ? "symlink on the way" : "not beneath the workspace"});
         continue;
       }
       missing = true;
@@ -219,7 +273,18 @@ Result<ViewCopy> create_view(const std::string& workspace, const std::string& vi
     if (missing) continue;  // a missing write-back path is made below
     TRY(make_view_dirs(view, parent_of(p)));
     auto vparent = TRY(open_beneath(vw.get(), parent_of(p), O_DIRECTORY | O_RDONLY));
-    TRY(copy_entry(parent->get(), vparent.get(), name_of(p), p, out));
+    // A named path beneath a denied name or a protected path is judged as the walk would.
+    bool denied = false, protect = false;
+    for (std::string a = parent_of(p); a != "."; a = parent_of(a)) {
+      denied = denied || policy::is_denied_name(rules.denied_names, name_of(a));
+      protect = protect || policy::protected_by(rules.protected_paths, a, true).has_value();
+    }
+    if (denied) {
+      out.skipped.push_back({p, "denied name"});
+      continue;
+    }
+    if (protect) out.protected_present.push_back(p);
+    TRY(copy_entry(parent->get(), vparent.get(), name_of(p), p, rules, protect, out));
   }
   // Every write-back path exists in the view, so the command can create what it writes there.
   for (const auto& w : write_back_paths) {
@@ -236,8 +301,8 @@ Json WriteBackReport::to_json() const {
 }
 
 Result<WriteBackReport> write_back(const std::string& view, const std::string& workspace,
-                                   const ViewManifest& manifest,
-                                   const std::vector<std::string>& write_back_paths) {
+                                   const ViewManifest& manifest, const ViewRules& rules) {
+  const auto& write_back_paths = rules.write_back_paths;
   WriteBackReport rep;
   if (workspace.empty()) return rep;
   UniqueFd ws(::open(workspace.c_str(), O_DIRECTORY | O_RDONLY | O_CLOEXEC));
@@ -260,36 +325,59 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
     rep.refused.push_back({rel, std::move(why)});
     refused_prefixes.push_back(rel);
   };
-  std::function<Result<void>(int, const std::string&, const std::string&)> visit =
-      [&](int dirfd, const std::string& name, const std::string& rel) -> Result<void> {
+  // `guard`: the protected path at or above this entry (nullopt: none). Beneath one, nothing is
+  // ever applied: a new or changed entry is refused by name instead.
+  std::function<Result<void>(int, const std::string&, const std::string&, std::optional<policy::ProtectedPath>)>
+      visit = [&](int dirfd, const std::string& name, const std::string& rel,
+                  std::optional<policy::ProtectedPath> guard) -> Result<void> {
     struct stat st{};
     if (::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0) {
       if (errno == ENOENT) return {};
       return fail_errno(Code::ConfigError, "stat " + rel + " in the view", errno);
     }
     seen.push_back(rel);
+    if (policy::is_denied_name(rules.denied_names, name)) {
+      refuse(rel, "denied name");
+      return {};
+    }
+    if (!guard) guard = policy::protected_by(rules.protected_paths, rel, S_ISDIR(st.st_mode));
     if (std::string why = refusal_reason(st); !why.empty()) {
       refuse(rel, why);
       return {};
     }
+    auto m = manifest.find(rel);
     if (S_ISDIR(st.st_mode)) {
-      ops.push_back({rel, true, st.st_mode & 0777, st.st_ino});
+      if (guard && m == manifest.end()) {
+        refuse(rel, protected_reason(*guard));
+        return {};
+      }
+      if (!guard) ops.push_back({rel, true, st.st_mode & 0777, st.st_ino});
       UniqueFd sub = TRY(open_subdir(dirfd, name, rel + " in the view"));
-      for (const auto& child : list_names(sub.get())) TRY(visit(sub.get(), child, rel + "/" + child));
+      for (const auto& child : list_names(sub.get())) TRY(visit(sub.get(), child, rel + "/" + child, guard));
       return {};
     }
-    auto m = manifest.find(rel);
     ViewEntry now = entry_of(st);
     bool unchanged = m != manifest.end() && !m->second.is_dir && m->second.ino == now.ino &&
                      m->second.ctime_ns == now.ctime_ns && m->second.size == now.size;
-    if (!unchanged) ops.push_back({rel, false, st.st_mode & 0777, st.st_ino});
+    if (unchanged) return {};
+    if (guard)
+      refuse(rel, protected_reason(*guard));
+    else
+      ops.push_back({rel, false, st.st_mode & 0777, st.st_ino});
     return {};
   };
   for (const auto& p : outermost(write_back_paths)) {
     if (p == ".") {
-      for (const auto& child : list_names(vw.get())) TRY(visit(vw.get(), child, child));
+      for (const auto& child : list_names(vw.get())) TRY(visit(vw.get(), child, child, std::nullopt));
       continue;
     }
+    std::optional<policy::ProtectedPath> guard;
+    bool denied = false;
+    for (std::string a = parent_of(p); a != "." && !guard; a = parent_of(a)) {
+      guard = policy::protected_by(rules.protected_paths, a, true);
+      denied = denied || policy::is_denied_name(rules.denied_names, name_of(a));
+    }
+    if (denied) continue;  // never in the view, never written back
     auto vparent = open_beneath(vw.get(), parent_of(p), O_DIRECTORY | O_RDONLY);
     if (!vparent) {
       int e = vparent.error().facts.value("errno", 0);
@@ -297,7 +385,7 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
       refuse(p, e == ELOOP ? "symlink" : "conflict: " + vparent.error().message);
       continue;
     }
-    TRY(visit(vparent->get(), name_of(p), p));
+    TRY(visit(vparent->get(), name_of(p), p, guard));
   }
 
   // Pass 2: apply, parents before children; every workspace path resolved beneath it.
@@ -358,8 +446,13 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
   std::vector<std::string> gone;
   for (const auto& [rel, entry] : manifest)
     if (under_any(rel, write_back_paths) && !under_any(rel, refused_prefixes) &&
-        !std::binary_search(seen.begin(), seen.end(), rel))
+        !std::binary_search(seen.begin(), seen.end(), rel)) {
+      if (auto guard = policy::protected_by(rules.protected_paths, rel, entry.is_dir)) {
+        rep.refused.push_back({rel, protected_reason(*guard) + " (deleted in the view)"});
+        continue;
+      }
       gone.push_back(rel);
+    }
   std::sort(gone.rbegin(), gone.rend());  // children before parents
   for (const auto& rel : gone) {
     auto parent = open_beneath(ws.get(), parent_of(rel), O_DIRECTORY | O_RDONLY);

@@ -8,6 +8,8 @@
 
 #include "base/error.h"
 #include "base/json_util.h"
+#include "plan/plan.h"
+#include "policy/protected_paths.h"
 
 namespace airlock::exec {
 
@@ -16,6 +18,9 @@ struct SessionDirs {
   std::string root;     // <state>/sessions/<id>, mode 0700
   std::string view;     // root/view: the workspace as the command sees it
   std::string scratch;  // root/tmp: TMPDIR, never written back
+  // View paths (relative) a tier with a root of its own binds read-only over the view: the
+  // protected paths the view held when it was made (ViewCopy::protected_present).
+  std::vector<std::string> view_read_only;
 };
 
 // Makes the directories and records the owning process (pid and start time) in root/owner.
@@ -36,22 +41,47 @@ struct ViewEntry {
 };
 using ViewManifest = std::map<std::string, ViewEntry>;
 
+// What goes into a view and what may come back out of it: one value, made from the plan.
+struct ViewRules {
+  std::vector<std::string> paths;             // copied in, workspace-relative ("." for all)
+  std::vector<std::string> write_back_paths;  // what write-back looks at
+  std::vector<std::string> denied_names;      // never copied in, never written back (any depth)
+  std::vector<policy::ProtectedPath> protected_paths;  // read-only inside, never written back
+  // The first wall: protected paths made read-only in the view (their write bits cleared; the
+  // tiers with a root of their own also bind them read-only). Off only through a test seam.
+  bool first_wall = true;
+};
+ViewRules view_rules(const plan::ExecutionPlan& plan);
+
+// Test seam: AIRLOCK_TEST_NO_PROTECTED_FIRST_WALL=1 in airlock's environment turns the first wall
+// off (so a test can prove write-back refuses alone); the plan records it as a relaxation.
+void apply_test_seams(plan::ExecutionPlan& plan);
+
+struct Skipped {
+  std::string path;
+  std::string reason;  // "denied name", "hard link", "symlink", "device", "fifo", "socket", ...
+};
+
 struct ViewCopy {
   ViewManifest manifest;
   uint64_t files = 0, bytes = 0;
-  std::vector<std::string> skipped;  // workspace entries not copied (symlinks, special files)
+  std::vector<Skipped> skipped;  // workspace entries not copied, and why
+  // Protected paths the view holds (the outermost of each subtree), made read-only there.
+  std::vector<std::string> protected_present;
+  Json to_json() const;
 };
 
-// Copies `paths` (workspace-relative, "." for all) of the workspace into the view: regular
-// files and directories only. A path missing from the workspace is made as an empty
+// Copies `rules.paths` of the workspace into the view: regular files with one link and
+// directories only, never a denied name; a hard-linked file (its other name may lie outside the
+// workspace) is skipped, never copied. A path missing from the workspace is made as an empty
 // directory when it is also a write-back path (so the command can create it).
-Result<ViewCopy> create_view(const std::string& workspace, const std::string& view,
-                             const std::vector<std::string>& paths,
-                             const std::vector<std::string>& write_back_paths);
+Result<ViewCopy> create_view(const std::string& workspace, const std::string& view, const ViewRules& rules);
 
 struct WriteBackRefusal {
   std::string path;
-  std::string reason;  // "symlink", "hard link", "device", "fifo", "socket", "setuid", "setgid", "conflict"
+  // "symlink", "hard link", "device", "fifo", "socket", "setuid", "setgid", "conflict…",
+  // "denied name", "protected path …"
+  std::string reason;
 };
 
 struct WriteBackReport {
@@ -62,12 +92,13 @@ struct WriteBackReport {
   Json to_json() const;
 };
 
-// Writes the changes under `write_back_paths` back to the workspace. Only regular files and
-// directories cross; anything else is refused by name and written nowhere. Every workspace
-// path is resolved beneath the workspace with no symlink followed (openat2 RESOLVE_BENEATH |
-// RESOLVE_NO_SYMLINKS), and files land by rename, so a reader never sees half a file.
+// Writes the changes under `rules.write_back_paths` back to the workspace. Only regular files
+// and directories cross; anything else is refused by name and written nowhere, and so is any
+// change (new, changed, deleted) under a protected path or a denied name: the second wall,
+// whatever the first missed. Every workspace path is resolved beneath the workspace with no
+// symlink followed (openat2 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS), and files land by rename,
+// so a reader never sees half a file.
 Result<WriteBackReport> write_back(const std::string& view, const std::string& workspace,
-                                   const ViewManifest& manifest,
-                                   const std::vector<std::string>& write_back_paths);
+                                   const ViewManifest& manifest, const ViewRules& rules);
 
 }  // namespace airlock::exec

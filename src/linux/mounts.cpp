@@ -2,6 +2,7 @@
 #include "linux/mounts.h"
 
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -44,6 +45,35 @@ unsigned long locked_flags(const char* path) noexcept {
   return f;
 }
 
+// A view path bound read-only onto itself, found without following any symlink: open_tree
+// clones the entry's mount, mount_setattr makes the clone read-only, move_mount puts it on top.
+int bind_read_only_beneath(const char* root, const char* rel) noexcept {
+  int rootfd = ::open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (rootfd < 0) return errno;
+  struct open_how how {};
+  how.flags = O_PATH | O_NOFOLLOW | O_CLOEXEC;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  int fd = static_cast<int>(::syscall(SYS_openat2, rootfd, rel, &how, sizeof how));
+  int err = fd < 0 ? errno : 0;
+  ::close(rootfd);
+  if (fd < 0) return err == ENOENT || err == ELOOP || err == ENOTDIR || err == EXDEV ? 0 : err;
+  int rc = 0;
+  int tree = static_cast<int>(
+      ::syscall(SYS_open_tree, fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | AT_RECURSIVE));
+  if (tree < 0) {
+    rc = errno;
+  } else {
+    struct mount_attr attr {};
+    attr.attr_set = MOUNT_ATTR_RDONLY;
+    if (::syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) != 0 ||
+        ::syscall(SYS_move_mount, tree, "", fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) != 0)
+      rc = errno;
+    ::close(tree);
+  }
+  ::close(fd);
+  return rc;
+}
+
 int remount_read_only(const char* path) noexcept {
   if (::mount(nullptr, path, nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY | locked_flags(path), nullptr) != 0)
     return errno;
@@ -54,7 +84,8 @@ int remount_read_only(const char* path) noexcept {
 
 Result<MountProgram> prepare_mounts(const plan::NamespacesPlan& plan, const std::string& new_root,
                                     const std::string& view, const std::string& scratch,
-                                    const std::string& workspace_inside) {
+                                    const std::string& workspace_inside,
+                                    const std::vector<std::string>& view_read_only) {
   MountProgram prog;
   prog.new_root = new_root;
   prog.workdir = workspace_inside;
@@ -122,6 +153,9 @@ Result<MountProgram> prepare_mounts(const plan::NamespacesPlan& plan, const std:
   prog.ops.push_back({Kind::BindWritable, scratch, in("/tmp"), ""});
   mkdirs(prog, made, in(workspace_inside));
   prog.ops.push_back({Kind::BindWritable, view, in(workspace_inside), ""});
+  // Protected paths: read-only over the view (the first wall; write-back is the second).
+  for (const auto& rel : view_read_only)
+    prog.ops.push_back({Kind::BindReadOnlyBeneath, in(workspace_inside), in(workspace_inside) + "/" + rel, rel});
   prog.applied = {{"new_root", "tmpfs, read-only after pivot_root"},
                   {"binds", binds},
                   {"dev", plan.dev_nodes},
@@ -130,6 +164,7 @@ Result<MountProgram> prepare_mounts(const plan::NamespacesPlan& plan, const std:
                   {"proc_read_only", plan.proc_read_only},
                   {"credentials_masked", masked},
                   {"tmp", "the session's scratch directory"},
+                  {"protected_read_only", view_read_only},
                   {"workspace", workspace_inside}};
   return prog;
 }
@@ -173,6 +208,9 @@ int apply_mounts(const MountProgram& prog, int* failed_op) noexcept {
         break;
       case Kind::RemountReadOnly:
         rc = remount_read_only(dst);
+        break;
+      case Kind::BindReadOnlyBeneath:
+        rc = bind_read_only_beneath(op.src.c_str(), op.data.c_str());
         break;
     }
     if (rc != 0) {

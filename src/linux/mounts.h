@@ -21,6 +21,10 @@ struct MountOp {
     BindWritable,  // src on dst
     Proc,          // a fresh proc on dst
     RemountReadOnly,  // dst (already a mount point or bound onto itself first)
+    // data (a path relative to the view at src), bound read-only onto itself: resolved beneath
+    // src with no symlink followed (a command of an earlier run may have planted one); gone or
+    // no longer resolvable beneath the view is skipped (write-back refuses any change there).
+    BindReadOnlyBeneath,
   };
   Kind kind;
   std::string src;
@@ -36,10 +40,12 @@ struct MountProgram {
 };
 
 // Parent side: the plan's binds as they exist on this host (a missing optional path is left
-// out, a symlink is recreated as one), the session view at `workspace_inside`, scratch at /tmp.
+// out, a symlink is recreated as one), the session view at `workspace_inside`, scratch at /tmp,
+// and `view_read_only` (view-relative: the protected paths present) bound read-only over the view.
 Result<MountProgram> prepare_mounts(const plan::NamespacesPlan& plan, const std::string& new_root,
                                     const std::string& view, const std::string& scratch,
-                                    const std::string& workspace_inside);
+                                    const std::string& workspace_inside,
+                                    const std::vector<std::string>& view_read_only = {});
 
 // Child side (the namespace's init, root in its user namespace): makes mounts private, builds the
 // new root, pivots into it, detaches the old root and makes / read-only. Returns 0 or an errno;

@@ -415,6 +415,10 @@ Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& p, const HostFact
     if (std::find(plan.view_paths.begin(), plan.view_paths.end(), w) == plan.view_paths.end())
       plan.view_paths.push_back(w);
   plan.write_back_paths = p.write_back_paths;
+  plan.denied_names = p.denied_names;
+  plan.protected_paths = p.protected_paths;
+  for (const auto& w : p.writable_protected_paths)
+    plan.relaxations.push_back(fmt::format("writable_protected_paths: {}", w));
   plan.env_passthrough = {"LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ"};
 
   if (plan.executor == ExecutorKind::Host) {
@@ -605,6 +609,9 @@ Json to_json(const ExecutionPlan& p) {
   j["env_passthrough"] = p.env_passthrough;
   j["view_paths"] = p.view_paths;
   j["write_back_paths"] = p.write_back_paths;
+  j["denied_names"] = p.denied_names;
+  j["protected_paths"] = policy::to_json(p.protected_paths);
+  j["protected_first_wall"] = p.protected_first_wall;
   j["network"] = p.network;
   return j;
 }

@@ -154,6 +154,11 @@ struct ExecutionPlan {
   std::vector<std::string> env_passthrough;  // host variables copied if set
   std::vector<std::string> view_paths;       // copied into the view (readable + write-back)
   std::vector<std::string> write_back_paths;
+  std::vector<std::string> denied_names;               // absent from the view, never written back
+  std::vector<policy::ProtectedPath> protected_paths;  // read-only in the view, never written back
+  // The first of the two walls around protected paths (read-only inside the sandbox). Only a
+  // test seam turns it off, to prove the second (write-back) holds alone; recorded as a relaxation.
+  bool protected_first_wall = true;
   bool network = false;  // true: the host's network (host executor); false: none, or only the door
 };
 

@@ -3,6 +3,7 @@
 #include "policy/strict_json.h"
 
 #include <arpa/inet.h>
+#include <fnmatch.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -103,6 +104,12 @@ std::optional<ExecutorKind> executor_from_string(std::string_view s) {
   return enum_from_string(kExecutors, s);
 }
 
+bool is_denied_name(const std::vector<std::string>& denied_names, std::string_view name) {
+  std::string n(name);
+  return std::any_of(denied_names.begin(), denied_names.end(),
+                     [&](const std::string& d) { return ::fnmatch(d.c_str(), n.c_str(), FNM_CASEFOLD) == 0; });
+}
+
 TaskPolicy builtin_default() {
   TaskPolicy p;
   p.task_id = "default";
@@ -110,6 +117,7 @@ TaskPolicy builtin_default() {
   p.write_back_paths = {"."};
   p.denied_names.assign(std::begin(kDefaultDeniedNames), std::end(kDefaultDeniedNames));
   std::sort(p.denied_names.begin(), p.denied_names.end());
+  p.protected_paths = default_protected_paths();
   p.tools = {Tool{.name = "shell", .argv = {"/bin/sh", "-c"}, .allow_args = true, .timeout_seconds = 300}};
   return p;
 }
@@ -160,10 +168,11 @@ namespace {
 
 using Keys = std::span<const std::string_view>;
 
-constexpr std::array<std::string_view, 16> kTopKeys = {
-    "schema_version",  "task_id",      "workspace", "workload", "tenancy",
-    "executor",        "code_network", "egress",    "readable", "write_back_paths",
-    "read_only_paths", "tools",        "limits",    "denied_names", "agent", "confinement"};
+constexpr std::array<std::string_view, 18> kTopKeys = {
+    "schema_version",  "task_id",      "workspace", "workload",     "tenancy",
+    "executor",        "code_network", "egress",    "readable",     "write_back_paths",
+    "read_only_paths", "tools",        "limits",    "denied_names", "agent",
+    "confinement",     "protected_paths", "writable_protected_paths"};
 constexpr std::array<std::string_view, 3> kAgentKeys = {"model", "resume", "continue"};
 constexpr std::array<Confinement, 2> kConfinements = {Confinement::Engine, Confinement::Vendor};
 constexpr std::array<std::string_view, 2> kCodeNetworkKeys = {"mode", "rules"};
@@ -583,6 +592,37 @@ Result<std::vector<std::string>> parse_denied_names(const Json& v, const std::st
   return names;
 }
 
+// protected_paths adds patterns; writable_protected_paths takes away one in force, by its exact
+// pattern (a named relaxation: the plan records it).
+Result<void> parse_protected(const Json& doc, TaskPolicy& p) {
+  if (doc.contains("protected_paths")) {
+    auto patterns = TRY(get_string_array(doc["protected_paths"], "$.protected_paths"));
+    for (size_t i = 0; i < patterns.size(); ++i) {
+      auto e = TRY(parse_protected_pattern(patterns[i], path_join("$.protected_paths", i)));
+      if (std::find(p.protected_paths.begin(), p.protected_paths.end(), e) == p.protected_paths.end())
+        p.protected_paths.push_back(std::move(e));
+    }
+  }
+  if (doc.contains("writable_protected_paths")) {
+    auto patterns = TRY(get_string_array(doc["writable_protected_paths"], "$.writable_protected_paths"));
+    for (size_t i = 0; i < patterns.size(); ++i) {
+      std::string pattern = patterns[i];
+      if (pattern.size() > 1 && pattern.back() == '/') pattern.pop_back();
+      auto it = std::find_if(p.protected_paths.begin(), p.protected_paths.end(),
+                             [&](const ProtectedPath& e) { return e.pattern == pattern; });
+      bool already = std::find(p.writable_protected_paths.begin(), p.writable_protected_paths.end(), pattern) !=
+                     p.writable_protected_paths.end();
+      if (it == p.protected_paths.end() && !already)
+        return invalid(path_join("$.writable_protected_paths", i),
+                       fmt::format("{} is \"{}\", which is not a protected path in force (see `airlock plan`)",
+                                   path_join("$.writable_protected_paths", i), patterns[i]));
+      if (it != p.protected_paths.end()) p.protected_paths.erase(it);
+      if (!already) p.writable_protected_paths.push_back(pattern);
+    }
+  }
+  return {};
+}
+
 Result<std::string> parse_task_id(const Json& v, const std::string& path) {
   auto s = TRY(get_nonempty_string(v, path));
   // Task ids end up in directory names, ledger rows and log lines: keep them plain.
@@ -691,6 +731,7 @@ Result<TaskPolicy> parse_layer(const Json& doc, const TaskPolicy& base, bool wor
   if (doc.contains("tools")) p.tools = TRY(parse_tools(doc["tools"], "$.tools"));
   if (doc.contains("limits")) TRY(parse_limits(doc["limits"], p.limits));
   if (doc.contains("denied_names")) p.denied_names = TRY(parse_denied_names(doc["denied_names"], "$.denied_names"));
+  TRY(parse_protected(doc, p));
   if (doc.contains("agent")) TRY(parse_agent(doc["agent"], p.agent));
   if (doc.contains("confinement")) {
     // Checked before the layer question, so a wrong value is named as such wherever it is.
@@ -797,6 +838,15 @@ Json to_json(const TaskPolicy& p) {
                   {"resume", p.agent.resume},
                   {"continue", p.agent.continue_session}};
   if (p.confinement != Confinement::Engine) j["confinement"] = to_string(p.confinement);
+  // The policy's own additions and removals (the built-in list is the plan's to show), written
+  // only when there are any, so the output parses again as the same policy.
+  std::vector<ProtectedPath> added;
+  for (const auto& e : p.protected_paths) {
+    const auto& d = default_protected_paths();
+    if (std::find(d.begin(), d.end(), e) == d.end()) added.push_back(e);
+  }
+  if (!added.empty()) j["protected_paths"] = to_json(added);
+  if (!p.writable_protected_paths.empty()) j["writable_protected_paths"] = p.writable_protected_paths;
   return j;
 }
 

@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "base/json_util.h"
+#include "policy/protected_paths.h"
 
 namespace airlock::policy {
 
@@ -71,9 +72,17 @@ struct Limits {
   int64_t max_output_bytes = 1 << 20;
 };
 
-// Names the broker never reads, writes or lists, at any depth. A policy's `denied_names`
-// adds to these; it cannot take one away.
-inline constexpr std::string_view kDefaultDeniedNames[] = {".git", ".env", ".netrc", ".ssh"};
+// Names no route reaches, at any depth: absent from the session view (so no command, on any
+// tier, can read them), never read, written or listed by the broker, never written back. A name
+// may use fnmatch's * ? [..] and matches without regard to case. A policy's `denied_names` adds
+// to these; it cannot take one away. `.git` is not here: version control works in the view, its
+// hooks and configuration are protected paths (policy/protected_paths.h).
+inline constexpr std::string_view kDefaultDeniedNames[] = {
+    ".env",    ".env.*",     ".netrc",     ".ssh",   ".gnupg", ".aws", ".docker", ".git-credentials",
+    ".pgpass", "id_rsa", "id_ecdsa", "id_ed25519", "id_dsa"};
+
+// Whether the file name `name` (one component) is one of `denied_names`.
+bool is_denied_name(const std::vector<std::string>& denied_names, std::string_view name);
 
 // What an agent run (`airlock agent run`) may ask of the agent CLI. Nothing here can ask for a
 // bypass: the profile's bypass arguments are refused whatever the policy says.
@@ -102,6 +111,10 @@ struct TaskPolicy {
   std::vector<std::string> write_back_paths = {"."};
   std::vector<std::string> read_only_paths;  // extra absolute host paths readable by code
   std::vector<std::string> denied_names;     // the defaults plus the policy's own, sorted
+  // In force: the built-in list plus the policy's `protected_paths`, less its
+  // `writable_protected_paths` (each a named relaxation, recorded in the plan).
+  std::vector<ProtectedPath> protected_paths;
+  std::vector<std::string> writable_protected_paths;
   std::vector<Tool> tools;
   Limits limits;
   AgentPolicy agent;

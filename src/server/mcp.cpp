@@ -51,20 +51,41 @@ Json rpc_error(const Json& id, int code, const std::string& message) {
   return {{"jsonrpc", "2.0"}, {"id", id}, {"error", {{"code", code}, {"message", message}}}};
 }
 
-std::string explain_refusal(const Error& e, const policy::TaskPolicy& p) {
+std::string explain_refusal(const Error& e, const policy::TaskPolicy& p, const plan::ExecutionPlan& plan) {
   std::string text = fmt::format("airlock refused this action: {}: {}.", to_name(e.code), e.message);
   std::string instead;
+  // What else stands in the way, said only where it is true of this policy on this tier.
+  std::string elsewhere;
+  bool confined = plan.executor != policy::ExecutorKind::Host;
   bool policy_refusal = true;
   switch (e.code) {
-    case Code::PathDenied:
+    case Code::PathDenied: {
       instead = fmt::format("The task policy lets you read and list only {}, and write only {}. These names are "
                             "never accessible at any depth: {}. Paths are workspace-relative, without '..'.",
                             prefixes(p.readable), prefixes(p.write_back_paths), fmt::join(p.denied_names, ", "));
+      std::string reason = e.facts.value("reason", std::string());
+      if (reason.find("denied name") != std::string::npos || reason.find("outside every readable") != std::string::npos)
+        elsewhere = fmt::format(
+            "It is not in the sandbox's copy of the workspace either (the {} tier), so a shell command or another "
+            "tool cannot read it.",
+            policy::to_string(plan.executor));
+      else if (reason.find("protected path") != std::string::npos)
+        elsewhere = fmt::format(
+            "Protected paths are read-only inside the sandbox (the {} tier), and a change to one made any other "
+            "way is refused when the workspace is written back: it never lands.",
+            policy::to_string(plan.executor));
+      else if (reason.find("write_back_paths") != std::string::npos)
+        elsewhere = "A change outside the write-back paths made any other way is never written back.";
       break;
+    }
     case Code::EgressDenied:
       instead = fmt::format("http_fetch may reach only {}; private and loopback addresses are refused unless a "
                             "rule allows them.",
                             egress_rules(p.egress));
+      if (confined && !plan.network)
+        elsewhere = plan.door ? "Commands in the sandbox reach the network only through a door that admits the "
+                                "code_network rules alone."
+                              : "Commands in the sandbox have no network at all.";
       break;
     case Code::ToolNotDeclared:
     case Code::ToolArgsDenied:
@@ -85,10 +106,10 @@ std::string explain_refusal(const Error& e, const policy::TaskPolicy& p) {
       policy_refusal = false;
   }
   if (!instead.empty()) text += " " + instead;
+  if (!elsewhere.empty()) text += " " + elsewhere;
   if (policy_refusal)
-    text += " This is the task's policy, enforced by airlock on every route: reaching the same thing another way "
-            "(another spelling of the path, a link, a shell command, another tool, an encoded address) is refused "
-            "too. Do not try to work around it; if the task needs more, tell the user what and why.";
+    text += " This is the task's policy: do not try to work around it; if the task needs more, tell the user what "
+            "and why.";
   if (e.code == Code::SessionKilled || e.code == Code::SessionClosed || e.code == Code::BudgetExhausted)
     text += " The session has ended: no further action will be accepted.";
   if (!e.facts.empty()) text += " Facts: " + e.facts.dump(-1, ' ', false, Json::error_handler_t::replace);
@@ -164,17 +185,17 @@ Json McpServer::call_tool(const Json& params, int& rpc_code, std::string& rpc_me
     request = {{"action", "run_tool"}, {"tool", t->name}};
   }
   if (!args.is_object())
-    return text_result(explain_refusal(Error{Code::ProtocolError, "arguments must be an object"}, policy_), true);
+    return text_result(explain_refusal(Error{Code::ProtocolError, "arguments must be an object"}, policy_, s_.plan()), true);
   for (const auto& [k, v] : args.items()) {
     if (request.contains(k) || k == "id") {  // the tool's name decides the action, never an argument
       Error e{Code::ProtocolError, fmt::format("\"{}\" is not an argument of {}", k, name), {{"path", "$." + k}}};
       (void)s_.note_refusal("protocol.refused", args, e);
-      return text_result(explain_refusal(e, policy_), true);
+      return text_result(explain_refusal(e, policy_, s_.plan()), true);
     }
     request[k] = v;
   }
   Json resp = broker::handle_request(s_, request);
-  if (!resp["ok"].get<bool>()) return text_result(explain_refusal(answer_error(resp["error"]), policy_), true);
+  if (!resp["ok"].get<bool>()) return text_result(explain_refusal(answer_error(resp["error"]), policy_, s_.plan()), true);
   const Json& result = resp["result"];
   std::string text = name == "read_file" && result.contains("content")
                          ? result["content"].get<std::string>()

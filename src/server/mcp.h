@@ -39,7 +39,7 @@ class McpServer {
 
 // What a model reads when the policy refuses: the code and message, what the policy allows
 // instead, and that another route to the same thing is refused too.
-std::string explain_refusal(const Error& e, const policy::TaskPolicy& policy);
+std::string explain_refusal(const Error& e, const policy::TaskPolicy& policy, const plan::ExecutionPlan& plan);
 
 // A JSON-RPC error response.
 Json rpc_error(const Json& id, int code, const std::string& message);

@@ -86,12 +86,26 @@ TEST_F(BrokerTest, ReadsInsideReadablePrefixesOnly) {
 TEST_F(BrokerTest, RefusesEveryLexicalEscapeWithItsReason) {
   auto s = open();
   ASSERT_TRUE(s);
-  for (std::string p : {"/etc/passwd", "src/../README", "../ws/src/a.txt", "src/.env", "src/.Env", "src/.git/config",
-                        ""}) {
+  for (std::string p : {"/etc/passwd", "src/../README", "../ws/src/a.txt", "src/.env", "src/.Env", "src/.ssh/id_rsa",
+                        "src/id_ed25519", ""}) {
     auto r = s->read_file(p);
     ASSERT_FALSE(r) << p;
     EXPECT_EQ(r.error().code, Code::PathDenied) << p;
     EXPECT_TRUE(r.error().facts.contains("reason")) << p;
+  }
+}
+
+TEST_F(BrokerTest, AProtectedPathIsReadableButNeverWritable) {
+  auto s = open();
+  ASSERT_TRUE(s);
+  for (std::string p : {"reports/.git/hooks/pre-commit", "reports/.bashrc", "reports/.vscode/tasks.json",
+                        "reports/.claude/settings.json", "reports/sub/.git"}) {
+    auto w = s->write_file(p, "planted\n");
+    ASSERT_FALSE(w) << p;
+    EXPECT_EQ(w.error().code, Code::PathDenied) << p;
+    EXPECT_NE(w.error().facts.value("reason", "").find("a protected path"), std::string::npos) << w.error().message;
+    struct stat st{};
+    EXPECT_NE(::lstat((s->dirs().view + "/" + p).c_str(), &st), 0) << p << " exists in the view";
   }
 }
 

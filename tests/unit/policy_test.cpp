@@ -731,8 +731,19 @@ TEST(Digest, ToJsonParsesBackToTheSamePolicy) {
 TEST(BrokerFields, DeniedNamesAddToTheDefaultsAndNeverRemoveThem) {
   auto p = parse(R"({"schema_version":"airlock.task_policy.v1","denied_names":["secrets.yaml", ".env"]})");
   ASSERT_TRUE(p.has_value()) << p.error().message;
-  EXPECT_EQ(p->denied_names, (std::vector<std::string>{".env", ".git", ".netrc", ".ssh", "secrets.yaml"}));
-  EXPECT_EQ(builtin_default().denied_names, (std::vector<std::string>{".env", ".git", ".netrc", ".ssh"}));
+  std::vector<std::string> defaults(std::begin(kDefaultDeniedNames), std::end(kDefaultDeniedNames));
+  std::sort(defaults.begin(), defaults.end());
+  EXPECT_EQ(builtin_default().denied_names, defaults);
+  auto with = defaults;
+  with.push_back("secrets.yaml");
+  std::sort(with.begin(), with.end());
+  EXPECT_EQ(p->denied_names, with);
+  // .git is no denied name: version control works in the view, its hooks and config are protected.
+  EXPECT_FALSE(is_denied_name(p->denied_names, ".git"));
+  EXPECT_TRUE(is_denied_name(p->denied_names, ".ENV"));
+  EXPECT_TRUE(is_denied_name(p->denied_names, ".env.production"));
+  EXPECT_TRUE(is_denied_name(p->denied_names, "id_ed25519"));
+  EXPECT_FALSE(is_denied_name(p->denied_names, "environment.txt"));
   for (std::string_view bad : {R"(["a/b"])", R"([".."])", R"([""])", R"([1])"}) {
     auto q = parse(fmt::format(R"({{"schema_version":"airlock.task_policy.v1","denied_names":{}}})", bad));
     ASSERT_FALSE(q.has_value()) << bad;
@@ -783,6 +794,65 @@ TEST(ToolProtocol, AJsonToolParsesAndRoundTripsWhileArgvToolsKeepTheirDigest) {
   // digest it had before they existed.
   EXPECT_EQ(builtin_default().tools[0].protocol, ToolProtocol::Argv);
   EXPECT_FALSE(to_json(builtin_default())["tools"][0].contains("protocol"));
+}
+
+}  // namespace
+}  // namespace airlock::policy
+
+namespace airlock::policy {
+namespace {
+
+std::optional<std::string> by(std::string_view rel, bool is_dir = false) {
+  auto e = protected_by(default_protected_paths(), rel, is_dir);
+  return e ? std::optional<std::string>(e->pattern) : std::nullopt;
+}
+
+TEST(ProtectedPaths, MatchAtAnyDepthAndEverythingBeneath) {
+  EXPECT_EQ(by(".git/hooks/pre-commit"), ".git/hooks");
+  EXPECT_EQ(by("vendor/x/.git/hooks", true), ".git/hooks");
+  EXPECT_EQ(by(".git/config"), ".git/config");
+  EXPECT_EQ(by(".git/modules/a/b/config"), ".git/modules/**/config");
+  EXPECT_EQ(by(".git/modules/a/hooks/x"), ".git/modules/**/hooks");
+  EXPECT_EQ(by("a/.bashrc"), ".bashrc");
+  EXPECT_EQ(by(".BashRC"), ".bashrc") << "case does not matter";
+  EXPECT_EQ(by(".claude/settings.local.json"), ".claude/settings*.json");
+  EXPECT_EQ(by(".claude/settings.json"), ".claude/settings*.json");
+  EXPECT_EQ(by(".vscode", true), ".vscode");
+  EXPECT_EQ(by(".vscode/tasks.json"), ".vscode");
+  // What stays writable: the rest of .git, and names that only look alike.
+  for (std::string_view ok : {".git/HEAD", ".git/index", ".git/objects/ab/cd", ".git/refs/heads/main",
+                              ".git/logs/HEAD", ".git/config.lock", "src/config", "hooks/x", ".claude/notes.md",
+                              "bashrc", ".bashrc.d"})
+    EXPECT_EQ(by(ok), std::nullopt) << ok;
+  EXPECT_EQ(by(".git", true), std::nullopt) << "the .git directory itself is not protected";
+  EXPECT_EQ(by("sub/.git", false), ".git") << "a .git file (gitdir:) is";
+}
+
+TEST(ProtectedPaths, APolicyAddsEntriesAndRelaxesOnlyByName) {
+  auto p = parse_layer_text(R"({"schema_version":"airlock.task_policy.v1","protected_paths":["Makefile", "ci/"],
+                               "writable_protected_paths":[".vscode/"]})",
+                            builtin_default(), "test");
+  ASSERT_TRUE(p.has_value()) << p.error().message;
+  EXPECT_TRUE(protected_by(p->protected_paths, "sub/Makefile", false).has_value());
+  EXPECT_TRUE(protected_by(p->protected_paths, "ci/run", false).has_value());
+  EXPECT_FALSE(protected_by(p->protected_paths, ".vscode/tasks.json", false).has_value());
+  EXPECT_EQ(p->writable_protected_paths, (std::vector<std::string>{".vscode"}));
+  // The canonical form parses again as the same policy.
+  auto again = parse_layer(to_json(*p), builtin_default());
+  ASSERT_TRUE(again.has_value()) << again.error().message;
+  EXPECT_EQ(digest(*again), digest(*p));
+  EXPECT_NE(digest(*p), digest(builtin_default()));
+  EXPECT_EQ(digest(builtin_default()), digest(*parse_layer(to_json(builtin_default()), builtin_default())));
+
+  for (std::string_view bad : {R"("protected_paths":["/abs"])", R"("protected_paths":["a/../b"])",
+                               R"("protected_paths":["**"])", R"("protected_paths":[""])",
+                               R"("writable_protected_paths":[".not-protected"])", R"("protected_paths":"x")"}) {
+    auto q = parse_layer_text(fmt::format(R"({{"schema_version":"airlock.task_policy.v1",{}}})", bad),
+                              builtin_default(), "test");
+    ASSERT_FALSE(q.has_value()) << bad;
+    EXPECT_EQ(q.error().code, Code::PolicyInvalid) << bad;
+    EXPECT_TRUE(q.error().facts.value("path", "").starts_with("$.")) << q.error().to_json().dump();
+  }
 }
 
 }  // namespace

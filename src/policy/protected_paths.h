@@ -1,0 +1,41 @@
+// Protected paths: workspace paths that make a later host process run code or trust something
+// (git hooks and config, shell start-up files, editor and agent settings). Pure.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/error.h"
+#include "base/json_util.h"
+
+namespace airlock::policy {
+
+// One entry. `pattern` is '/'-separated components matched at any depth of the workspace; a
+// component may use fnmatch's * ? [..] and a whole component "**" matches any number of
+// components. Matching ignores case (a case-insensitive filesystem or tool must not slip by).
+// What the pattern matches, and everything beneath it, is protected.
+struct ProtectedPath {
+  std::string pattern;
+  bool file_only = false;  // matches only a non-directory (a `.git` file, not the directory)
+  std::string why;
+  bool operator==(const ProtectedPath& o) const { return pattern == o.pattern && file_only == o.file_only; }
+};
+
+// The built-in list (defaults/protected-paths.json, built in as text). Parsed once; the file is
+// part of the build, so a broken one is a bug and aborts.
+const std::vector<ProtectedPath>& default_protected_paths();
+
+// Parses a pattern a policy gives (`protected_paths`): relative, no "." or ".." component, no
+// empty component, no NUL. `path` is the JSON path named in the refusal.
+Result<ProtectedPath> parse_protected_pattern(const std::string& pattern, const std::string& path);
+
+// The entry that protects `rel` (workspace-relative, "a/b"), or nullopt. `is_dir` says what
+// `rel` itself is; an entry matched by one of rel's ancestors protects it whatever it is.
+std::optional<ProtectedPath> protected_by(const std::vector<ProtectedPath>& entries, std::string_view rel,
+                                          bool is_dir);
+
+Json to_json(const std::vector<ProtectedPath>& entries);
+
+}  // namespace airlock::policy

@@ -1,0 +1,329 @@
+// Protected paths and denied names over every confining tier, as root and as uid 65534, through
+// `airlock run`: the first wall (a write fails inside), the second (write-back refuses what the
+// first was made to miss), a planted hook that never runs on the host, real git inside, and a
+// hard link to a file outside the workspace that no route reads.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <tuple>
+
+#include "../component/cli_support.h"
+#include "policy/protected_paths.h"
+#include "policy/task_policy.h"
+
+namespace airlock::testing {
+namespace {
+
+using Json = nlohmann::json;
+namespace fs = std::filesystem;
+
+// One concrete file per built-in protected entry (a file beneath it for a directory pattern).
+// The test fails when an entry has none, so every entry added to defaults/protected-paths.json
+// is proved on every tier.
+const std::map<std::string, std::string> kExamples = {
+    {".git/hooks", ".git/hooks/pre-commit"},
+    {".git/config", ".git/config"},
+    {".git/config.worktree", ".git/config.worktree"},
+    {".git/info", ".git/info/attributes"},
+    {".git/modules/**/hooks", ".git/modules/lib/hooks/post-checkout"},
+    {".git/modules/**/config", ".git/modules/lib/config"},
+    {".git/modules/**/info", ".git/modules/lib/info/exclude"},
+    {".git/worktrees/*/config.worktree", ".git/worktrees/wt/config.worktree"},
+    {".git", "vendor/lib/.git"},
+    {".gitmodules", ".gitmodules"},
+    {".gitattributes", "sub/.gitattributes"},
+    {".gitconfig", ".gitconfig"},
+    {".bashrc", ".bashrc"},
+    {".bash_profile", ".bash_profile"},
+    {".bash_login", "home/.bash_login"},
+    {".bash_logout", ".bash_logout"},
+    {".profile", ".profile"},
+    {".zshrc", ".zshrc"},
+    {".zprofile", ".zprofile"},
+    {".zshenv", ".zshenv"},
+    {".zlogin", ".zlogin"},
+    {".envrc", "deep/er/.envrc"},
+    {".ssh", ".ssh/authorized_keys"},
+    {".gnupg", ".gnupg/gpg.conf"},
+    {".netrc", ".netrc"},
+    {".npmrc", ".npmrc"},
+    {".pypirc", ".pypirc"},
+    {".ripgreprc", ".ripgreprc"},
+    {".vscode", ".vscode/tasks.json"},
+    {".idea", ".idea/workspace.xml"},
+    {".devcontainer", ".devcontainer/devcontainer.json"},
+    {".claude/settings*.json", ".claude/settings.local.json"},
+    {".claude/commands", ".claude/commands/deploy.md"},
+    {".claude/agents", ".claude/agents/helper.md"},
+    {".claude/hooks", ".claude/hooks/on-stop.sh"},
+    {".mcp.json", "pkg/.mcp.json"},
+    {".codex", ".codex/config.toml"},
+    {".agents", ".agents/skills.md"},
+    {".gemini", ".gemini/settings.json"},
+    {".cursor", ".cursor/rules/run.mdc"},
+};
+
+// Whether a path lies beneath a denied name (absent from the view: no first wall to test there,
+// the second wall refuses what the command creates).
+bool under_denied(const std::string& rel) {
+  std::vector<std::string> denied(std::begin(policy::kDefaultDeniedNames), std::end(policy::kDefaultDeniedNames));
+  for (const auto& part : fs::path(rel)) {
+    if (policy::is_denied_name(denied, part.string())) return true;
+  }
+  return false;
+}
+
+std::string host_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "<absent>";
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+class ProtectedPaths : public ::testing::TestWithParam<std::tuple<Identity, std::string>> {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!identity_available(identity(), &why)) GTEST_SKIP() << why;
+    fx_ = std::make_unique<CliFixture>(identity());
+    if (executor() == "microvm") (void)fx_->adopt_vm_verification(&why);
+    policy_ = fx_->write_policy(Json({{"schema_version", "airlock.task_policy.v1"},
+                                      {"executor", executor()},
+                                      {"limits", {{"memory_mb", 1024}, {"command_timeout_seconds", 120}}}})
+                                    .dump());
+    auto probe = run({"true"});
+    if (probe.status != 0) {
+      if (require_all_tiers()) FAIL() << "AIRLOCK_REQUIRE_ALL_TIERS=1 but: " << probe.err;
+      GTEST_SKIP() << "the " << executor() << " executor is unavailable here: " << probe.err;
+    }
+  }
+  void TearDown() override {
+    if (!fx_) return;
+    std::error_code ec;
+    size_t views = 0;
+    for ([[maybe_unused]] const auto& e : fs::directory_iterator(fx_->state_dir() + "/sessions", ec)) ++views;
+    EXPECT_EQ(views, 0u) << "session directories are left behind";
+  }
+  Identity identity() const { return std::get<0>(GetParam()); }
+  const std::string& executor() const { return std::get<1>(GetParam()); }
+
+  CliResult run(const std::vector<std::string>& command, const std::map<std::string, std::string>& env = {},
+                const std::string& policy = "") {
+    std::vector<std::string> a = {"run", "--json", "-q", "--workspace", fx_->workspace()};
+    if (!policy.empty() || !policy_.empty()) {
+      a.push_back("--policy");
+      a.push_back(policy.empty() ? policy_ : policy);
+    }
+    a.push_back("--");
+    a.insert(a.end(), command.begin(), command.end());
+    return fx_->run(a, env, 300);
+  }
+  CliResult sh(const std::string& script, const std::map<std::string, std::string>& env = {}) {
+    return run({"/bin/sh", "-c", script}, env);
+  }
+  // The JSON summary: the last line of stdout.
+  static Json summary(const CliResult& r) {
+    auto end = r.out.find_last_not_of('\n');
+    auto start = r.out.rfind('\n', end);
+    Json j = Json::parse(r.out.substr(start == std::string::npos ? 0 : start + 1), nullptr, false);
+    if (j.is_discarded()) ADD_FAILURE() << "no JSON summary: " << r.out << "\nstderr: " << r.err;
+    return j;
+  }
+  // Runs git on the host as the identity, in the workspace.
+  CliResult host_git(std::vector<std::string> args) {
+    std::vector<std::string> argv = {"/usr/bin/git", "-c", "safe.directory=*", "-c", "user.name=host",
+                                     "-c", "user.email=host@example.com"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return fx_->run_program(argv, "", {{"HOME", fx_->workspace()}, {"GIT_CONFIG_NOSYSTEM", "1"}});
+  }
+  void plant_examples() {
+    for (const auto& [pattern, rel] : kExamples) fx_->put(rel, "original " + rel + "\n");
+  }
+  std::map<std::string, std::string> snapshot() const {
+    std::map<std::string, std::string> s;
+    for (const auto& [pattern, rel] : kExamples) s[rel] = host_bytes(fx_->workspace() + "/" + rel);
+    return s;
+  }
+  // A script that tries every example: append to the file, and make a new file beside it.
+  static std::string attack_script() {
+    std::string s = "for p in";
+    for (const auto& [pattern, rel] : kExamples) s += " '" + rel + "'";
+    s += "; do\n"
+         "  mkdir -p \"$(dirname \"$p\")\" 2>/dev/null\n"
+         "  if (printf planted >> \"$p\") 2>/dev/null; then echo \"WROTE $p\"; else echo \"DENIED $p\"; fi\n"
+         "  if (printf planted > \"$p.new\") 2>/dev/null; then echo \"MADE $p.new\"; else echo \"DENIED $p.new\"; fi\n"
+         "done\n";
+    return s;
+  }
+
+  std::unique_ptr<CliFixture> fx_;
+  std::string policy_;
+};
+
+TEST_P(ProtectedPaths, EveryBuiltInEntryHasAnExample) {
+  std::set<std::string> covered;
+  for (const auto& [pattern, rel] : kExamples) {
+    covered.insert(pattern);
+    auto by = policy::protected_by(policy::default_protected_paths(), rel, false);
+    ASSERT_TRUE(by.has_value()) << rel << " is not protected";
+    EXPECT_EQ(by->pattern, pattern) << rel;
+  }
+  for (const auto& e : policy::default_protected_paths())
+    EXPECT_TRUE(covered.count(e.pattern)) << "no example for the protected entry " << e.pattern;
+}
+
+TEST_P(ProtectedPaths, AWriteToAProtectedPathFailsInsideAndNothingLands) {
+  plant_examples();
+  auto before = snapshot();
+  auto r = sh(attack_script());
+  // What the command could not see (denied names) it may create, but write-back refuses those.
+  std::vector<std::string> wrote;
+  std::set<std::string> refused;
+  for (const auto& e : summary(r)["refusals"]) refused.insert(e["facts"].value("path", std::string()));
+  for (const auto& [pattern, rel] : kExamples) {
+    bool denied = under_denied(rel);
+    for (const std::string& p : {rel, rel + ".new"}) {
+      bool wrote_it = r.out.find("WROTE " + p + "\n") != std::string::npos ||
+                      r.out.find("MADE " + p + "\n") != std::string::npos;
+      bool denied_it = r.out.find("DENIED " + p + "\n") != std::string::npos;
+      EXPECT_TRUE(wrote_it || denied_it) << p << " was not tried: " << r.out << r.err;
+      // The first wall: a protected path that was in the view is read-only, new or old.
+      // `.git` as a file protects itself, not a sibling beside it; a plain new `x.new` beside a
+      // protected file (not under a protected directory) is no protected path at all.
+      bool protected_path = policy::protected_by(policy::default_protected_paths(), p, false).has_value();
+      if (!denied && protected_path) {
+        EXPECT_TRUE(denied_it) << p << " was writable inside on " << executor();
+      }
+      if (wrote_it && protected_path) {
+        EXPECT_TRUE(refused.count(p) || denied) << p << " written and not refused";
+      }
+    }
+  }
+  EXPECT_EQ(snapshot(), before) << "a protected file on the host changed";
+  for (const auto& [pattern, rel] : kExamples) {
+    if (policy::protected_by(policy::default_protected_paths(), rel + ".new", false)) {
+      EXPECT_FALSE(exists(fx_->workspace() + "/" + rel + ".new")) << rel << ".new landed on the host";
+    }
+  }
+}
+
+TEST_P(ProtectedPaths, WriteBackRefusesWhatTheFirstWallWasMadeToMiss) {
+  plant_examples();
+  auto before = snapshot();
+  // The test seam takes the first wall away: every write inside succeeds, write-back alone stands.
+  auto r = sh(attack_script() + "echo landed > ordinary.txt\n", {{"AIRLOCK_TEST_NO_PROTECTED_FIRST_WALL", "1"}});
+  EXPECT_EQ(r.status, 125) << r.out << r.err;
+  Json j = summary(r);
+  std::set<std::string> refused;
+  for (const auto& e : j["refusals"]) {
+    EXPECT_EQ(e["code"], "AIRLOCK_WRITE_BACK_REFUSED") << e.dump();
+    refused.insert(e["facts"].value("path", std::string()));
+  }
+  for (const auto& [pattern, rel] : kExamples) {
+    if (under_denied(rel)) continue;  // never in the view: the command made a new one (refused below)
+    EXPECT_NE(r.out.find("WROTE " + rel + "\n"), std::string::npos) << "the seam left " << rel << " read-only";
+    EXPECT_TRUE(refused.count(rel)) << rel << " was not refused by name: " << j["refusals"].dump();
+  }
+  EXPECT_TRUE(refused.count(".ssh")) << "a denied directory the command made is refused by name";
+  EXPECT_EQ(snapshot(), before) << "a protected file on the host changed";
+  EXPECT_EQ(host_bytes(fx_->workspace() + "/ordinary.txt"), "landed\n") << "ordinary work still lands";
+  bool relaxed = false;
+  for (const auto& f : fx_->receipts())
+    for (const auto& rec : read_receipts(f))
+      if (rec.value("kind", "") == "session.open")
+        relaxed = relaxed || rec.dump().find("first wall off (test seam") != std::string::npos;
+  EXPECT_TRUE(relaxed) << "the seam is not recorded as a relaxation in session.open";
+}
+
+TEST_P(ProtectedPaths, APlantedHookNeverRunsOnTheHost) {
+  ASSERT_EQ(host_git({"init", "-q", "-b", "main"}).status, 0);
+  fx_->put("app.py", "print('hi')\n");
+  ASSERT_EQ(host_git({"add", "app.py"}).status, 0);
+  ASSERT_EQ(host_git({"commit", "-q", "-m", "first"}).status, 0);
+  if (identity() == Identity::Nobody) {
+    std::string cmd = "chown -R 65534:65534 '" + fx_->workspace() + "'";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+  }
+  // Where the identity may write on the host and nothing inside the sandbox can reach.
+  std::string marker = fx_->state_dir() + "/planted-ran";
+  // The attack of the issue: a hook, core.fsmonitor, a shell rc and agent settings, each naming a
+  // command that leaves the marker. Every route, whatever succeeds inside.
+  std::string payload = "touch " + marker;
+  auto r = sh("printf '#!/bin/sh\\n" + payload + "\\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit;"
+              "git config core.fsmonitor '" + payload + "';"
+              "printf '" + payload + "\\n' >> .bashrc;"
+              "mkdir -p .claude; printf '{\"hooks\":{\"Stop\":[{\"command\":\"" + payload + "\"}]}}' > .claude/settings.json;"
+              "echo work > app.py; true");
+  EXPECT_TRUE(r.status == 0 || r.status == 125) << r.out << r.err;
+  EXPECT_EQ(host_bytes(fx_->workspace() + "/app.py"), "work\n") << "ordinary work lands: " << r.err;
+  // Now the user's own git, unconfined, on the host.
+  host_git({"status"});
+  host_git({"commit", "-qam", "after"});
+  EXPECT_FALSE(exists(marker)) << "a command planted inside the sandbox ran on the host";
+  EXPECT_FALSE(exists(fx_->workspace() + "/.git/hooks/pre-commit"));
+  EXPECT_EQ(host_bytes(fx_->workspace() + "/.git/config").find("fsmonitor"), std::string::npos);
+  EXPECT_FALSE(exists(fx_->workspace() + "/.claude/settings.json"));
+  EXPECT_FALSE(exists(fx_->workspace() + "/.bashrc"));
+}
+
+TEST_P(ProtectedPaths, GitCommitsInsideAndTheCommitLands) {
+  ASSERT_EQ(host_git({"init", "-q", "-b", "main"}).status, 0);
+  fx_->put("app.py", "print('hi')\n");
+  ASSERT_EQ(host_git({"add", "app.py"}).status, 0);
+  ASSERT_EQ(host_git({"commit", "-q", "-m", "first"}).status, 0);
+  if (identity() == Identity::Nobody) {
+    std::string cmd = "chown -R 65534:65534 '" + fx_->workspace() + "'";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+  }
+  auto r = sh("set -e; export GIT_AUTHOR_NAME=agent GIT_AUTHOR_EMAIL=a@example.com "
+              "GIT_COMMITTER_NAME=agent GIT_COMMITTER_EMAIL=a@example.com;"
+              "git log --oneline; echo more >> app.py; echo new > new.txt; git add -A;"
+              "git commit -q -m 'made inside the sandbox'; git branch feature; git log --oneline | head -1");
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  auto log = host_git({"log", "--format=%s", "main"});
+  EXPECT_EQ(log.status, 0) << log.err;
+  EXPECT_EQ(log.out, "made inside the sandbox\nfirst\n");
+  EXPECT_EQ(host_git({"rev-parse", "--verify", "-q", "feature"}).status, 0) << "the branch made inside is missing";
+  auto fsck = host_git({"fsck", "--strict"});
+  EXPECT_EQ(fsck.status, 0) << fsck.out << fsck.err;
+  EXPECT_EQ(host_git({"status", "--porcelain"}).out, "") << "the host's work tree and index disagree";
+}
+
+TEST_P(ProtectedPaths, AHardLinkToAFileOutsideIsReadByNoRoute) {
+  std::string canary = fs::path(fx_->state_dir()).parent_path().string() + "/canary";
+  const std::string secret = "hard-link-canary-5e1f";
+  std::ofstream(canary) << secret << "\n";
+  ASSERT_EQ(::link(canary.c_str(), (fx_->workspace() + "/linked").c_str()), 0) << std::strerror(errno);
+  // The command: every read it can make.
+  auto r = sh("cat linked; cat ./linked; ls -la; true");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out.find(secret), std::string::npos) << "the command read the canary";
+  // The broker: read_file over the pipe.
+  auto s = fx_->run_program({fx_->binary(), "--state-dir", fx_->state_dir(), "session", "--policy", policy_,
+                             "--workspace", fx_->workspace()},
+                            R"({"id":1,"action":"read_file","path":"linked"})" "\n");
+  EXPECT_EQ(s.out.find(secret), std::string::npos) << "read_file returned the canary: " << s.out;
+  EXPECT_NE(s.out.find("\"ok\":false"), std::string::npos) << s.out << s.err;
+  EXPECT_EQ(host_bytes(canary), secret + "\n");
+  // session.open lists what was skipped, and why.
+  bool listed = false;
+  for (const auto& f : fx_->receipts())
+    for (const auto& rec : read_receipts(f))
+      if (rec.dump().find(R"({"path":"linked","reason":"hard link"})") != std::string::npos) listed = true;
+  EXPECT_TRUE(listed) << "session.open does not list the skipped hard link";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AsEachUser, ProtectedPaths,
+    ::testing::Combine(::testing::Values(Identity::Self, Identity::Nobody),
+                       ::testing::Values("landlock", "namespaces", "microvm")),
+    [](const auto& info) { return to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param); });
+
+}  // namespace
+}  // namespace airlock::testing
