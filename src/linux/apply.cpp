@@ -266,9 +266,9 @@ void signal_group(pid_t command, int sig) noexcept {
   // hand whatever the command left behind (a double-forked daemon, re-parented to us) to init, out
   // of reach. Instead it kills the command and every descendant, then exits. Until the signal is
   // blocked below, SIGTERM still kills it outright, before the command exists.
-  pid_t airlock = ::getppid();
+  pid_t airlock_pid = ::getppid();
   if (::prctl(PR_SET_PDEATHSIG, SIGTERM) < 0) finish(Step::ParentDeath, errno);
-  if (::getppid() != airlock) ::_exit(0);  // airlock died before the prctl: nobody to report to
+  if (::getppid() != airlock_pid) ::_exit(0);  // airlock died before the prctl: nobody to report to
   // Join the cgroup before the command exists, so nothing it starts escapes the count.
   for (int fd : s.cgroup_procs)
     if (fd >= 0)
@@ -373,7 +373,7 @@ void signal_group(pid_t command, int sig) noexcept {
       signalfd_siginfo si{};
       (void)!::read(sfd, &si, sizeof si);
       rep.stopped = 1;
-      if (::getppid() != airlock && !orphaned) {
+      if (::getppid() != airlock_pid && !orphaned) {
         // airlock is gone (our parent-death signal): no grace, everything dies now.
         orphaned = true;
         terminating = true;
