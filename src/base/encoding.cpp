@@ -1,6 +1,8 @@
 // Byte encodings: a strict UTF-8 validator and base64 through OpenSSL's EVP block coder.
 #include "base/encoding.h"
 
+#include <cstdio>
+
 #include <openssl/evp.h>
 
 namespace airlock {
@@ -58,6 +60,36 @@ std::optional<std::string> base64_decode(std::string_view text) {
   if (text.size() > 1 && text[text.size() - 2] == '=') ++pad;
   out.resize(static_cast<size_t>(n) - pad);
   if (base64_encode(out) != text) return std::nullopt;  // canonical only
+  return out;
+}
+
+std::string escape_for_terminal(std::string_view bytes) {
+  bool utf8 = is_valid_utf8(bytes);
+  std::string out;
+  out.reserve(bytes.size());
+  char buf[8];
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    unsigned char c = static_cast<unsigned char>(bytes[i]);
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c < 0x20 || c == 0x7f || (c >= 0x80 && !utf8)) {
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else if (c == 0xc2 && utf8 && i + 1 < bytes.size() && static_cast<unsigned char>(bytes[i + 1]) < 0xa0) {
+      // U+0080..U+009F: the C1 controls (CSI among them), two bytes in UTF-8.
+      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned char>(bytes[i + 1]));
+      out += buf;
+      ++i;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
   return out;
 }
 

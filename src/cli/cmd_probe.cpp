@@ -7,12 +7,19 @@
 #include <fcntl.h>
 #include <fmt/ranges.h>
 #include <linux/io_uring.h>
+#include <linux/capability.h>
 #include <linux/keyctl.h>
 #include <linux/sched.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sched.h>
+#include <sys/inotify.h>
 #include <sys/ioctl.h>
+#include <sys/ipc.h>
+#include <sys/msg.h>
+#include <sys/resource.h>
+#include <sys/shm.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -553,6 +560,139 @@ ProbeReport session_keyring() {
 // The same attempt as read_host_file; only the file differs.
 ProbeReport second_sandbox_files(const std::string& path) { return read_host_file(path); }
 
+// The capabilities this process holds, and the bounding set an exec could draw on without
+// no_new_privs; then a pause, so the suite sees the same from the host (/proc/<pid>/status), which
+// is the judge. Nothing is used: changing the host (sethostname, the clock) is not the suite's to do.
+ProbeReport hold_capabilities() {
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  int e = ::syscall(SYS_capget, &hdr, data) < 0 ? errno : 0;
+  uint64_t eff = (uint64_t{data[1].effective} << 32) | data[0].effective;
+  uint64_t prm = (uint64_t{data[1].permitted} << 32) | data[0].permitted;
+  uint64_t bnd = 0;
+  for (int cap = 0; cap < 64; ++cap)
+    if (::prctl(PR_CAPBSET_READ, cap, 0, 0, 0) == 1) bnd |= uint64_t{1} << cap;
+  int nnp = ::prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0);
+  bool holds = e == 0 && (eff != 0 || prm != 0 || (bnd != 0 && nnp != 1));
+  timespec ts{2, 0};
+  while (::nanosleep(&ts, &ts) < 0 && errno == EINTR) {
+  }
+  return {{},
+          holds,
+          fmt::format("capget: {}; effective {:#x}, permitted {:#x}, bounding {:#x}, no_new_privs {}",
+                      e ? err_name(e) : std::string("ok"), eff, prm, bnd, nnp),
+          e,
+          Json::object()};
+}
+
+// A host process of the same uid (the suite's sleeper), changed by pid with calls that are not
+// signals: its nice value, its descriptor limit, its I/O priority, its CPUs. Only the suite's own
+// process is touched; the host compares it with how it was planted.
+ProbeReport tamper_host_process(const std::string& pid_text) {
+  pid_t pid = static_cast<pid_t>(std::atoi(pid_text.c_str()));
+  errno = 0;
+  int nice = ::getpriority(PRIO_PROCESS, static_cast<id_t>(pid));
+  int e_get = errno;
+  int e_nice = ::setpriority(PRIO_PROCESS, static_cast<id_t>(pid), 19) < 0 ? errno : 0;
+  rlimit lim{777, 777};
+  rlimit old{};
+  int e_lim = ::prlimit(pid, RLIMIT_NOFILE, &lim, &old) < 0 ? errno : 0;
+  constexpr int kIoprioIdle = 3 << 13;  // IOPRIO_PRIO_VALUE(IOPRIO_CLASS_IDLE, 0)
+  int e_io = ::syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, pid, kIoprioIdle) < 0 ? errno : 0;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(0, &one);
+  int e_cpu = ::sched_setaffinity(pid, sizeof one, &one) < 0 ? errno : 0;
+  auto said = [](int e) { return e ? err_name(e) : std::string("CHANGED"); };
+  int first = e_nice ? e_nice : e_lim ? e_lim : e_io ? e_io : e_cpu;
+  return {{},
+          e_nice == 0 || e_lim == 0 || e_io == 0 || e_cpu == 0,
+          fmt::format("getpriority({}): {}; setpriority({}, 19): {}; prlimit({}, NOFILE, 777): {}; "
+                      "ioprio_set({}, idle): {}; sched_setaffinity({}, cpu 0): {}",
+                      pid, e_get ? err_name(e_get) : fmt::format("nice {}", nice), pid, said(e_nice), pid,
+                      said(e_lim), pid, said(e_io), pid, said(e_cpu)),
+          first,
+          Json::object()};
+}
+
+// SysV IPC objects the suite made on the host (0600, its own): attach the shared memory and read it,
+// receive from the message queue. By id: ids are global to an IPC namespace.
+ProbeReport read_sysv_ipc(const std::string& shm_text, const std::string& msg_text) {
+  int shm = std::atoi(shm_text.c_str()), msg = std::atoi(msg_text.c_str());
+  std::string seen;
+  void* at = ::shmat(shm, nullptr, SHM_RDONLY);
+  int e_shm = at == reinterpret_cast<void*>(-1) ? errno : 0;
+  if (!e_shm) {
+    seen += printable(std::string_view(static_cast<const char*>(at), strnlen(static_cast<const char*>(at), 200)));
+    ::shmdt(at);
+  }
+  struct {
+    long mtype;
+    char mtext[256];
+  } m{};
+  ssize_t n = ::msgrcv(msg, &m, sizeof m.mtext, 0, IPC_NOWAIT | MSG_NOERROR);
+  int e_msg = n < 0 ? errno : 0;
+  if (n > 0) seen += " " + printable(std::string_view(m.mtext, static_cast<size_t>(n)));
+  return {{},
+          !e_shm || !e_msg,
+          fmt::format("shmat({}): {}; msgrcv({}): {}; read: \"{}\"", shm,
+                      e_shm ? err_name(e_shm) : std::string("ATTACHED"), msg,
+                      e_msg ? err_name(e_msg) : std::string("RECEIVED"), seen),
+          e_shm ? e_shm : e_msg,
+          Json::object()};
+}
+
+// A directory of the host's the command may not read (the suite creates files in it while the
+// probe runs): an inotify watch reports the names of what appears there all the same.
+ProbeReport watch_host_directory(const std::string& dir) {
+  int fd = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+  if (fd < 0) return {{}, false, "inotify_init1: " + err_name(errno), errno, Json::object()};
+  int wd = ::inotify_add_watch(fd, dir.c_str(), IN_CREATE | IN_MOVED_TO);
+  if (wd < 0) {
+    int e = errno;
+    ::close(fd);
+    return {{}, false, fmt::format("inotify_add_watch({}): {}", dir, err_name(e)), e, Json::object()};
+  }
+  std::vector<std::string> names;
+  double until = monotonic_seconds(CLOCK_MONOTONIC) + 2.0;
+  alignas(inotify_event) char buf[4096];
+  while (names.size() < 5 && monotonic_seconds(CLOCK_MONOTONIC) < until) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    for (ssize_t off = 0; n > 0 && off < n;) {
+      auto* ev = reinterpret_cast<inotify_event*>(buf + off);
+      if (ev->len) names.push_back(printable(ev->name));
+      off += static_cast<ssize_t>(sizeof(inotify_event) + ev->len);
+    }
+  }
+  ::close(fd);
+  return {{},
+          !names.empty(),
+          fmt::format("inotify_add_watch({}): WATCHING; names seen: [{}]", dir, fmt::join(names, ", ")),
+          0,
+          Json::object()};
+}
+
+// The supervisor's own limits, which keep the wall clock (a supervisor without descriptors cannot
+// wait for the deadline): lower its descriptor limit by one, by pid (the parent). The host reads
+// the supervisor's report of its limits, which is the judge; inside a namespace or a guest the
+// parent is someone else, and nothing changes there.
+ProbeReport change_supervisor_limits() {
+  pid_t parent = ::getppid();
+  rlimit old{};
+  int e_get = ::prlimit(parent, RLIMIT_NOFILE, nullptr, &old) < 0 ? errno : 0;
+  rlimit lower = e_get ? rlimit{512, 512} : rlimit{old.rlim_cur > 64 ? old.rlim_cur - 1 : old.rlim_cur, old.rlim_max};
+  int e_set = ::prlimit(parent, RLIMIT_NOFILE, &lower, nullptr) < 0 ? errno : 0;
+  return {{},
+          e_set == 0,
+          fmt::format("prlimit({} (the parent), NOFILE): read {}; set soft {}: {}", parent,
+                      e_get ? err_name(e_get) : fmt::format("soft {} hard {}", old.rlim_cur, old.rlim_max),
+                      lower.rlim_cur, e_set ? err_name(e_set) : std::string("CHANGED")),
+          e_set,
+          Json::object()};
+}
+
 // ---- The network door's probes. Each goes the way an agent would: through the proxy the
 // environment names when there is one, otherwise straight out (the host baseline has no door).
 
@@ -910,6 +1050,21 @@ int probe_verb(const ProbeOptions& o) {
       break;
     case Breach::SecondSandboxFiles:
       r = second_sandbox_files(arg(0));
+      break;
+    case Breach::HoldCapabilities:
+      r = hold_capabilities();
+      break;
+    case Breach::TamperHostProcess:
+      r = tamper_host_process(arg(0));
+      break;
+    case Breach::ReadSysvIpc:
+      r = read_sysv_ipc(arg(0), arg(1));
+      break;
+    case Breach::WatchHostDirectory:
+      r = watch_host_directory(arg(0));
+      break;
+    case Breach::ChangeSupervisorLimits:
+      r = change_supervisor_limits();
       break;
     case Breach::DoorDnsQuery:
       r = door_dns_query(port(1), o.marker);

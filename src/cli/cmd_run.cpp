@@ -13,6 +13,7 @@
 
 #include <fmt/ranges.h>
 
+#include "base/encoding.h"
 #include "base/unique_fd.h"
 #include "broker/session.h"
 #include "cli/store_support.h"
@@ -138,8 +139,11 @@ int run_confined(Globals& g, RunOptions& o, const std::function<Result<void>(Ses
     std::fflush(stdout);
     std::printf("%s\n", j.dump().c_str());
   }
+  // Names in these lines come from the sandbox: escaped, so a newline or an escape sequence in a
+  // file name cannot forge a line of airlock's own or drive the terminal.
   for (const auto& e : refusals)
-    std::fprintf(stderr, "airlock: refused: %s: %s\n", std::string(to_name(e.code)).c_str(), e.message.c_str());
+    std::fprintf(stderr, "airlock: refused: %s: %s\n", std::string(to_name(e.code)).c_str(),
+                 escape_for_terminal(e.message).c_str());
   if (!o.quiet && !g.json) {
     std::string st = outcome->status.signaled ? fmt::format("signal {}", outcome->status.signal)
                                               : fmt::format("exit {}", outcome->status.code);
@@ -149,8 +153,8 @@ int run_confined(Globals& g, RunOptions& o, const std::function<Result<void>(Ses
     std::fprintf(stderr, "airlock: %s in %.1f ms (cpu %.1f ms, max rss %lld KiB); %s\n", st.c_str(), outcome->wall_ms,
                  (outcome->user_us + outcome->system_us) / 1000.0, static_cast<long long>(outcome->max_rss_kb),
                  wrote.c_str());
-    for (const auto& w : wb->written) std::fprintf(stderr, "airlock:   wrote %s\n", w.c_str());
-    for (const auto& d : wb->deleted) std::fprintf(stderr, "airlock:   deleted %s\n", d.c_str());
+    for (const auto& w : wb->written) std::fprintf(stderr, "airlock:   wrote %s\n", escape_for_terminal(w).c_str());
+    for (const auto& d : wb->deleted) std::fprintf(stderr, "airlock:   deleted %s\n", escape_for_terminal(d).c_str());
     if (outcome->descendants_killed > 0)
       std::fprintf(stderr, "airlock: killed %lld process(es) left behind by the command\n",
                    static_cast<long long>(outcome->descendants_killed));

@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "base/custody.h"
+#include "base/encoding.h"
 #include "base/fs.h"
 #include "exec/vm_image.h"
 #include "linux/probe.h"
@@ -47,7 +48,8 @@ Result<std::string> resolve_state_dir(const std::string& flag) {
 }
 
 int refuse(const Error& e, bool json) {
-  std::fprintf(stderr, "airlock: refused: %s: %s\n", std::string(to_name(e.code)).c_str(), e.message.c_str());
+  std::fprintf(stderr, "airlock: refused: %s: %s\n", std::string(to_name(e.code)).c_str(),
+               escape_for_terminal(e.message).c_str());
   if (json) std::printf("%s\n", nlohmann::json({{"refused", e.to_json()}}).dump(2).c_str());
   else if (!e.facts.empty())
     std::fprintf(stderr, "  facts: %s\n", e.facts.dump().c_str());

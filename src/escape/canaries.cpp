@@ -4,10 +4,17 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sched.h>
 #include <sys/eventfd.h>
+#include <sys/ipc.h>
+#include <sys/msg.h>
+#include <sys/resource.h>
+#include <sys/shm.h>
+#include <sys/syscall.h>
 #include <sys/prctl.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
@@ -17,6 +24,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -390,6 +398,29 @@ Result<std::unique_ptr<Canaries>> Canaries::plant(const std::string& airlock_bin
   }
   if (process_cmdline(pid).find(b.sleeper_token) == std::string::npos)
     return fail(Code::ConfigError, "the host sleeper process did not start");
+  b.sleeper_planted = c->sleeper_state();
+
+  // SysV IPC of the suite's own, 0600: a segment and a queue holding one message.
+  b.ipc_token = "airlock-canary-sysv-ipc-" + random_id();
+  b.shm_id = ::shmget(IPC_PRIVATE, 4096, IPC_CREAT | 0600);
+  if (b.shm_id < 0) return fail_errno(Code::ConfigError, "shmget", errno);
+  void* at = ::shmat(b.shm_id, nullptr, 0);
+  if (at == reinterpret_cast<void*>(-1)) return fail_errno(Code::ConfigError, "shmat", errno);
+  std::memcpy(at, b.ipc_token.c_str(), b.ipc_token.size() + 1);
+  ::shmdt(at);
+  b.msg_id = ::msgget(IPC_PRIVATE, IPC_CREAT | 0600);
+  if (b.msg_id < 0) return fail_errno(Code::ConfigError, "msgget", errno);
+  struct {
+    long mtype;
+    char mtext[128];
+  } m{1, {}};
+  std::snprintf(m.mtext, sizeof m.mtext, "%s", b.ipc_token.c_str());
+  if (::msgsnd(b.msg_id, &m, b.ipc_token.size(), IPC_NOWAIT) < 0)
+    return fail_errno(Code::ConfigError, "msgsnd", errno);
+
+  b.watched_dir = b.root + "/watched";
+  b.watched_token = "airlock-canary-watched-" + random_id();
+  TRY(make_dir(b.watched_dir, 0700));
   TRY(c->plant_door());
   return c;
 }
@@ -400,6 +431,8 @@ Canaries::~Canaries() {
     (void)sleeper_.wait();
   }
   if (!bait_.root.empty()) (void)kill_leftovers();
+  if (bait_.shm_id >= 0) ::shmctl(bait_.shm_id, IPC_RMID, nullptr);
+  if (bait_.msg_id >= 0) ::msgctl(bait_.msg_id, IPC_RMID, nullptr);
   door_.reset();
   tcp_.reset();
   unix_.reset();
@@ -446,6 +479,105 @@ bool Canaries::sleeper_has_pending(int sig) const {
 }
 
 bool Canaries::sleeper_alive() const { return process_running(bait_.sleeper_pid); }
+
+std::string Canaries::sleeper_state() const {
+  pid_t pid = bait_.sleeper_pid;
+  errno = 0;
+  int nice = ::getpriority(PRIO_PROCESS, static_cast<id_t>(pid));
+  std::string nice_s = errno ? std::string("?") : std::to_string(nice);
+  rlimit lim{};
+  std::string lim_s = ::prlimit(pid, RLIMIT_NOFILE, nullptr, &lim) < 0
+                          ? std::string("?")
+                          : fmt::format("{}/{}", lim.rlim_cur, lim.rlim_max);
+  long io = ::syscall(SYS_ioprio_get, 1 /* IOPRIO_WHO_PROCESS */, pid);
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  std::string cpu_s = ::sched_getaffinity(pid, sizeof cpus, &cpus) < 0 ? std::string("?")
+                                                                       : std::to_string(CPU_COUNT(&cpus));
+  return fmt::format("nice {}, NOFILE {}, ioprio {:#x}, cpus {}", nice_s, lim_s, io, cpu_s);
+}
+
+long Canaries::ipc_messages_left() const {
+  msqid_ds ds{};
+  if (::msgctl(bait_.msg_id, IPC_STAT, &ds) < 0) return -1;
+  return static_cast<long>(ds.msg_qnum);
+}
+
+std::shared_ptr<void> Canaries::churn_watched_dir() {
+  struct Churn {
+    std::atomic<bool> stop = false;
+    std::thread t;
+    ~Churn() {
+      stop = true;
+      if (t.joinable()) t.join();
+    }
+  };
+  auto c = std::make_shared<Churn>();
+  c->t = std::thread([c = c.get(), dir = bait_.watched_dir, token = bait_.watched_token] {
+    for (int i = 0; !c->stop; ++i) {
+      std::string path = fmt::format("{}/{}-{}", dir, token, i);
+      UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+      fd.reset();
+      ::unlink(path.c_str());
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  return c;
+}
+
+std::shared_ptr<Canaries::SeenStatus> Canaries::watch_status_of(std::string needle, std::shared_ptr<void>* guard) {
+  auto seen = std::make_shared<SeenStatus>();
+  struct Watch {
+    std::atomic<bool> stop = false;
+    std::thread t;
+    ~Watch() {
+      stop = true;
+      if (t.joinable()) t.join();
+    }
+  };
+  auto w = std::make_shared<Watch>();
+  pid_t self = ::getpid();
+  w->t = std::thread([w = w.get(), seen, needle = std::move(needle), self] {
+    while (!w->stop) {
+      if (DIR* d = ::opendir("/proc")) {
+        while (dirent* e = ::readdir(d)) {
+          char* end = nullptr;
+          long pid = std::strtol(e->d_name, &end, 10);
+          if (*end != '\0' || pid <= 0 || pid == self) continue;
+          if (process_cmdline(static_cast<pid_t>(pid)).find(needle) == std::string::npos) continue;
+          auto status = read_file("/proc/" + std::to_string(pid) + "/status");
+          if (!status) continue;
+          std::lock_guard lk(seen->mu);
+          std::vector<std::string> lines;
+          auto field = [&](const char* key) -> std::string {
+            auto at = status->find(std::string("\n") + key + ":");
+            if (at == std::string::npos) return "";
+            at += std::strlen(key) + 2;
+            auto eol = status->find('\n', at);
+            std::string v = status->substr(at, eol - at);
+            v.erase(0, v.find_first_not_of(" \t"));
+            lines.push_back(fmt::format("{} {}", key, v));
+            return v;
+          };
+          seen->eff = std::strtoull(field("CapEff").c_str(), nullptr, 16);
+          seen->prm = std::strtoull(field("CapPrm").c_str(), nullptr, 16);
+          seen->amb = std::strtoull(field("CapAmb").c_str(), nullptr, 16);
+          seen->bnd = std::strtoull(field("CapBnd").c_str(), nullptr, 16);
+          std::string nnp = field("NoNewPrivs");
+          seen->no_new_privs = nnp.empty() ? -1 : std::atoi(nnp.c_str());
+          seen->pid = static_cast<pid_t>(pid);
+          seen->status = fmt::format("{}", fmt::join(lines, "; "));
+          w->stop = true;  // the first sighting is the one judged
+          break;
+        }
+        ::closedir(d);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
+  *guard = w;
+  return seen;
+}
 
 std::vector<pid_t> Canaries::kill_leftovers() {
   std::vector<pid_t> running;

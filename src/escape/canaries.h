@@ -4,6 +4,7 @@
 #include <sys/types.h>
 
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -47,6 +48,12 @@ struct Bait {
   std::string abstract_socket;  // a listener in the abstract unix namespace (name without the NUL)
   pid_t sleeper_pid = 0;        // a host process: `airlock __probe host_sleeper --run ROOT TOKEN`
   std::string sleeper_token;
+  std::string sleeper_planted;  // its nice, limits, I/O priority and CPUs as planted (sleeper_state())
+  int shm_id = -1;              // a SysV shared memory segment (0600) holding ipc_token
+  int msg_id = -1;              // a SysV message queue (0600) holding one message: ipc_token
+  std::string ipc_token;
+  std::string watched_dir;      // root/watched: files named after watched_token appear there during a run
+  std::string watched_token;
   DoorBait door;
 };
 
@@ -79,6 +86,24 @@ class Canaries {
   // and shows in /proc/<pid>/status: a signal from a probe is visible from the host.
   bool sleeper_has_pending(int sig) const;
   bool sleeper_alive() const;
+  // What a call by pid (not a signal) could change of the sleeper, as one line: its nice value,
+  // its descriptor limit, its I/O priority and its CPUs. Compared with Bait::sleeper_planted.
+  std::string sleeper_state() const;
+  // Messages left in the SysV message queue (-1: cannot tell).
+  long ipc_messages_left() const;
+  // While the returned guard lives, a thread creates (and removes) files named after
+  // Bait::watched_token in Bait::watched_dir, every 20 ms.
+  std::shared_ptr<void> churn_watched_dir();
+  // The capability lines (CapEff, CapPrm, CapAmb, CapBnd, NoNewPrivs) of the first process seen,
+  // while the returned guard lives, whose argv holds `needle`: polled every 10 ms from the host.
+  struct SeenStatus {
+    std::mutex mu;
+    pid_t pid = 0;
+    std::string status;  // the lines, joined with "; "
+    uint64_t eff = 0, prm = 0, amb = 0, bnd = 0;
+    int no_new_privs = -1;
+  };
+  std::shared_ptr<SeenStatus> watch_status_of(std::string needle, std::shared_ptr<void>* guard);
   // Kills what a probe left behind: every child of this process that is not the suite's own
   // (this process is a child subreaper during the run) and every process whose argv carries the
   // run marker. Reaps its children. Returns the pids that were still running (zombies aside).

@@ -48,6 +48,11 @@ constexpr Breach kBreaches[] = {
     Breach::ShedSeccomp,
     Breach::SessionKeyring,
     Breach::SecondSandboxFiles,
+    Breach::HoldCapabilities,
+    Breach::TamperHostProcess,
+    Breach::ReadSysvIpc,
+    Breach::WatchHostDirectory,
+    Breach::ChangeSupervisorLimits,
     Breach::DoorDnsQuery,
     Breach::DoorDirectTcp,
     Breach::DoorUdp,
@@ -151,6 +156,8 @@ struct Observed {
   std::string tty_queued;          // ... what the pty slave's input queue held
   std::string neighbour_token;     // second_sandbox_files: what the first session wrote in its view
   std::string neighbour_file;      // ... where, on the host
+  // hold_capabilities: the probe's capability lines as the host read them while it ran
+  std::shared_ptr<Canaries::SeenStatus> status_seen;
 
   std::string probe_said() const {
     if (probe) return probe->evidence;
@@ -352,6 +359,64 @@ Judged judge(Breach b, const Observed& o, const Bait& bait, Canaries& canaries, 
                                o.neighbour_file, seen ? "IS IN" : "is not in");
       break;
     }
+    case Breach::HoldCapabilities: {
+      // A capability held, or a bounding set an exec could draw on when no_new_privs does not stop it.
+      pid_t pid = 0;
+      std::string status;
+      bool holds = false;
+      if (o.status_seen) {
+        std::lock_guard lk(o.status_seen->mu);
+        const auto& st = *o.status_seen;
+        pid = st.pid;
+        status = st.status;
+        holds = pid > 0 && (st.eff || st.prm || st.amb || (st.bnd && st.no_new_privs != 1));
+      }
+      j.host = {{"probe_pid", pid}, {"status", status}};
+      j.breached = holds;
+      j.evidence = fmt::format("{}; host: {}", said,
+                               pid == 0 ? std::string("no process of the probe's on the host")
+                                        : fmt::format("/proc/{}/status {}{}", pid, status,
+                                                      holds ? " — HOLDS capabilities" : ""));
+      break;
+    }
+    case Breach::TamperHostProcess: {
+      std::string now = canaries.sleeper_state();
+      bool changed = now != bait.sleeper_planted;
+      j.host = {{"sleeper_planted", bait.sleeper_planted}, {"sleeper_now", now}};
+      j.breached = changed;
+      j.evidence = fmt::format("{}; host: the sleeper (pid {}) {}", said, bait.sleeper_pid,
+                               changed ? fmt::format("CHANGED from [{}] to [{}]", bait.sleeper_planted, now)
+                                       : fmt::format("is as planted [{}]", now));
+      break;
+    }
+    case Breach::ReadSysvIpc: {
+      bool seen = has(o.output, bait.ipc_token);
+      long left = canaries.ipc_messages_left();
+      j.host = {{"ipc_token_in_output", seen}, {"messages_left", left}};
+      j.breached = seen || left == 0;
+      j.evidence = fmt::format("{}; host: the IPC canary token {} the output, the queue holds {} message(s)", said,
+                               seen ? "IS IN" : "is not in", left);
+      break;
+    }
+    case Breach::WatchHostDirectory: {
+      bool seen = has(o.output, bait.watched_token);
+      j.host = {{"watched_token_in_output", seen}};
+      j.breached = seen;
+      j.evidence = fmt::format("{}; host: the names created in {} {} the output", said, bait.watched_dir,
+                               seen ? "ARE IN" : "are not in");
+      break;
+    }
+    case Breach::ChangeSupervisorLimits: {
+      std::vector<std::string> changed;
+      if (o.outcome) changed = o.outcome->supervisor_limits_changed;
+      j.host = {{"supervisor_limits_changed", changed}};
+      j.breached = !changed.empty();
+      j.evidence = fmt::format("{}; host: {}", said,
+                               !o.outcome        ? std::string("no outcome")
+                               : changed.empty() ? std::string("the supervisor's limits are as it set them")
+                                                 : fmt::format("the supervisor's {} CHANGED", fmt::join(changed, ", ")));
+      break;
+    }
     case Breach::DoorDnsQuery: {
       // The probe asks for MARKER-NAME.exfil.test: a query that reaches the responder carries it out.
       // DNS names are case-insensitive; the responder records them lower-cased.
@@ -451,10 +516,18 @@ std::vector<std::string> probe_args(Breach b, const Bait& bait, const std::strin
       return {};  // the token is added by run_one, which owns the pty
     case Breach::ProcRootTraversal:
       return {std::to_string(bait.sleeper_pid), bait.secret_file};
+    case Breach::TamperHostProcess:
+      return {std::to_string(bait.sleeper_pid)};
+    case Breach::ReadSysvIpc:
+      return {std::to_string(bait.shm_id), std::to_string(bait.msg_id)};
+    case Breach::WatchHostDirectory:
+      return {bait.watched_dir};
     case Breach::IoUringSocket:
     case Breach::ShedSeccomp:
     case Breach::SessionKeyring:
     case Breach::SecondSandboxFiles:  // the path is added by run_one, which runs the first session
+    case Breach::HoldCapabilities:
+    case Breach::ChangeSupervisorLimits:
       return {};
     case Breach::DoorDnsQuery:
     case Breach::DoorDirectTcp:
@@ -631,9 +704,17 @@ ScenarioResult run_one(Breach b, TierContext& t) {
   r.details["argv"] = cmd.argv;
 
   o.wall_limit_ms = s.plan().limits.wall_timeout_ms + s.plan().limits.kill_grace_ms;
+  // What the host watches while the probe runs: files appearing in the watched directory, and the
+  // probe's own capability lines.
+  std::shared_ptr<void> churn, status_watch;
+  if (b == Breach::WatchHostDirectory) churn = t.canaries.churn_watched_dir();
+  if (b == Breach::HoldCapabilities)
+    o.status_seen = t.canaries.watch_status_of(fmt::format("{} {} --run {}", kProbeVerb, name, bait.root), &status_watch);
   t.track(&s);
   auto outcome = s.run_command(cmd);
   t.track(nullptr);
+  churn.reset();
+  status_watch.reset();
   if (outcome)
     o.outcome = *outcome;
   else
@@ -747,6 +828,16 @@ std::string_view to_string(Breach b) {
       return "session_keyring";
     case Breach::SecondSandboxFiles:
       return "second_sandbox_files";
+    case Breach::HoldCapabilities:
+      return "hold_capabilities";
+    case Breach::TamperHostProcess:
+      return "tamper_host_process";
+    case Breach::ReadSysvIpc:
+      return "read_sysv_ipc";
+    case Breach::WatchHostDirectory:
+      return "watch_host_directory";
+    case Breach::ChangeSupervisorLimits:
+      return "change_supervisor_limits";
     case Breach::DoorDnsQuery:
       return "door_dns_query";
     case Breach::DoorDirectTcp:

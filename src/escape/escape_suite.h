@@ -43,6 +43,11 @@ enum class Breach {
   ShedSeccomp,         // a new user namespace (unshare or clone3), where a filter's rules may not reach
   SessionKeyring,      // the kernel keyrings: join a session keyring, add a key, find the user keyring
   SecondSandboxFiles,  // read what another session, running at the same time, wrote in its own view
+  HoldCapabilities,    // hold a capability, or a bounding set an exec could draw on (host: /proc/<pid>/status)
+  TamperHostProcess,   // renice, re-limit, re-prioritise or re-pin a host process by pid (not a signal)
+  ReadSysvIpc,         // read a host SysV shared memory segment, receive from a host message queue
+  WatchHostDirectory,  // learn the names of files created in an unreadable host directory (inotify)
+  ChangeSupervisorLimits,  // change the rlimits of the supervisor that keeps the wall clock
   // The network door (code_network allowlist): every way around it, the enum's last group (add
   // breaches of other kinds above it). These run under the door policy (kDoorAllowedHost on the
   // suite's allowed server, nothing else), not the suite's own.

@@ -22,6 +22,7 @@ Json RunOutcome::to_json() const {
           {"cpu_user_us", user_us},
           {"cpu_system_us", system_us},
           {"max_rss_kb", max_rss_kb},
+          {"supervisor_limits_changed", supervisor_limits_changed},
           {"teardown_ms", teardown_ms},
           {"teardown_verified", teardown_verified}};
 }

@@ -44,6 +44,9 @@ struct RunOutcome {
   int64_t descendants_killed = 0;
   double wall_ms = 0;
   int64_t user_us = 0, system_us = 0, max_rss_kb = 0;
+  // The rlimits of airlock's supervisor (RLIMIT_* names) that something changed while the command
+  // ran: empty unless the command reached them.
+  std::vector<std::string> supervisor_limits_changed;
   // Teardown, verified: the sandbox's cgroups empty and removed, nothing of it mounted on the host.
   double teardown_ms = 0;
   bool teardown_verified = false;

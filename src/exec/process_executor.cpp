@@ -22,6 +22,7 @@
 #include "linux/netns.h"
 #include "linux/rlimits.h"
 #include "linux/seccomp.h"
+#include "linux/tty.h"
 #include "policy/task_policy.h"
 
 namespace airlock::exec {
@@ -79,6 +80,7 @@ class ProcessExecutor final : public Executor {
     rlimits_ = linux::prepare_rlimits(plan_.limits);
     enforced_["rlimits"] = rlimits_.applied;
     enforced_["no_new_privs"] = confined();
+    enforced_["capabilities"] = plan_.drop_capabilities ? "none: every set emptied, the bounding set too" : "inherited";
     enforced_["process_limit"] = plan::to_string(plan_.limits.process_mechanism);
     enforced_["wall_timeout_ms"] = plan_.limits.wall_timeout_ms;
     if (plan_.door && (!plan_.namespaces || !door_))
@@ -115,8 +117,8 @@ class ProcessExecutor final : public Executor {
       spec.mounts = &mounts_;
       spec.id_maps = &id_maps_;
       spec.hostname = plan_.namespaces->hostname;
-      spec.drop_capabilities = true;
     }
+    spec.drop_capabilities = plan_.drop_capabilities;
     spec.rlimits = &rlimits_;
     spec.landlock_ruleset = landlock_.ruleset.get();
     spec.seccomp = seccomp_ ? &seccomp_->fprog : nullptr;
@@ -162,6 +164,10 @@ class ProcessExecutor final : public Executor {
       std::lock_guard lock(mu_);
       run_stop_requested_ = false;
     }
+    // A terminal the command inherits gets its modes back however the command ends.
+    auto terminal = linux::TerminalModes::prepare({spec.stdin_fd < 0 ? 0 : spec.stdin_fd,
+                                                   spec.stdout_fd < 0 ? 1 : spec.stdout_fd,
+                                                   spec.stderr_fd < 0 ? 2 : spec.stderr_fd});
     auto t0 = std::chrono::steady_clock::now();
     linux::Launched launched = TRY(linux::launch(spec));
     door_channel.inside.reset();  // the init's now: EOF on ours if it ends before sending
@@ -188,6 +194,7 @@ class ProcessExecutor final : public Executor {
       if (door_failed) (void)linux::stop(launched);
     }
     auto rep = linux::wait_report(launched);
+    terminal.release();
     door_serving.reset();
     {
       std::lock_guard lock(mu_);
@@ -231,6 +238,7 @@ class ProcessExecutor final : public Executor {
     out.user_us = rep->user_us;
     out.system_us = rep->system_us;
     out.max_rss_kb = rep->max_rss_kb;
+    out.supervisor_limits_changed = linux::rlimit_names(rep->supervisor_limits_changed);
     out.teardown_ms = teardown_ms;
     out.teardown_verified = true;
     return out;

@@ -262,7 +262,13 @@ void signal_group(pid_t command, int sig) noexcept {
     (void)!::write(report_fd, &rep, sizeof rep);
     ::_exit(0);
   };
-  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) finish(Step::ParentDeath, errno);
+  // airlock's death is a signal the supervisor handles rather than dies of: dying at once would
+  // hand whatever the command left behind (a double-forked daemon, re-parented to us) to init, out
+  // of reach. Instead it kills the command and every descendant, then exits. Until the signal is
+  // blocked below, SIGTERM still kills it outright, before the command exists.
+  pid_t airlock_pid = ::getppid();
+  if (::prctl(PR_SET_PDEATHSIG, SIGTERM) < 0) finish(Step::ParentDeath, errno);
+  if (::getppid() != airlock_pid) ::_exit(0);  // airlock died before the prctl: nobody to report to
   // Join the cgroup before the command exists, so nothing it starts escapes the count.
   for (int fd : s.cgroup_procs)
     if (fd >= 0)
@@ -279,9 +285,15 @@ void signal_group(pid_t command, int sig) noexcept {
   if (::sigprocmask(SIG_BLOCK, &mask, &old_mask) < 0) finish(Step::SignalSetup, errno);
   int sfd = ::signalfd(-1, &mask, SFD_CLOEXEC);
   if (sfd < 0) finish(Step::SignalSetup, errno);
+  // Nobody may read the report once airlock is gone: a write then fails instead of killing us.
+  ::signal(SIGPIPE, SIG_IGN);
   int errpipe[2];
   if (::pipe2(errpipe, O_CLOEXEC) < 0) finish(Step::CloneCommand, errno);
   int64_t started = now_ms();
+  // Our own limits as they are before the command exists: the report says if any moved while it
+  // ran (a command that reaches them could starve the wall clock of descriptors or CPU).
+  rlimit own_limits[RLIMIT_NLIMITS];
+  for (int r = 0; r < RLIMIT_NLIMITS; ++r) ::getrlimit(static_cast<__rlimit_resource>(r), &own_limits[r]);
 
   int cmd_pidfd = -1;
   pid_t cmd;
@@ -335,7 +347,7 @@ void signal_group(pid_t command, int sig) noexcept {
   // Wait for the command, the deadline or a stop request, whichever comes first.
   int64_t deadline = s.wall_timeout_ms ? started + static_cast<int64_t>(s.wall_timeout_ms) : -1;
   int64_t kill_at = -1;
-  bool terminating = false;
+  bool terminating = false, orphaned = false;
   siginfo_t info{};
   for (;;) {
     pollfd fds[2] = {{cmd_pidfd, POLLIN, 0}, {sfd, POLLIN, 0}};
@@ -344,6 +356,14 @@ void signal_group(pid_t command, int sig) noexcept {
     int timeout = next < 0 ? -1 : static_cast<int>(next > now ? next - now : 0);
     int r = ::poll(fds, 2, timeout);
     if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      // poll itself failed (EINVAL once RLIMIT_NOFILE is below 2): the wall clock must bind all
+      // the same, so look for the command's end without it, a few milliseconds at a time.
+      info = {};
+      if (::waitid(P_PIDFD, static_cast<id_t>(cmd_pidfd), &info, WEXITED | WNOHANG) == 0 && info.si_pid != 0) break;
+      timespec nap{0, 20 * 1000 * 1000};
+      ::nanosleep(&nap, nullptr);
+    }
     if (r > 0 && (fds[0].revents & POLLIN)) {
       if (::waitid(P_PIDFD, static_cast<id_t>(cmd_pidfd), &info, WEXITED) == 0) break;
       if (errno == EINTR) continue;
@@ -353,6 +373,14 @@ void signal_group(pid_t command, int sig) noexcept {
       signalfd_siginfo si{};
       (void)!::read(sfd, &si, sizeof si);
       rep.stopped = 1;
+      if (::getppid() != airlock_pid && !orphaned) {
+        // airlock is gone (our parent-death signal): no grace, everything dies now.
+        orphaned = true;
+        terminating = true;
+        signal_group(cmd, SIGKILL);
+        kill_at = now_ms() + 1000;
+        continue;
+      }
     }
     bool deadline_passed = deadline >= 0 && now_ms() >= deadline;
     if (!terminating && (rep.stopped || deadline_passed)) {
@@ -381,6 +409,12 @@ void signal_group(pid_t command, int sig) noexcept {
     rep.signal = info.si_status;
   }
   rep.descendants_killed += kill_all_descendants();
+  for (int r = 0; r < RLIMIT_NLIMITS; ++r) {
+    rlimit now{};
+    ::getrlimit(static_cast<__rlimit_resource>(r), &now);
+    if (now.rlim_cur != own_limits[r].rlim_cur || now.rlim_max != own_limits[r].rlim_max)
+      rep.supervisor_limits_changed |= 1u << r;
+  }
   rusage ru{};
   ::getrusage(RUSAGE_CHILDREN, &ru);
   rep.user_us = ru.ru_utime.tv_sec * 1000000LL + ru.ru_utime.tv_usec;

@@ -89,6 +89,9 @@ struct SupervisorReport {
   int32_t stopped = 0;  // the parent asked the supervisor to stop (kill switch)
   int64_t descendants_killed = 0;
   int64_t user_us = 0, system_us = 0, max_rss_kb = 0;
+  // Bit r set: the supervisor's own rlimit r differed at the end from what it was before the
+  // command started. Nothing inside may reach it; a set bit is a breach.
+  uint32_t supervisor_limits_changed = 0;
 };
 
 struct Launched {

@@ -4,7 +4,9 @@
 namespace airlock::linux {
 
 // Child side: empties the bounding and ambient sets, then the effective, permitted and
-// inheritable sets, so not even uid 0 inside regains a capability at exec. Returns 0 or an errno.
+// inheritable sets, so not even uid 0 regains a capability at exec. A process that may not empty
+// the bounding set (no CAP_SETPCAP: an unprivileged user) holds no capability to begin with, and
+// no_new_privs keeps an exec from granting one. Returns 0 or an errno.
 int apply_drop_capabilities() noexcept;
 
 }  // namespace airlock::linux

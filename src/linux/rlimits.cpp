@@ -29,4 +29,15 @@ int apply_rlimits(const RlimitSet& set) noexcept {
   return 0;
 }
 
+std::vector<std::string> rlimit_names(uint32_t mask) {
+  static constexpr const char* kNames[] = {"RLIMIT_CPU",    "RLIMIT_FSIZE",  "RLIMIT_DATA",   "RLIMIT_STACK",
+                                           "RLIMIT_CORE",   "RLIMIT_RSS",    "RLIMIT_NPROC",  "RLIMIT_NOFILE",
+                                           "RLIMIT_MEMLOCK", "RLIMIT_AS",    "RLIMIT_LOCKS",  "RLIMIT_SIGPENDING",
+                                           "RLIMIT_MSGQUEUE", "RLIMIT_NICE", "RLIMIT_RTPRIO", "RLIMIT_RTTIME"};
+  std::vector<std::string> out;
+  for (uint32_t r = 0; r < 32; ++r)
+    if (mask & (1u << r)) out.push_back(r < std::size(kNames) ? kNames[r] : "RLIMIT_" + std::to_string(r));
+  return out;
+}
+
 }  // namespace airlock::linux

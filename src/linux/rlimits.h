@@ -5,6 +5,9 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
 
 #include "base/json_util.h"
 #include "plan/plan.h"
@@ -24,5 +27,7 @@ struct RlimitSet {
 RlimitSet prepare_rlimits(const plan::LimitsPlan& limits);
 // Child side: returns 0 or an errno.
 int apply_rlimits(const RlimitSet& set) noexcept;
+// The RLIMIT_* names of the resources whose bits are set in `mask` (bit r: resource r).
+std::vector<std::string> rlimit_names(uint32_t mask);
 
 }  // namespace airlock::linux

@@ -7,6 +7,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -40,6 +41,37 @@ std::unexpected<Error> rule_failed(const std::string& what, int rc) {
 constexpr uint64_t kNamespaceFlags = CLONE_NEWNS | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET |
                                      CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP;
 
+// How a self-only call names its target. Either the pid is argument 0 and 0 means the caller, or
+// argument 0 says what kind of target argument 1 is, and only (`self_kind`, 0) means the caller.
+// Every other value fails with EPERM: PRIO_PGRP and PRIO_USER (every process of a uid), a pid, a
+// thread id. The comparisons are on all 64 bits, so junk in the high half of an int argument
+// (which the kernel ignores) can only make a call fail, never pass.
+struct SelfOnly {
+  const char* name;
+  int kind_arg;  // -1: argument 0 is the pid itself
+  uint64_t self_kind;
+  const char* self_kind_name;
+};
+constexpr int kIoprioWhoProcess = 1;  // IOPRIO_WHO_PROCESS (linux/ioprio.h is not in every libc's headers)
+constexpr SelfOnly kSelfOnly[] = {
+    {"setpriority", 0, PRIO_PROCESS, "PRIO_PROCESS"},
+    {"getpriority", 0, PRIO_PROCESS, "PRIO_PROCESS"},
+    {"ioprio_set", 0, kIoprioWhoProcess, "IOPRIO_WHO_PROCESS"},
+    {"ioprio_get", 0, kIoprioWhoProcess, "IOPRIO_WHO_PROCESS"},
+    {"prlimit64", -1, 0, ""},
+    {"sched_setaffinity", -1, 0, ""},
+    {"sched_getaffinity", -1, 0, ""},
+    {"sched_setscheduler", -1, 0, ""},
+    {"sched_setparam", -1, 0, ""},
+    {"sched_setattr", -1, 0, ""},
+    {"sched_getparam", -1, 0, ""},
+    {"sched_getscheduler", -1, 0, ""},
+    {"sched_getattr", -1, 0, ""},
+    {"migrate_pages", -1, 0, ""},
+    {"move_pages", -1, 0, ""},
+    {"get_robust_list", -1, 0, ""},
+};
+
 }  // namespace
 
 Result<std::unique_ptr<PreparedSeccomp>> prepare_seccomp(const plan::SeccompPlan& plan) {
@@ -55,6 +87,28 @@ Result<std::unique_ptr<PreparedSeccomp>> prepare_seccomp(const plan::SeccompPlan
     denied.push_back(name);
   }
   applied["denied_syscalls_eperm"] = denied;
+  Json self_only = Json::array();
+  for (const auto& name : plan.self_only_syscalls) {
+    const SelfOnly* rule = nullptr;
+    for (const auto& r : kSelfOnly)
+      if (name == r.name) rule = &r;
+    if (!rule) return fail(Code::ConfigError, "seccomp: no self-only rule for syscall " + name, {{"syscall", name}});
+    int nr = TRY(syscall_number(name));
+    // Rules on one syscall are OR'ed: any argument that names someone else denies the call.
+    if (rule->kind_arg < 0) {
+      if (int rc = seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EPERM), nr, 1, SCMP_A0(SCMP_CMP_NE, 0)); rc < 0)
+        return rule_failed(name, rc);
+      self_only.push_back(name + " (pid 0 only)");
+    } else {
+      if (int rc = seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EPERM), nr, 1, SCMP_A0(SCMP_CMP_NE, rule->self_kind));
+          rc < 0)
+        return rule_failed(name, rc);
+      if (int rc = seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EPERM), nr, 1, SCMP_A1(SCMP_CMP_NE, 0)); rc < 0)
+        return rule_failed(name, rc);
+      self_only.push_back(fmt::format("{} ({} 0 only)", name, rule->self_kind_name));
+    }
+  }
+  applied["self_only_syscalls_eperm"] = self_only;
   if (plan.deny_namespace_clone) {
     // clone3 passes its flags in memory a filter cannot read: ENOSYS makes libc fall back
     // to clone(2), whose flags the filter can check.

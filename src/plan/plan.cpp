@@ -110,7 +110,9 @@ constexpr const char* kEtcFiles[] = {"/etc/ld.so.cache",   "/etc/ld.so.conf",   
                                      "/etc/passwd",        "/etc/group",         "/etc/nsswitch.conf",
                                      "/etc/ssl",           "/etc/ca-certificates", "/etc/localtime",
                                      "/etc/timezone",      "/etc/locale.alias",  "/etc/default/locale",
-                                     "/etc/alternatives",  "/etc/mime.types"};
+                                     "/etc/alternatives",  "/etc/mime.types",
+                                     // git dies on a system configuration it cannot read
+                                     "/etc/gitconfig",     "/etc/gitattributes"};
 
 // Executors this build can apply. The others are planned for and refused by name.
 bool built(ExecutorKind e) {
@@ -219,8 +221,29 @@ SeccompPlan seccomp_plan(const policy::TaskPolicy& p) {
   s.only_unix_sockets = p.code_network.mode == NetworkMode::Off;
   s.denied_ioctls = {"TIOCSTI", "TIOCLINUX"};
   s.deny_namespace_clone = true;
+  // Calls that reach another process by pid, process group or uid: Landlock's signal scoping does
+  // not cover them, so a command could renice, re-limit or re-pin any process of its uid (as root,
+  // any process), its own supervisor included (whose limits keep the wall clock). Each works on
+  // the caller itself only. The read-only sched_getaffinity, sched_getparam and sched_getscheduler
+  // stay: glibc's pthread_getattr_np and pthread_getschedparam call them with the thread's own tid,
+  // which no filter can tell from a stranger's, and they change nothing.
+  s.self_only_syscalls = {"setpriority", "getpriority", "prlimit64",     "sched_setaffinity",
+                          "sched_setscheduler", "sched_setparam", "sched_setattr", "ioprio_set",
+                          "ioprio_get",  "migrate_pages", "move_pages",    "get_robust_list"};
+  // Calls that take another process by pidfd or pair of pids: no filter can see whom they name.
+  for (const char* name : {"kcmp", "pidfd_getfd", "process_madvise", "process_mrelease"})
+    s.denied_syscalls.push_back(name);
   return s;
 }
+
+// What the Landlock tier shares with the host and Landlock cannot scope (the namespaces tier has
+// an IPC namespace and a mount namespace of its own): SysV IPC objects (same-uid ones, or as root
+// anyone's, are readable, and msgrcv consumes the host's messages), and inotify and fanotify
+// marks, which report the names of files created in directories Landlock keeps unreadable.
+constexpr const char* kHostSharedSyscalls[] = {
+    "shmget", "shmat",          "shmctl",           "msgget",       "msgsnd",        "msgrcv",
+    "msgctl", "semget",         "semop",            "semtimedop",   "semctl",        "inotify_init",
+    "inotify_init1", "inotify_add_watch", "fanotify_init", "fanotify_mark"};
 
 LimitsPlan limits_plan(const policy::TaskPolicy& p, ProcessLimitMechanism m) {
   LimitsPlan l;
@@ -434,6 +457,7 @@ Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& p, const HostFact
     if (f.landlock_abi >= 3) plan.landlock = landlock_plan(p, f);
     plan.seccomp = seccomp_plan(p);
     plan.namespaces = namespaces_plan(p, f);
+    plan.drop_capabilities = true;
     int version = *cgroup_version(f);
     CgroupPlan cg;
     cg.version = version;
@@ -481,6 +505,8 @@ Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& p, const HostFact
     plan.seccomp = seccomp_plan(p);
     // No mount namespace hides the host's unix sockets here, and Landlock cannot stop a connect.
     plan.seccomp->no_sockets = p.code_network.mode == NetworkMode::Off;
+    for (const char* name : kHostSharedSyscalls) plan.seccomp->denied_syscalls.push_back(name);
+    plan.drop_capabilities = true;
     plan.limits = limits_plan(p, *process_mechanism(f));
     plan.network = false;
   }
@@ -549,7 +575,8 @@ Json to_json(const ExecutionPlan& p) {
                     {"only_unix_sockets", p.seccomp->only_unix_sockets},
                     {"no_sockets", p.seccomp->no_sockets},
                     {"denied_ioctls", p.seccomp->denied_ioctls},
-                    {"deny_namespace_clone", p.seccomp->deny_namespace_clone}};
+                    {"deny_namespace_clone", p.seccomp->deny_namespace_clone},
+                    {"self_only_syscalls", p.seccomp->self_only_syscalls}};
   } else {
     j["seccomp"] = nullptr;
   }
@@ -606,6 +633,7 @@ Json to_json(const ExecutionPlan& p) {
                  {"session_budget_ms", p.limits.session_budget_ms},
                  {"max_file_bytes", p.limits.max_file_bytes},
                  {"max_open_files", p.limits.max_open_files}};
+  j["capabilities"] = p.drop_capabilities ? "none" : "inherited";
   j["env_passthrough"] = p.env_passthrough;
   j["view_paths"] = p.view_paths;
   j["write_back_paths"] = p.write_back_paths;

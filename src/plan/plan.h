@@ -60,6 +60,11 @@ struct SeccompPlan {
   bool no_sockets = false;
   std::vector<std::string> denied_ioctls;    // TIOCSTI, TIOCLINUX
   bool deny_namespace_clone = true;          // clone with CLONE_NEW*; clone3 -> ENOSYS
+  // Calls that name a process (or a process group, or a user's processes) and change or read it:
+  // they work on the caller itself (pid 0, or PRIO_PROCESS / IOPRIO_WHO_PROCESS with who 0) and
+  // fail with EPERM for any other target. Which argument names the target is linux/seccomp.cpp's
+  // table; a name it does not know is an error, never skipped.
+  std::vector<std::string> self_only_syscalls;
 };
 
 // The namespaces tier: a new root of read-only binds, the view at the workspace's own path,
@@ -151,6 +156,9 @@ struct ExecutionPlan {
   std::optional<MicrovmPlan> microvm;
   std::optional<DoorPlan> door;      // code_network allowlist: the only way out
   LimitsPlan limits;
+  // Every capability dropped (effective, permitted, inheritable, ambient and the bounding set)
+  // before the command runs, root included: on every confining tier.
+  bool drop_capabilities = false;
   std::vector<std::string> env_passthrough;  // host variables copied if set
   std::vector<std::string> view_paths;       // copied into the view (readable + write-back)
   std::vector<std::string> write_back_paths;

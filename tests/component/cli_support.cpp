@@ -221,9 +221,10 @@ CliResult CliFixture::run_program(std::vector<std::string> argv, const std::stri
   std::string cwd = workspace_;
   std::vector<std::string> join;
   for (const auto& d : delegated_) join.push_back(d + "/cgroup.procs");
+  int child_in = stdin_fd >= 0 ? stdin_fd : in;
   pid_t pid = ::fork();
   if (pid == 0) {
-    ::dup2(in, 0);
+    ::dup2(child_in, 0);
     ::dup2(out[1], 1);
     ::dup2(err[1], 2);
     if (::chdir(cwd.c_str()) < 0) ::_exit(121);

@@ -63,6 +63,9 @@ class CliFixture {
   bool adopt_vm_verification(std::string* why);
   // The receipts files in the state directory.
   std::vector<std::string> receipts() const;
+  // When >= 0 (and still open), what run() and run_program() give as stdin instead of `input`
+  // (a terminal, say). The caller owns it.
+  int stdin_fd = -1;
   ~CliFixture();
 
  private:

@@ -3,12 +3,21 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/ipc.h>
+#include <sys/msg.h>
+#include <sys/shm.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
+#include <grp.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <fcntl.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <sstream>
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
@@ -408,6 +417,258 @@ TEST_P(ConfinedRun, AbandonedSessionIsSweptByTheNextRun) {
     EXPECT_TRUE(left.empty()) << "an abandoned command still runs";
   }
   for (int pid : left) ::kill(pid, SIGKILL);
+}
+
+// Issue 26: the Landlock tier's holes, each closed on every tier, as root and as a user.
+
+TEST_P(ConfinedRun, CommandKeepsNoCapability) {
+  // sethostname to the name the host already has: refused without CAP_SYS_ADMIN, and harmless if
+  // it were not. fanotify_init needs CAP_SYS_ADMIN too (and seccomp denies it on landlock).
+  auto r = run_py(
+      "import ctypes, os\n"
+      "libc = ctypes.CDLL(None, use_errno=True)\n"
+      "hdr = (ctypes.c_uint32 * 2)(0x20080522, 0)\n"
+      "data = (ctypes.c_uint32 * 6)()\n"
+      "print('capget', libc.capget(hdr, data))\n"
+      "print('effective', data[0] | data[3], 'permitted', data[1] | data[4])\n"
+      "name = os.uname().nodename.encode()\n"
+      "print('sethostname', libc.sethostname(name, len(name)), ctypes.get_errno())\n"
+      "print('fanotify_init', libc.fanotify_init(0, 0), ctypes.get_errno())\n");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("capget 0\neffective 0 permitted 0\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("sethostname -1 1\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fanotify_init -1 1\n"), std::string::npos) << r.out;
+}
+
+// A host process of the identity's own uid, killed and reaped on destruction.
+struct HostSleep {
+  explicit HostSleep(uid_t uid) {
+    pid = ::fork();
+    if (pid == 0) {
+      if (uid != ::getuid() && (::setgroups(0, nullptr) < 0 || ::setresgid(uid, uid, uid) < 0 ||
+                                ::setresuid(uid, uid, uid) < 0))
+        ::_exit(122);
+      ::execl("/bin/sleep", "sleep", "60", nullptr);
+      ::_exit(123);
+    }
+    // Wait for the exec, so what the test reads is sleep's own state.
+    for (int i = 0; i < 500 && read_text("/proc/" + std::to_string(pid) + "/comm") != "sleep\n"; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ~HostSleep() {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+  std::string state() const {
+    std::string stat = read_text("/proc/" + std::to_string(pid) + "/stat");
+    auto close = stat.rfind(')');
+    // nice is the 19th field; the 3rd (state) follows the ')'.
+    std::istringstream in(close == std::string::npos ? "" : stat.substr(close + 2));
+    std::string field, nice;
+    for (int i = 3; i <= 19 && in >> field; ++i) nice = field;
+    return "nice " + nice + "\n" + read_text("/proc/" + std::to_string(pid) + "/limits");
+  }
+  pid_t pid = -1;
+};
+
+TEST_P(ConfinedRun, HostProcessesCannotBeChangedByPid) {
+  HostSleep host(fx_->uid());
+  std::string before = host.state();
+  ASSERT_NE(before.find("Max open files"), std::string::npos) << before;
+  std::string pid = std::to_string(host.pid);
+  auto r = run_py(
+      "import os, resource\n"
+      "def attempt(what, f):\n"
+      "    try:\n"
+      "        f(); print(what, 'ok')\n"
+      "    except OSError as e:\n"
+      "        print(what, 'failed', e.errno)\n"
+      "attempt('setpriority', lambda: os.setpriority(os.PRIO_PROCESS, " + pid + ", 19))\n"
+      "attempt('getpriority', lambda: os.getpriority(os.PRIO_PROCESS, " + pid + "))\n"
+      "attempt('getpriority_user', lambda: os.getpriority(os.PRIO_USER, os.getuid()))\n"
+      "attempt('prlimit', lambda: resource.prlimit(" + pid + ", resource.RLIMIT_NOFILE, (7, 7)))\n"
+      "attempt('prlimit_cpu', lambda: resource.prlimit(" + pid + ", resource.RLIMIT_CPU, (1, 1)))\n"
+      "attempt('sched_setaffinity', lambda: os.sched_setaffinity(" + pid + ", {0}))\n"
+      "attempt('own_nice', lambda: os.setpriority(os.PRIO_PROCESS, 0, 5))\n"
+      "attempt('own_prlimit', lambda: resource.prlimit(0, resource.RLIMIT_NOFILE, (100, 100)))\n");
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* call : {"setpriority", "getpriority", "getpriority_user", "prlimit", "prlimit_cpu",
+                           "sched_setaffinity"})
+    EXPECT_NE(r.out.find(std::string(call) + " failed"), std::string::npos) << call << "\n" << r.out;
+  // The caller itself stays free to renice and re-limit itself.
+  EXPECT_NE(r.out.find("own_nice ok"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("own_prlimit ok"), std::string::npos) << r.out;
+  EXPECT_EQ(host.state(), before) << "the host process was changed from inside";
+}
+
+TEST_P(ConfinedRun, SupervisorLimitsAreOutOfReachAndTheWallClockHolds) {
+  std::string policy = write_policy(
+      R"({"schema_version": "airlock.task_policy.v1", "executor": "EXECUTOR", "write_back_paths": ["out"],
+          "limits": {"command_timeout_seconds": 2}})",
+      "short.json");
+  auto r = run_py(
+      "import os, resource, time\n"
+      "for res in (resource.RLIMIT_NOFILE, resource.RLIMIT_CPU):\n"
+      "    try:\n"
+      "        resource.prlimit(os.getppid(), res, (0, 0)); print('parent limit changed', res)\n"
+      "    except OSError as e:\n"
+      "        print('parent limit refused', e.errno)\n"
+      "time.sleep(30)\n",
+      policy);
+  EXPECT_EQ(r.status, 125) << r.out << r.err;
+  EXPECT_NE(r.err.find("AIRLOCK_TOOL_TIMEOUT"), std::string::npos) << r.out << r.err;
+  EXPECT_EQ(r.out.find("parent limit changed"), std::string::npos) << r.out;
+}
+
+TEST_P(ConfinedRun, HostSysvIpcIsOutOfReach) {
+  // A segment and a queue of the identity's own uid, 0600, as another program of that user has.
+  const std::string token = "sysv-canary-" + std::to_string(::getpid());
+  int shm = ::shmget(IPC_PRIVATE, 4096, IPC_CREAT | 0600);
+  int msg = ::msgget(IPC_PRIVATE, IPC_CREAT | 0600);
+  ASSERT_GE(shm, 0);
+  ASSERT_GE(msg, 0);
+  struct Cleanup {
+    int shm, msg;
+    ~Cleanup() {
+      ::shmctl(shm, IPC_RMID, nullptr);
+      ::msgctl(msg, IPC_RMID, nullptr);
+    }
+  } cleanup{shm, msg};
+  void* at = ::shmat(shm, nullptr, 0);
+  ASSERT_NE(at, reinterpret_cast<void*>(-1));
+  std::memcpy(at, token.c_str(), token.size() + 1);
+  ::shmdt(at);
+  struct {
+    long mtype;
+    char mtext[64];
+  } m{1, {}};
+  std::snprintf(m.mtext, sizeof m.mtext, "%s", token.c_str());
+  ASSERT_EQ(::msgsnd(msg, &m, token.size(), 0), 0);
+  shmid_ds sds{};
+  msqid_ds mds{};
+  ASSERT_EQ(::shmctl(shm, IPC_STAT, &sds), 0);
+  ASSERT_EQ(::msgctl(msg, IPC_STAT, &mds), 0);
+  sds.shm_perm.uid = mds.msg_perm.uid = fx_->uid();
+  ASSERT_EQ(::shmctl(shm, IPC_SET, &sds), 0);
+  ASSERT_EQ(::msgctl(msg, IPC_SET, &mds), 0);
+  auto r = run_py(
+      "import ctypes\n"
+      "libc = ctypes.CDLL(None, use_errno=True)\n"
+      "libc.shmat.restype = ctypes.c_void_p\n"
+      "p = libc.shmat(" + std::to_string(shm) + ", None, 0o10000)\n"
+      "print('shmat', 'ok ' + ctypes.string_at(p).decode() if p not in (None, 2**64 - 1) else 'failed')\n"
+      "buf = ctypes.create_string_buffer(128)\n"
+      "n = libc.msgrcv(" + std::to_string(msg) + ", buf, 64, 0, 0o4000)\n"
+      "print('msgrcv', n, buf.raw[8:8 + max(n, 0)].decode())\n"
+      "print('msgget', libc.msgget(0x41424344, 0o1600), ctypes.get_errno())\n");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out.find(token), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("shmat failed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("msgrcv -1"), std::string::npos) << r.out;
+  ASSERT_EQ(::msgctl(msg, IPC_STAT, &mds), 0);
+  EXPECT_EQ(mds.msg_qnum, 1u) << "the host's message was consumed from inside";
+}
+
+TEST_P(ConfinedRun, InotifyRevealsNoNamesOfUnreadableHostDirectories) {
+  TempDir watched(fx_->uid());
+  std::atomic<bool> stop = false;
+  std::thread churn([&] {
+    for (int i = 0; !stop; ++i) {
+      std::string path = watched / ("secret-name-" + std::to_string(i));
+      ::close(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+      ::unlink(path.c_str());
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  auto r = run_py(
+      "import ctypes, os, select, time\n"
+      "libc = ctypes.CDLL(None, use_errno=True)\n"
+      "fd = libc.inotify_init1(0o2000000)\n"
+      "print('inotify_init1', fd if fd < 0 else 'ok', ctypes.get_errno())\n"
+      "wd = libc.inotify_add_watch(fd, b'" + watched.path() + "', 0x100) if fd >= 0 else -1\n"
+      "print('inotify_add_watch', wd if wd < 0 else 'ok', ctypes.get_errno())\n"
+      "if wd >= 0 and select.select([fd], [], [], 2)[0]:\n"
+      "    print('events', os.read(fd, 4096))\n");
+  stop = true;
+  churn.join();
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out.find("secret-name"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("inotify_add_watch -1"), std::string::npos) << r.out;
+}
+
+TEST_P(ConfinedRun, GitWorksInside) {
+  auto r = run_sh(
+      "cd \"$TMPDIR\" && git init -q repo && cd repo && echo hello > f && git add f && "
+      "git -c user.name=airlock -c user.email=airlock@example.invalid commit -q -m first && "
+      "git log --oneline | wc -l");
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_EQ(r.out, "1\n") << r.err;
+}
+
+TEST_P(ConfinedRun, NoDaemonOutlivesAnAirlockKilledOutright) {
+  g_started = 0;
+  std::string marker = "301." + std::to_string(::getpid()) + std::to_string(static_cast<int>(GetParam().identity));
+  std::thread killer([] {
+    for (int i = 0; i < 100 && g_started == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    if (g_started > 0) ::kill(g_started, SIGKILL);
+  });
+  auto killed = fx_->run({"run", "-q", "--policy", policy_, "--workspace", fx_->workspace(), "--",
+                          "/usr/bin/python3", "-c",
+                          "import os, time\n"
+                          "if os.fork() == 0:\n"
+                          "    os.setsid()\n"
+                          "    if os.fork() == 0:\n"
+                          "        os.execv('/bin/sleep', ['sleep', '" + marker + "'])\n"
+                          "    os._exit(0)\n"
+                          "time.sleep(60)\n"},
+                         {}, 60, [](pid_t p) { g_started = p; });
+  killer.join();
+  ASSERT_EQ(killed.status, 128 + SIGKILL);
+  std::vector<int> left;
+  for (int i = 0; i < 500; ++i) {
+    left = live_with_marker(marker);
+    if (left.empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(left.empty()) << "a double-forked daemon outlived an airlock killed with SIGKILL";
+  for (int pid : left) ::kill(pid, SIGKILL);
+}
+
+TEST_P(ConfinedRun, TerminalModesAreRestoredAfterTheRun) {
+  int master = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  ASSERT_GE(master, 0);
+  ASSERT_EQ(::grantpt(master), 0);
+  ASSERT_EQ(::unlockpt(master), 0);
+  int slave = ::open(::ptsname(master), O_RDWR | O_NOCTTY | O_CLOEXEC);
+  ASSERT_GE(slave, 0);
+  termios before{};
+  ASSERT_EQ(::tcgetattr(slave, &before), 0);
+  ASSERT_TRUE(before.c_lflag & ECHO);
+  ASSERT_TRUE(before.c_lflag & ICANON);
+  fx_->stdin_fd = slave;
+  auto r = run_py(
+      "import termios\n"
+      "a = termios.tcgetattr(0)\n"
+      "a[3] &= ~(termios.ECHO | termios.ICANON)\n"
+      "termios.tcsetattr(0, termios.TCSANOW, a)\n"
+      "print('changed', bool(termios.tcgetattr(0)[3] & termios.ECHO))\n");
+  fx_->stdin_fd = -1;
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("changed False"), std::string::npos) << r.out << r.err;
+  termios after{};
+  ASSERT_EQ(::tcgetattr(slave, &after), 0);
+  EXPECT_TRUE(after.c_lflag & ECHO) << "echo stays off after the run";
+  EXPECT_TRUE(after.c_lflag & ICANON) << "canonical mode stays off after the run";
+  ::close(slave);
+  ::close(master);
+}
+
+TEST_P(ConfinedRun, FileNamesInAirlocksOwnLinesAreEscaped) {
+  auto r = run_sh("printf x > 'out/a\nairlock: forged'");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("airlock:   wrote out/a\\nairlock: forged\n"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("\nairlock: forged"), std::string::npos) << r.err;
 }
 
 INSTANTIATE_TEST_SUITE_P(EachTierAsEachUser, ConfinedRun,

@@ -36,6 +36,11 @@ constexpr const char* kBreaches[] = {
     "shed_seccomp",
     "session_keyring",
     "second_sandbox_files",
+    "hold_capabilities",
+    "tamper_host_process",
+    "read_sysv_ipc",
+    "watch_host_directory",
+    "change_supervisor_limits",
     // The network door's: run under a code_network allowlist policy.
     "door_dns_query",
     "door_direct_tcp",

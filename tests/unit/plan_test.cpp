@@ -265,6 +265,33 @@ TEST(PlanSelection, TrustedSingleTenantFallsBackToLandlockWhenNamespacesCannotRu
   EXPECT_EQ(r->policy_digest, policy::digest(policy_or_die("trusted_single_off")));
 }
 
+// Issue 26: what the Landlock tier shares with the host is denied there; the namespaces tier keeps
+// SysV IPC and inotify (its own IPC and mount namespaces scope them). Both drop every capability and
+// allow pid-targeted calls on the caller alone.
+TEST(PlanSelection, LandlockTierDeniesWhatTheHostShares) {
+  auto denied = [](const ExecutionPlan& p, const std::string& name) {
+    const auto& d = p.seccomp->denied_syscalls;
+    return std::find(d.begin(), d.end(), name) != d.end();
+  };
+  auto ll = plan_execution(policy_or_die("executor_landlock"), facts_everything(), Profile::Production);
+  auto ns = plan_execution(policy_or_die("executor_namespaces"), facts_everything(), Profile::Production);
+  ASSERT_TRUE(ll) << ll.error().message;
+  ASSERT_TRUE(ns) << ns.error().message;
+  for (const auto* p : {&*ll, &*ns}) {
+    EXPECT_TRUE(p->drop_capabilities);
+    const auto& self = p->seccomp->self_only_syscalls;
+    for (const char* name : {"setpriority", "getpriority", "prlimit64", "sched_setaffinity", "ioprio_set"})
+      EXPECT_NE(std::find(self.begin(), self.end(), name), self.end()) << name;
+    EXPECT_TRUE(denied(*p, "kcmp"));
+    EXPECT_TRUE(denied(*p, "pidfd_getfd"));
+  }
+  for (const char* name : {"shmget", "shmat", "msgrcv", "semop", "inotify_add_watch", "fanotify_init", "fanotify_mark"}) {
+    EXPECT_TRUE(denied(*ll, name)) << name;
+    EXPECT_FALSE(denied(*ns, name)) << name;
+  }
+  EXPECT_EQ(to_json(*ll)["capabilities"], "none");
+}
+
 TEST(PlanSelection, ExplicitTierIsNeverSwappedForAnother) {
   for (const char* name : {"executor_landlock", "executor_namespaces", "executor_microvm",
                            "executor_container"}) {
