@@ -185,7 +185,8 @@ TEST_P(ProtectedPaths, AWriteToAProtectedPathFailsInsideAndNothingLands) {
   // What the command could not see (denied names) it may create, but write-back refuses those.
   std::vector<std::string> wrote;
   std::set<std::string> refused;
-  for (const auto& e : summary(r)["refusals"]) refused.insert(e["facts"].value("path", std::string()));
+  Json j = summary(r);
+  for (const auto& e : j["refusals"]) refused.insert(e["facts"].value("path", std::string()));
   for (const auto& [pattern, rel] : kExamples) {
     bool denied = under_denied(rel);
     for (const std::string& p : {rel, rel + ".new"}) {
@@ -201,7 +202,7 @@ TEST_P(ProtectedPaths, AWriteToAProtectedPathFailsInsideAndNothingLands) {
         EXPECT_TRUE(denied_it) << p << " was writable inside on " << executor();
       }
       if (wrote_it && protected_path) {
-        EXPECT_TRUE(refused.count(p) || denied) << p << " written and not refused";
+        EXPECT_TRUE(refused.count(p) || denied) << p << " written and not refused: " << j["refusals"].dump();
       }
     }
   }
