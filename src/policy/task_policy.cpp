@@ -62,6 +62,14 @@ std::string_view to_string(NetworkMode m) {
   return "unknown";
 }
 
+std::string_view to_string(WriteBack w) {
+  switch (w) {
+    case WriteBack::OnClose: return "on_close";
+    case WriteBack::Immediate: return "immediate";
+  }
+  return "unknown";
+}
+
 std::string_view to_string(Confinement c) {
   switch (c) {
     case Confinement::Engine: return "engine";
@@ -160,12 +168,13 @@ namespace {
 
 using Keys = std::span<const std::string_view>;
 
-constexpr std::array<std::string_view, 16> kTopKeys = {
-    "schema_version",  "task_id",      "workspace", "workload", "tenancy",
-    "executor",        "code_network", "egress",    "readable", "write_back_paths",
-    "read_only_paths", "tools",        "limits",    "denied_names", "agent", "confinement"};
+constexpr std::array<std::string_view, 17> kTopKeys = {
+    "schema_version",  "task_id",      "workspace", "workload",     "tenancy", "executor",
+    "code_network",    "egress",       "readable",  "write_back_paths",
+    "read_only_paths", "tools",        "limits",    "denied_names", "agent",   "confinement", "write_back"};
 constexpr std::array<std::string_view, 3> kAgentKeys = {"model", "resume", "continue"};
 constexpr std::array<Confinement, 2> kConfinements = {Confinement::Engine, Confinement::Vendor};
+constexpr std::array<WriteBack, 2> kWriteBacks = {WriteBack::OnClose, WriteBack::Immediate};
 constexpr std::array<std::string_view, 2> kCodeNetworkKeys = {"mode", "rules"};
 constexpr std::array<std::string_view, 5> kEgressKeys = {"host", "cidr", "ports", "schemes", "allow_private"};
 constexpr std::array<std::string_view, 7> kToolKeys = {"name",     "argv", "allow_args",      "timeout_seconds",
@@ -699,6 +708,7 @@ Result<TaskPolicy> parse_layer(const Json& doc, const TaskPolicy& base, bool wor
       return invalid("$.confinement",
                      "confinement is a worker setting: only the worker's defaults (--defaults) may set it");
   }
+  if (doc.contains("write_back")) p.write_back = TRY(get_enum(doc["write_back"], "$.write_back", kWriteBacks));
   return p;
 }
 
@@ -797,6 +807,7 @@ Json to_json(const TaskPolicy& p) {
                   {"resume", p.agent.resume},
                   {"continue", p.agent.continue_session}};
   if (p.confinement != Confinement::Engine) j["confinement"] = to_string(p.confinement);
+  if (p.write_back != WriteBack::OnClose) j["write_back"] = to_string(p.write_back);
   return j;
 }
 
