@@ -179,6 +179,14 @@ Result<void> Session::admit(std::string_view kind, const Json& args) {
   return {};
 }
 
+Result<void> Session::enforce_budget() {
+  std::unique_lock lk(mu_);
+  if (ended_) return {};
+  uint64_t budget = static_cast<uint64_t>(policy_.limits.session_budget_seconds) * 1000;
+  if (uint64_t spent = spent_ms(); budget && spent >= budget) return std::unexpected(exhaust_budget(budget, spent));
+  return {};
+}
+
 Error Session::exhaust_budget(uint64_t budget, uint64_t spent) {
   // A spent budget pulls the kill switch: the session ends here, nothing more is written back.
   killed_ = true;
@@ -473,9 +481,6 @@ Result<exec::WriteBackReport> Session::close(bool write_back, const CloseCause& 
   std::unique_lock lk(mu_);
   if (killed_) return fail(Code::SessionKilled, fmt::format("the session was killed ({})", kill_reason_));
   if (ended_) return fail(Code::SessionClosed, "the session is closed");
-  // A budget that ran out while nobody asked for anything is spent all the same.
-  uint64_t budget = static_cast<uint64_t>(policy_.limits.session_budget_seconds) * 1000;
-  if (uint64_t spent = spent_ms(); budget && spent >= budget) return std::unexpected(exhaust_budget(budget, spent));
   exec::WriteBackReport rep;
   Json body = {{"write_back", write_back}, {"reason", cause.reason}};
   if (!cause.signal.empty()) body["signal"] = cause.signal;

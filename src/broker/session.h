@@ -141,9 +141,12 @@ class Session {
 
   // Ends the session: writes back when `write_back` (the caller decides what success is),
   // records session.close with what was written back, what was refused, and `cause`; removes
-  // the view. A spent budget is the kill switch here too: nothing is written back and the
-  // answer is AIRLOCK_BUDGET_EXHAUSTED.
+  // the view.
   Result<exec::WriteBackReport> close(bool write_back, const CloseCause& cause = {});
+  // A budget that ran out while no action was asked for is spent all the same: the kill switch
+  // (session.close how=killed, reason "budget exhausted") and AIRLOCK_BUDGET_EXHAUSTED. For
+  // a verb to call before it closes a session that idled.
+  Result<void> enforce_budget();
   // The kill switch, safe from any thread: a running tool is killed through its executor,
   // every later action is AIRLOCK_SESSION_KILLED, nothing is written back; session.close
   // records it (after the running action returns, if one is running).

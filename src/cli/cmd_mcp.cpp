@@ -89,7 +89,8 @@ int mcp_verb(Globals& g, McpOptions& o) {
     s.interrupt();
     return true;
   });
-  if (s.ended()) {  // killed by the operator or a spent budget: session.close says so
+  (void)s.enforce_budget();  // a budget spent while the client idled is the kill switch too
+  if (s.ended()) {            // killed by the operator or a spent budget: session.close says so
     std::fprintf(stderr, "airlock mcp: session killed; nothing more written back\n");
     return 0;
   }

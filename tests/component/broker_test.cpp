@@ -218,15 +218,19 @@ TEST_F(BrokerTest, ASpentBudgetRefusesThenKills) {
   EXPECT_FALSE(testing::exists(ws / "reports/r.txt"));  // killed: nothing written back
 }
 
-TEST_F(BrokerTest, ABudgetSpentWhileIdleKillsAtClose) {
+TEST_F(BrokerTest, ABudgetSpentWhileIdleIsEnforcedBeforeClose) {
   FakeClock clock;
   auto s = open(R"(, "limits": {"session_budget_seconds": 10})", clock.fn());
   ASSERT_TRUE(s);
   ASSERT_TRUE(s->write_file("reports/r.txt", "x"));
+  EXPECT_TRUE(s->enforce_budget());
   clock.now += std::chrono::seconds(11);
+  auto spent = s->enforce_budget();
+  ASSERT_FALSE(spent);
+  EXPECT_EQ(spent.error().code, Code::BudgetExhausted);
   auto c = s->close(true, {"end of input", ""});
   ASSERT_FALSE(c);
-  EXPECT_EQ(c.error().code, Code::BudgetExhausted);
+  EXPECT_EQ(c.error().code, Code::SessionKilled);
   EXPECT_FALSE(testing::exists(ws / "reports/r.txt"));
   auto rs = testing::read_receipts(s->receipts_path());
   ASSERT_FALSE(rs.empty());
