@@ -97,9 +97,12 @@ class McpAgent : public ::testing::TestWithParam<Identity> {
     EXPECT_EQ(allowed["write_file"], 1);
     EXPECT_EQ(allowed["run_tool"], 1);
     for (const auto& x : rs) {
-      if (x["kind"] == "read_file" && x["decision"] == "refused")
+      if (x["kind"] == "read_file" && x["decision"] == "refused") {
         EXPECT_EQ(x["error"]["code"], "AIRLOCK_PATH_DENIED") << x.dump();
-      if (x["kind"] == "run_tool") EXPECT_EQ(x["result"]["outcome"]["exit_code"], 0) << x.dump();
+      }
+      if (x["kind"] == "run_tool") {
+        EXPECT_EQ(x["result"]["outcome"]["exit_code"], 0) << x.dump();
+      }
     }
     const Json& close = rs.back();
     ASSERT_EQ(close["kind"], "session.close") << close.dump();

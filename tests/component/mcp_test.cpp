@@ -202,7 +202,9 @@ class McpShutdown : public ::testing::TestWithParam<Identity> {
   Json close_receipt() {
     auto rs = receipts();
     auto files = f->receipts();
-    if (!files.empty()) EXPECT_EQ(f->run({"receipts", "verify", files[0]}).status, 0);
+    if (!files.empty()) {
+      EXPECT_EQ(f->run({"receipts", "verify", files[0]}).status, 0);
+    }
     return !rs.empty() && rs.back()["kind"] == "session.close" ? rs.back() : Json(nullptr);
   }
   bool landed(const std::string& rel) { return exists(f->workspace() + "/" + rel); }
