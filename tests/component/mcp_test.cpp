@@ -261,6 +261,33 @@ TEST_P(McpShutdown, SigintIsANormalClose) {
   expect_signal_closes(SIGINT, "SIGINT");
 }
 
+// A client that signals while a tool runs gets a prompt close: the tool is stopped, what was
+// written before lands, and the client's SIGKILL (500 ms later for Claude Code) finds it gone.
+TEST_P(McpShutdown, SigtermWhileAToolRunsStopsItAndStillWritesBack) {
+  std::string pol = f->write_policy(R"({"schema_version": "airlock.task_policy.v1", "readable": ["src", "reports"],
+      "write_back_paths": ["reports"], "tools": [{"name": "slow", "argv": ["sleep", "3607"], "timeout_seconds": 3600}]})");
+  if (!start(pol)) GTEST_SKIP() << "no executor for the policy here";
+  ASSERT_TRUE(p->send(call(3, "slow", Json::object())));
+  auto started = std::chrono::steady_clock::now();
+  bool running = false;
+  for (int i = 0; i < 600 && !running; ++i) {
+    for (const auto& proc : live_processes()) running = running || proc.cmdline == "/usr/bin/sleep 3607 ";
+    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(running) << "the tool never started";
+  auto signalled = std::chrono::steady_clock::now();
+  p->signal(SIGTERM);
+  EXPECT_EQ(p->wait(), 0) << p->err();
+  EXPECT_LT(std::chrono::steady_clock::now() - signalled, std::chrono::seconds(5));
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(60));
+  EXPECT_EQ(read_text(f->workspace() + "/reports/r.txt"), "done\n");
+  Json close = close_receipt();
+  EXPECT_EQ(close["how"], "closed") << close.dump();
+  EXPECT_EQ(close["signal"], "SIGTERM");
+  for (const auto& proc : live_processes())
+    EXPECT_NE(proc.cmdline, "/usr/bin/sleep 3607 ") << "the tool outlived the session";
+}
+
 TEST_P(McpShutdown, SigkillWritesNothingBackAndTheNextStartSweeps) {
   if (!start(policy())) GTEST_SKIP() << "no executor for the policy here";
   std::string id = session_id();
