@@ -169,9 +169,10 @@ namespace {
 using Keys = std::span<const std::string_view>;
 
 constexpr std::array<std::string_view, 17> kTopKeys = {
-    "schema_version",  "task_id",      "workspace", "workload",     "tenancy", "executor",
-    "code_network",    "egress",       "readable",  "write_back_paths",
-    "read_only_paths", "tools",        "limits",    "denied_names", "agent",   "confinement", "write_back"};
+    "schema_version",  "task_id",      "workspace", "workload", "tenancy",
+    "executor",        "code_network", "egress",    "readable", "write_back_paths",
+    "read_only_paths", "tools",        "limits",    "denied_names", "agent", "confinement",
+    "write_back"};
 constexpr std::array<std::string_view, 3> kAgentKeys = {"model", "resume", "continue"};
 constexpr std::array<Confinement, 2> kConfinements = {Confinement::Engine, Confinement::Vendor};
 constexpr std::array<WriteBack, 2> kWriteBacks = {WriteBack::OnClose, WriteBack::Immediate};
