@@ -80,7 +80,7 @@ Result<Json> dispatch(Session& s, const Json& req) {
       data = std::move(*decoded);
     }
     auto r = TRY(s.write_file(path, data));
-    return Json{{"path", path}, {"bytes", r.bytes}, {"created", r.created}};
+    return Json{{"path", path}, {"bytes", r.bytes}, {"created", r.created}, {"write_back", r.landing.to_json()}};
   }
   if (action == "list_dir") {
     TRY(check_keys(req, {"path"}));

@@ -1,6 +1,7 @@
 // Session: open (plan + view + executor + session.open), the five actions, close with write-back, kill.
 #include "broker/session.h"
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -135,6 +136,7 @@ Json ToolResult::to_json() const {
   };
   put("stdout", out);
   put("stderr", err);
+  j["write_back"] = landing.to_json();
   return j;
 }
 
@@ -161,11 +163,7 @@ Result<void> Session::admit(std::string_view kind, const Json& args) {
     Error e{Code::BudgetExhausted, fmt::format("the session's budget of {} s is spent", budget / 1000),
             {{"budget_ms", budget}, {"spent_ms", spent}}};
     auto r = refuse(e);
-    // A spent budget pulls the kill switch: the session ends here, nothing is written back.
-    killed_ = true;
-    kill_reason_ = "budget exhausted";
-    executor_->stop();
-    (void)finish("killed", {{"write_back", false}, {"reason", kill_reason_}});
+    (void)exhaust_budget(budget, spent);
     return r;
   }
   auto now = clock_();
@@ -178,6 +176,80 @@ Result<void> Session::admit(std::string_view kind, const Json& args) {
   recent_.push_back(now);
   in_flight_ = true;
   return {};
+}
+
+Result<void> Session::enforce_budget() {
+  std::unique_lock lk(mu_);
+  if (ended_) return {};
+  uint64_t budget = static_cast<uint64_t>(policy_.limits.session_budget_seconds) * 1000;
+  if (uint64_t spent = spent_ms(); budget && spent >= budget) return std::unexpected(exhaust_budget(budget, spent));
+  return {};
+}
+
+Error Session::exhaust_budget(uint64_t budget, uint64_t spent) {
+  // A spent budget pulls the kill switch: the session ends here, nothing more is written back.
+  killed_ = true;
+  kill_reason_ = "budget exhausted";
+  executor_->stop();
+  (void)finish("killed", {{"write_back", false}, {"reason", kill_reason_}});
+  return Error{Code::BudgetExhausted, fmt::format("the session's budget of {} s is spent", budget / 1000),
+               {{"budget_ms", budget}, {"spent_ms", spent}}};
+}
+
+Json Landing::to_json() const {
+  Json j = {{"mode", policy::to_string(mode)}};
+  if (mode == policy::WriteBack::OnClose) {
+    j["landed"] = false;
+    j["note"] = "the change is in the session's view; it lands in the workspace when the session closes "
+                "normally, and never if the session is killed";
+    return j;
+  }
+  j["landed"] = landed.has_value();
+  if (landed) {
+    j["written_back"] = landed->to_json();
+    j["note"] = landed->refused.empty() ? "the change has landed in the workspace"
+                                        : "the change has landed in the workspace except what was refused";
+  }
+  if (failed) {
+    j["error"] = failed->to_json();
+    j["note"] = "the write-back failed; the change is only in the session's view";
+  }
+  return j;
+}
+
+namespace {
+
+// The manifest's notion of an entry (exec::create_view): what tells a later change from none.
+std::optional<exec::ViewEntry> view_entry(const std::string& path) {
+  struct stat st{};
+  if (::lstat(path.c_str(), &st) < 0) return std::nullopt;
+  return exec::ViewEntry{S_ISDIR(st.st_mode), st.st_ino, st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec,
+                         static_cast<uint64_t>(st.st_size)};
+}
+
+}  // namespace
+
+Landing Session::land(std::string_view after) {
+  Landing l{policy_.write_back, std::nullopt, std::nullopt};
+  if (policy_.write_back != policy::WriteBack::Immediate || !workspace_ || killed_) return l;
+  auto wb = exec::write_back(dirs_.view, *workspace_, manifest_, exec::view_rules(plan_));
+  Json body = {{"after", after}, {"mode", policy::to_string(policy_.write_back)}};
+  if (wb) {
+    // What landed is now what the workspace and the view agree on.
+    for (const auto& rel : wb->written)
+      if (auto e = view_entry(dirs_.view + "/" + rel)) manifest_[rel] = *e;
+    for (const auto& rel : wb->created_dirs)
+      if (auto e = view_entry(dirs_.view + "/" + rel)) manifest_[rel] = *e;
+    for (const auto& rel : wb->deleted) manifest_.erase(rel);
+    body["written_back"] = wb->to_json();
+    l.landed = std::move(*wb);
+  } else {
+    body["error"] = wb.error().to_json();
+    l.failed = wb.error();
+  }
+  std::unique_lock lk(mu_);
+  if (auto r = receipts_.append("write_back", std::move(body)); !r && !l.failed) l.failed = r.error();
+  return l;
 }
 
 template <class T>
@@ -213,15 +285,18 @@ Result<FileRead> Session::read_file(const std::string& path, uint64_t offset, st
   });
 }
 
-Result<FileWritten> Session::write_file(const std::string& path, std::string_view data) {
+Result<FileWriteResult> Session::write_file(const std::string& path, std::string_view data) {
   // The receipt carries the content's digest and size, never the content.
   Json args = {{"path", path}, {"bytes", data.size()}, {"sha256", sha256_hex(data)}};
   std::unique_lock one_at_a_time(action_mu_);
   auto started = clock_();
   TRY(admit("write_file", args));
-  auto r = guard_->write(path, data, static_cast<uint64_t>(policy_.limits.max_write_bytes));
-  return record<FileWritten>("write_file", args, std::move(r), started, [](const FileWritten& w) {
-    return Json{{"bytes", w.bytes}, {"created", w.created}};
+  Result<FileWriteResult> r = [&]() -> Result<FileWriteResult> {
+    auto w = TRY(guard_->write(path, data, static_cast<uint64_t>(policy_.limits.max_write_bytes)));
+    return FileWriteResult{w, land("write_file")};
+  }();
+  return record<FileWriteResult>("write_file", args, std::move(r), started, [](const FileWriteResult& w) {
+    return Json{{"bytes", w.bytes}, {"created", w.created}, {"landed", w.landing.landed.has_value()}};
   });
 }
 
@@ -316,10 +391,12 @@ Result<ToolResult> Session::run_tool(const std::string& name, const std::vector<
       return fail(Code::BudgetExhausted, "the session's budget ran out while the tool ran", facts);
     if (run.outcome.timed_out)
       return fail(Code::ToolTimeout, fmt::format("the tool \"{}\" ran past {} ms", name, timeout), facts);
-    return ToolResult{std::move(run.outcome), std::move(run.out), std::move(run.err_tail)};
+    // What the tool changed lands now (under immediate), whatever its exit: at close it would.
+    return ToolResult{std::move(run.outcome), std::move(run.out), std::move(run.err_tail), land("run_tool")};
   }();
   return record<ToolResult>("run_tool", a, std::move(ran), started, [](const ToolResult& t) {
-    return Json{{"outcome", t.outcome.to_json()}, {"stdout_bytes", t.out.size()}, {"stdout_sha256", sha256_hex(t.out)}};
+    return Json{{"outcome", t.outcome.to_json()}, {"stdout_bytes", t.out.size()}, {"stdout_sha256", sha256_hex(t.out)},
+                {"landed", t.landing.landed.has_value()}};
   });
 }
 
@@ -399,12 +476,14 @@ Result<void> Session::finish(std::string_view how, Json body) {
   return removed;
 }
 
-Result<exec::WriteBackReport> Session::close(bool write_back) {
+Result<exec::WriteBackReport> Session::close(bool write_back, const CloseCause& cause) {
   std::unique_lock lk(mu_);
   if (killed_) return fail(Code::SessionKilled, fmt::format("the session was killed ({})", kill_reason_));
   if (ended_) return fail(Code::SessionClosed, "the session is closed");
   exec::WriteBackReport rep;
-  Json body = {{"write_back", write_back}};
+  Json body = {{"write_back", write_back}, {"reason", cause.reason}};
+  if (!cause.signal.empty()) body["signal"] = cause.signal;
+  if (write_back) body["mode"] = policy::to_string(policy_.write_back);
   if (write_back && workspace_) {
     auto wb = exec::write_back(dirs_.view, *workspace_, manifest_, exec::view_rules(plan_));
     if (!wb) {
@@ -417,6 +496,44 @@ Result<exec::WriteBackReport> Session::close(bool write_back) {
   }
   TRY(finish("closed", body));
   return rep;
+}
+
+namespace {
+constexpr const char* kKillRequest = "/operator-kill";           // the request: who asked
+constexpr const char* kKillListener = "/operator-kill.listens";  // the owner takes SIGUSR1
+}  // namespace
+
+Result<void> Session::listen_for_operator_kill() {
+  return write_file_atomic(dirs_.root + kKillListener, "SIGUSR1\n", 0600);
+}
+
+std::optional<std::string> Session::operator_kill_requested() const {
+  auto who = airlock::read_file(dirs_.root + kKillRequest);
+  if (!who) return std::nullopt;
+  std::string reason = who->substr(0, 200);
+  while (!reason.empty() && (reason.back() == '\n' || reason.back() == ' ')) reason.pop_back();
+  return reason.empty() ? "operator kill" : reason;
+}
+
+Result<pid_t> request_operator_kill(const std::string& state_dir, const std::string& id, const std::string& who) {
+  // An id names a directory: nothing but what random_id makes may reach the path.
+  if (id.empty() || id.size() > 64 || id.find_first_not_of("0123456789abcdef") != std::string::npos)
+    return fail(Code::SessionUnknown, fmt::format("\"{}\" is not a session id", id.substr(0, 80)));
+  std::string root = state_dir + "/sessions/" + id;
+  auto owner = exec::live_session_owner(root);
+  if (!owner)
+    return fail(Code::SessionUnknown, fmt::format("no running session {} in {}", id, state_dir),
+                {{"session", id}, {"state_dir", state_dir}});
+  struct stat st{};
+  if (::stat((root + kKillListener).c_str(), &st) < 0)
+    return fail(Code::ConfigError,
+                fmt::format("session {} is owned by pid {}, which takes no operator kill (`airlock mcp` and "
+                            "`airlock session` do; a server's session is killed through its API)",
+                            id, *owner),
+                {{"session", id}, {"pid", *owner}});
+  TRY(write_file_atomic(root + kKillRequest, who + "\n", 0600));
+  if (::kill(*owner, SIGUSR1) < 0) return fail_errno(Code::ConfigError, fmt::format("signal pid {}", *owner), errno);
+  return *owner;
 }
 
 Result<void> Session::kill(std::string_view why) {

@@ -42,15 +42,46 @@ struct SessionOptions {
   size_t vm_pool = 0;
 };
 
-// What run_tool returns: the tool's exit and its captured output.
+// Where an action's changes stand (write_file, run_tool). Under write_back "immediate" they
+// were written back to the workspace as the action completed: `landed` says what crossed and
+// what was refused, `failed` why the write-back could not run. Under "on_close" they are in the
+// session's view and land when the session closes normally (never when it is killed).
+struct Landing {
+  policy::WriteBack mode = policy::WriteBack::OnClose;
+  std::optional<exec::WriteBackReport> landed;
+  std::optional<Error> failed;
+  Json to_json() const;
+};
+
+// What write_file returns: the file in the view, and where that change stands.
+struct FileWriteResult : FileWritten {
+  Landing landing;
+};
+
+// What run_tool returns: the tool's exit, its captured output, and where its changes stand.
 struct ToolResult {
   exec::RunOutcome outcome;
   std::string out, err;
+  Landing landing;
   Json to_json() const;
+};
+
+// Why a session closed normally, for its session.close receipt: who asked ("close request",
+// "end of input") and the signal that asked, if one did ("SIGTERM").
+struct CloseCause {
+  std::string reason = "close request";
+  std::string signal;
 };
 
 // Where receipts for a refused open go when no session exists: the same directory.
 std::string receipts_dir(const std::string& state_dir);
+
+// Asks the process that owns session `id` in `state_dir` to pull its kill switch (see
+// Session::listen_for_operator_kill); `who` goes into the session.close receipt. Refused with
+// AIRLOCK_SESSION_UNKNOWN when no live process owns such a session, AIRLOCK_CONFIG_ERROR when
+// its owner takes no operator kill. Returns at once; the session ends as soon as its owner
+// sees the request (a running tool is stopped first).
+Result<pid_t> request_operator_kill(const std::string& state_dir, const std::string& id, const std::string& who);
 
 class Session {
  public:
@@ -81,7 +112,9 @@ class Session {
   // switch), more than max_actions_per_minute in the last minute with AIRLOCK_RATE_LIMITED.
   Result<FileRead> read_file(const std::string& path, uint64_t offset = 0,
                              std::optional<uint64_t> length = std::nullopt);
-  Result<FileWritten> write_file(const std::string& path, std::string_view data);
+  // Under write_back "immediate", write_file and run_tool land their changes as they complete
+  // (one write_back receipt each); what landed stays landed whatever happens to the session.
+  Result<FileWriteResult> write_file(const std::string& path, std::string_view data);
   Result<Listing> list_dir(const std::string& path);
   Result<egress::FetchResponse> http_fetch(const egress::FetchRequest& req);
   // Runs a declared tool: its argv prefix, plus `args` only when the tool allows them, on the
@@ -107,14 +140,27 @@ class Session {
   PathGuard& path_guard() { return *guard_; }
 
   // Ends the session: writes back when `write_back` (the caller decides what success is),
-  // records session.close with what was written back and what was refused, removes the view.
-  Result<exec::WriteBackReport> close(bool write_back);
+  // records session.close with what was written back, what was refused, and `cause`; removes
+  // the view.
+  Result<exec::WriteBackReport> close(bool write_back, const CloseCause& cause = {});
+  // A budget that ran out while no action was asked for is spent all the same: the kill switch
+  // (session.close how=killed, reason "budget exhausted") and AIRLOCK_BUDGET_EXHAUSTED. For
+  // a verb to call before it closes a session that idled.
+  Result<void> enforce_budget();
   // The kill switch, safe from any thread: a running tool is killed through its executor,
   // every later action is AIRLOCK_SESSION_KILLED, nothing is written back; session.close
   // records it (after the running action returns, if one is running).
   Result<void> kill(std::string_view why = "kill switch");
   // Asks a running command to stop, from any thread; the caller then closes or kills.
   void interrupt() { executor_->stop(); }
+
+  // The operator's kill (`airlock session kill ID`) reaches the process that owns a session
+  // through the session's directory: a request file, then SIGUSR1 to the owner. Only an owner
+  // that said it listens (it takes SIGUSR1 from a signalfd) is signalled; a SIGUSR1 without a
+  // request does nothing.
+  Result<void> listen_for_operator_kill();
+  // The request's reason ("operator kill by uid N"), when one was made.
+  std::optional<std::string> operator_kill_requested() const;
 
  private:
   Session(std::string id, plan::ExecutionPlan plan, exec::SessionDirs dirs, ledger::ReceiptLog receipts)
@@ -127,6 +173,12 @@ class Session {
   Result<T> record(std::string_view kind, const Json& args, Result<T> r,
                    std::chrono::steady_clock::time_point started, const std::function<Json(const T&)>& summary);
   uint64_t spent_ms() const;
+  // Under write_back "immediate": writes the view's changes back now, records write_back, and
+  // moves the manifest on so that later landings (and close) see only later changes. Runs
+  // while the action is in flight, so a kill waits for it before the view goes.
+  Landing land(std::string_view after);
+  // The budget as kill switch (mu_ held): marks the session killed and ends it.
+  Error exhaust_budget(uint64_t budget_ms, uint64_t spent);
 
   std::string id_;
   plan::ExecutionPlan plan_;

@@ -1,6 +1,8 @@
 // `airlock mcp --policy FILE`: an MCP server over stdio (JSON-RPC 2.0, one message per line) over one session.
 #include <signal.h>
+#include <string.h>
 
+#include <atomic>
 #include <cstdio>
 #include <thread>
 
@@ -17,41 +19,85 @@ struct McpOptions : SessionCliOptions {
   size_t vm_pool = 0;
 };
 
-int mcp_verb(Globals& g, McpOptions& o) {
-  auto start = prepare_session(g, o.defaults, o.policy_file);
-  if (!start) return refuse(start.error(), false);
-  sigset_t mask = block_stop_signals();
-  ::signal(SIGPIPE, SIG_IGN);  // a client that went away is an end of input, not a crash
-
-  broker::SessionOptions so(start->state_dir, start->profile, o.workspace);
-  so.vm_pool = o.vm_pool;
-  auto session = broker::Session::open(start->policy, start->facts, so);
-  if (!session) return refuse(session.error(), false);
-  auto& s = **session;
-  // stdout carries only MCP messages; what a person needs goes to stderr (clients log it).
-  std::fprintf(stderr, "airlock mcp: session %s on %s (tier %d), receipts %s\n", s.id().c_str(),
-               std::string(policy::to_string(s.plan().executor)).c_str(), s.plan().tier, s.receipts_path().c_str());
-  server::McpServer mcp(s, start->policy);
-
-  // A stop signal is the kill switch, even while a tool runs: nothing is written back.
+// Answers messages from stdin until it ends; a stop signal also ends it when `on_signal` says so.
+void serve_stdio(server::McpServer& mcp, broker::Session* s, const sigset_t& mask,
+                 const std::function<bool(int)>& on_signal) {
   Inbox inbox;
-  std::thread reader = start_line_reader(inbox, mask, [](const std::string&) {}, [&] { (void)s.kill("signal"); });
+  std::atomic<bool> stopping = false;
+  std::thread reader = start_line_reader(inbox, mask, [](const std::string&) {}, [&](int sig) {
+    bool stop = on_signal(sig);
+    if (stop) stopping = true;
+    return stop;
+  });
   while (auto line = inbox.pop()) {
+    if (stopping) break;  // the client asked the server to end: what it queued is not answered
     auto msg = parse_json(*line, Code::ProtocolError, "the message");
     if (!msg) {
-      (void)s.note_refusal("protocol.refused", Json{{"line_sha256", sha256_hex(*line)}}, msg.error());
+      if (s) (void)s->note_refusal("protocol.refused", Json{{"line_sha256", sha256_hex(*line)}}, msg.error());
       emit_line(server::rpc_error(nullptr, server::kParseError, msg.error().message));
       continue;
     }
     if (auto reply = mcp.handle(*msg)) emit_line(*reply);
   }
   reader.join();
-  // End of input is the client closing: the session closes and writes back (a signal killed it instead).
-  if (!s.killed()) {
-    auto closed = s.close(true);
-    if (!closed) return refuse(closed.error(), false);
-    std::fprintf(stderr, "airlock mcp: closed; written back: %s\n", closed->to_json().dump().c_str());
+}
+
+// A session that could not open still speaks MCP: the client shows the reason on every call
+// instead of a closed connection. Ends with stdin or a stop signal; the exit status says refused.
+int serve_unavailable(const Error& why, const sigset_t& mask) {
+  (void)refuse(why, false);
+  server::McpServer mcp(why);
+  serve_stdio(mcp, nullptr, mask, [](int sig) { return sig != SIGUSR1; });
+  return kRefusedExit;
+}
+
+int mcp_verb(Globals& g, McpOptions& o) {
+  // Before any thread starts, so that every signal below reaches the reader's signalfd.
+  sigset_t mask = block_stop_signals(true);
+  ::signal(SIGPIPE, SIG_IGN);  // a client that went away is an end of input, not a crash
+  auto start = prepare_session(g, o.defaults, o.policy_file);
+  if (!start) return serve_unavailable(start.error(), mask);
+
+  broker::SessionOptions so(start->state_dir, start->profile, o.workspace);
+  so.vm_pool = o.vm_pool;
+  auto session = broker::Session::open(start->policy, start->facts, so);
+  if (!session) return serve_unavailable(session.error(), mask);
+  auto& s = **session;
+  if (auto listening = s.listen_for_operator_kill(); !listening)
+    std::fprintf(stderr, "airlock mcp: `airlock session kill` cannot reach this session: %s\n",
+                 listening.error().message.c_str());
+  // stdout carries only MCP messages; what a person needs goes to stderr (clients log it).
+  std::fprintf(stderr, "airlock mcp: session %s on %s (tier %d), write-back %s, receipts %s\n", s.id().c_str(),
+               std::string(policy::to_string(s.plan().executor)).c_str(), s.plan().tier,
+               std::string(policy::to_string(start->policy.write_back)).c_str(), s.receipts_path().c_str());
+  server::McpServer mcp(s, start->policy);
+
+  // How MCP clients end a stdio server: close its stdin, then SIGTERM, then SIGKILL. Closing
+  // stdin, SIGTERM, SIGHUP and SIGINT are a normal close: a running tool is stopped, the session
+  // writes back under the policy's rules and records which signal asked. The kill switch is the
+  // operator's (`airlock session kill`, SIGUSR1 with a request in the session's directory) or a
+  // spent budget; SIGKILL leaves nothing written back and the next start sweeps the view.
+  broker::CloseCause cause{"end of input", ""};
+  serve_stdio(mcp, &s, mask, [&](int sig) {
+    if (sig == SIGUSR1) {
+      auto who = s.operator_kill_requested();
+      if (!who) return false;  // a SIGUSR1 nobody asked for through the session's directory
+      (void)s.kill(*who);
+      return true;
+    }
+    cause = {"signal", std::string("SIG") + ::sigabbrev_np(sig)};
+    s.interrupt();
+    return true;
+  });
+  (void)s.enforce_budget();  // a budget spent while the client idled is the kill switch too
+  if (s.ended()) {            // killed by the operator or a spent budget: session.close says so
+    std::fprintf(stderr, "airlock mcp: session killed; nothing more written back\n");
+    return 0;
   }
+  auto closed = s.close(true, cause);
+  if (!closed) return refuse(closed.error(), false);
+  std::fprintf(stderr, "airlock mcp: closed (%s%s%s); written back: %s\n", cause.reason.c_str(),
+               cause.signal.empty() ? "" : " ", cause.signal.c_str(), closed->to_json().dump().c_str());
   return 0;
 }
 

@@ -1,6 +1,9 @@
 // `airlock session --policy FILE`: the action protocol over a pipe, one JSON line each way.
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <thread>
 
@@ -22,7 +25,7 @@ struct SessionVerbOptions : SessionCliOptions {
 int session_verb(Globals& g, SessionVerbOptions& o) {
   auto start = prepare_session(g, o.defaults, o.policy_file);
   if (!start) return refuse(start.error(), g.json);
-  sigset_t mask = block_stop_signals();
+  sigset_t mask = block_stop_signals(true);
   ::signal(SIGPIPE, SIG_IGN);  // a reader that went away is an EOF, not a crash
 
   // A seat in the slot, as for `airlock run`: released with how the session ended.
@@ -40,6 +43,7 @@ int session_verb(Globals& g, SessionVerbOptions& o) {
     return refuse(session.error(), false);
   }
   auto& s = **session;
+  (void)s.listen_for_operator_kill();
   (void)seat.record_enforcement(std::string(policy::to_string(s.plan().executor)), s.plan().tier,
                                 plan::to_json(start->facts));
   // The first line says what was enforced, before any action is read.
@@ -62,7 +66,15 @@ int session_verb(Globals& g, SessionVerbOptions& o) {
         auto req = Json::parse(line, nullptr, false);
         if (!req.is_discarded() && broker::request_action(req) == "kill") (void)s.kill();
       },
-      [&] { (void)s.kill("signal"); });
+      [&](int sig) {
+        if (sig == SIGUSR1) {  // `airlock session kill ID`, or a stray SIGUSR1 that asked for nothing
+          auto who = s.operator_kill_requested();
+          if (who) (void)s.kill(*who);
+          return who.has_value();
+        }
+        (void)s.kill("signal");
+        return true;
+      });
 
   while (auto line = inbox.pop()) {
     auto req = parse_json(*line, Code::ProtocolError, "the request");
@@ -84,15 +96,50 @@ int session_verb(Globals& g, SessionVerbOptions& o) {
   return 0;
 }
 
+// `airlock session kill ID`: the operator's kill switch for a session another airlock process
+// runs (`airlock mcp`, `airlock session`): waits until the session has ended.
+Result<int> kill_verb(Globals& g, const std::string& id) {
+  std::string state = TRY(resolve_state_dir(g.state_dir));
+  std::string who = fmt::format("operator kill (airlock session kill, uid {})", ::getuid());
+  pid_t pid = TRY(broker::request_operator_kill(state, id, who));
+  // The owner removes the session's directory when session.close is written.
+  std::string root = state + "/sessions/" + id;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  struct stat st{};
+  while (::lstat(root.c_str(), &st) == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  bool ended = ::lstat(root.c_str(), &st) < 0;
+  if (g.json)
+    std::printf("%s\n", Json{{"session", id}, {"pid", pid}, {"killed", ended}}.dump().c_str());
+  else
+    std::printf("session %s (pid %d): %s\n", id.c_str(), pid,
+                ended ? "killed; nothing more is written back" : "kill requested; the session has not ended yet");
+  return ended ? 0 : 1;
+}
+
 }  // namespace
 
 void add_session(CLI::App& app, Globals& g, Action& run) {
   static SessionVerbOptions o;
+  static std::string kill_id;
   auto* cmd = app.add_subcommand(
       "session", "open a broker session and speak the action protocol: JSON lines on stdin and stdout");
   add_session_options(cmd, o);
   cmd->add_option("--slot", o.slot, "the slot whose seat the session takes: NAME or MACHINE:NAME (default: default)");
-  cmd->callback([&g, &run] { run = [&g] { return session_verb(g, o); }; });
+  auto* kill = cmd->add_subcommand(
+      "kill", "the kill switch for a running `airlock mcp` or `airlock session` by its id: nothing more is written back");
+  kill->add_option("id", kill_id, "the session's id (its receipts file's name)")->required();
+  kill->callback([&g, &run] {
+    run = [&g] {
+      auto r = kill_verb(g, kill_id);
+      return r ? *r : refuse(r.error(), g.json);
+    };
+  });
+  // CLI11 runs a subcommand's callback before its parent's: `session kill` keeps its action.
+  cmd->callback([&g, &run, kill] {
+    if (kill->parsed()) return;
+    run = [&g] { return session_verb(g, o); };
+  });
 }
 
 CLI::Option* add_session_options(CLI::App* cmd, SessionCliOptions& o) {

@@ -77,12 +77,13 @@ Result<SessionStart> prepare_session(const Globals& g, const std::optional<std::
   return SessionStart{profile, std::move(state), std::move(pol), std::move(facts)};
 }
 
-sigset_t block_stop_signals() {
+sigset_t block_stop_signals(bool operator_kill) {
   sigset_t mask;
   sigemptyset(&mask);
   sigaddset(&mask, SIGINT);
   sigaddset(&mask, SIGTERM);
   sigaddset(&mask, SIGHUP);
+  if (operator_kill) sigaddset(&mask, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &mask, nullptr);
   return mask;
 }

@@ -54,6 +54,7 @@ Result<SessionStart> prepare_session(const Globals& g, const std::optional<std::
 
 // Blocks SIGINT, SIGTERM and SIGHUP in every thread (call before starting any): a thread then
 // takes them from a signalfd on the returned mask and stops the session.
-sigset_t block_stop_signals();
+// `operator_kill`: SIGUSR1 too, the cue of `airlock session kill` (Session::listen_for_operator_kill).
+sigset_t block_stop_signals(bool operator_kill = false);
 
 }  // namespace airlock::cli

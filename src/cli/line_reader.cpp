@@ -34,7 +34,7 @@ std::optional<std::string> Inbox::pop() {
 }
 
 std::thread start_line_reader(Inbox& inbox, const sigset_t& mask, std::function<void(const std::string&)> on_line,
-                              std::function<void()> on_signal) {
+                              std::function<bool(int)> on_signal) {
   auto sigfd = std::make_shared<UniqueFd>(::signalfd(-1, &mask, SFD_CLOEXEC));
   return std::thread([&inbox, sigfd, on_line = std::move(on_line), on_signal = std::move(on_signal)] {
     pollfd fds[2] = {{STDIN_FILENO, POLLIN, 0}, {sigfd->get(), POLLIN, 0}};
@@ -47,9 +47,9 @@ std::thread start_line_reader(Inbox& inbox, const sigset_t& mask, std::function<
       }
       if (fds[1].revents & POLLIN) {
         signalfd_siginfo si{};
-        (void)!::read(sigfd->get(), &si, sizeof si);
-        on_signal();
-        break;
+        if (::read(sigfd->get(), &si, sizeof si) != static_cast<ssize_t>(sizeof si)) continue;
+        if (on_signal(static_cast<int>(si.ssi_signo))) break;
+        continue;
       }
       if (!(fds[0].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       ssize_t n = ::read(STDIN_FILENO, chunk, sizeof chunk);

@@ -32,9 +32,11 @@ class Inbox {
 
 // Reads stdin until end of input or a signal in `mask` (blocked by block_stop_signals):
 // each non-blank line goes to `on_line` (on the reader thread, so it can act at once, e.g. on
-// a kill) and then to the inbox; a signal calls `on_signal`. Either end closes the inbox.
+// a kill) and then to the inbox; a signal calls `on_signal` with its number, which says
+// whether reading ends there (true) or goes on (a signal that asked for nothing). Either end
+// closes the inbox.
 std::thread start_line_reader(Inbox& inbox, const sigset_t& mask, std::function<void(const std::string&)> on_line,
-                              std::function<void()> on_signal);
+                              std::function<bool(int)> on_signal);
 
 // Writes one JSON value as one line on stdout and flushes (invalid UTF-8 replaced, never thrown).
 void emit_line(const Json& j);

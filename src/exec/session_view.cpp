@@ -115,6 +115,14 @@ std::vector<std::string> sweep_abandoned_sessions(const std::string& state_dir) 
   return swept;
 }
 
+std::optional<pid_t> live_session_owner(const std::string& root) {
+  auto owner = read_file(root + "/owner");
+  pid_t pid = 0;
+  if (!owner || std::sscanf(owner->c_str(), "%d", &pid) != 1 || pid <= 0) return std::nullopt;
+  if (process_identity(pid) != *owner) return std::nullopt;
+  return pid;
+}
+
 namespace {
 
 // The listed paths without those another listed path already covers ("." covers all).

@@ -1,6 +1,8 @@
 // The session view: a private copy of the workspace the command works on, and write-back.
 #pragma once
 
+#include <sys/types.h>
+
 #include <map>
 #include <optional>
 #include <string>
@@ -31,6 +33,10 @@ Result<void> remove_session_dirs(const SessionDirs& dirs);
 // SIGKILLed leaves its view behind) and returns their ids, so the caller can release what
 // else they held (their cgroups). Never touches a session whose owner is alive.
 std::vector<std::string> sweep_abandoned_sessions(const std::string& state_dir);
+
+// The pid of the process that owns the session directory `root` (its owner file), when that
+// very process (pid and start time) is alive; nullopt otherwise.
+std::optional<pid_t> live_session_owner(const std::string& root);
 
 // What the view held right after it was made: how write-back tells a change from none.
 struct ViewEntry {

@@ -63,6 +63,14 @@ std::string_view to_string(NetworkMode m) {
   return "unknown";
 }
 
+std::string_view to_string(WriteBack w) {
+  switch (w) {
+    case WriteBack::OnClose: return "on_close";
+    case WriteBack::Immediate: return "immediate";
+  }
+  return "unknown";
+}
+
 std::string_view to_string(Confinement c) {
   switch (c) {
     case Confinement::Engine: return "engine";
@@ -168,13 +176,14 @@ namespace {
 
 using Keys = std::span<const std::string_view>;
 
-constexpr std::array<std::string_view, 18> kTopKeys = {
+constexpr std::array<std::string_view, 19> kTopKeys = {
     "schema_version",  "task_id",      "workspace", "workload",     "tenancy",
     "executor",        "code_network", "egress",    "readable",     "write_back_paths",
     "read_only_paths", "tools",        "limits",    "denied_names", "agent",
-    "confinement",     "protected_paths", "writable_protected_paths"};
+    "confinement",     "protected_paths", "writable_protected_paths", "write_back"};
 constexpr std::array<std::string_view, 3> kAgentKeys = {"model", "resume", "continue"};
 constexpr std::array<Confinement, 2> kConfinements = {Confinement::Engine, Confinement::Vendor};
+constexpr std::array<WriteBack, 2> kWriteBacks = {WriteBack::OnClose, WriteBack::Immediate};
 constexpr std::array<std::string_view, 2> kCodeNetworkKeys = {"mode", "rules"};
 constexpr std::array<std::string_view, 5> kEgressKeys = {"host", "cidr", "ports", "schemes", "allow_private"};
 constexpr std::array<std::string_view, 7> kToolKeys = {"name",     "argv", "allow_args",      "timeout_seconds",
@@ -740,6 +749,7 @@ Result<TaskPolicy> parse_layer(const Json& doc, const TaskPolicy& base, bool wor
       return invalid("$.confinement",
                      "confinement is a worker setting: only the worker's defaults (--defaults) may set it");
   }
+  if (doc.contains("write_back")) p.write_back = TRY(get_enum(doc["write_back"], "$.write_back", kWriteBacks));
   return p;
 }
 
@@ -847,6 +857,7 @@ Json to_json(const TaskPolicy& p) {
   }
   if (!added.empty()) j["protected_paths"] = to_json(added);
   if (!p.writable_protected_paths.empty()) j["writable_protected_paths"] = p.writable_protected_paths;
+  if (p.write_back != WriteBack::OnClose) j["write_back"] = to_string(p.write_back);
   return j;
 }
 

@@ -99,6 +99,12 @@ struct AgentPolicy {
 enum class Confinement { Engine, Vendor };
 std::string_view to_string(Confinement c);
 
+// When a session's changes reach the workspace: when it closes normally (on_close, the
+// default), or as each write_file and each tool run completes (immediate), for clients whose
+// end airlock cannot see. The same write-back rules and refusals apply either way.
+enum class WriteBack { OnClose, Immediate };
+std::string_view to_string(WriteBack w);
+
 struct TaskPolicy {
   std::string task_id = "default";
   std::optional<std::string> workspace;  // absolute, normalised
@@ -119,6 +125,7 @@ struct TaskPolicy {
   Limits limits;
   AgentPolicy agent;
   Confinement confinement = Confinement::Engine;
+  WriteBack write_back = WriteBack::OnClose;
 };
 
 // The built-in default: trusted toolchain, one tenant, executor auto, no egress,

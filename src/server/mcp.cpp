@@ -116,6 +116,15 @@ std::string explain_refusal(const Error& e, const policy::TaskPolicy& p, const p
   return text;
 }
 
+std::string explain_unavailable(const Error& e) {
+  std::string text = fmt::format(
+      "airlock could not start this session, so no action can run: {}: {}. Nothing was read, written or run. "
+      "The operator must fix the policy or the host and restart the MCP server; tell the user this reason.",
+      to_name(e.code), e.message);
+  if (!e.facts.empty()) text += " Facts: " + e.facts.dump(-1, ' ', false, Json::error_handler_t::replace);
+  return text;
+}
+
 std::string McpServer::declared_name(const policy::Tool& t) const {
   for (auto b : kBuiltins)
     if (t.name == b) return "run_" + t.name;
@@ -125,6 +134,13 @@ std::string McpServer::declared_name(const policy::Tool& t) const {
 Json McpServer::tools() const {
   Json path = {{"type", "string"}, {"description", "workspace-relative path"}};
   Json list = Json::array();
+  if (unavailable_) {
+    // The built-in tools, each saying why it cannot run: a model that calls one reads the reason.
+    std::string why = fmt::format("Unavailable: {}", explain_unavailable(*unavailable_));
+    for (auto b : kBuiltins)
+      list.push_back({{"name", b}, {"description", why}, {"inputSchema", {{"type", "object"}}}});
+    return {{"tools", list}};
+  }
   list.push_back({{"name", "read_file"},
                   {"description", fmt::format("Read a file in the task's workspace. Readable: {}.", prefixes(policy_.readable))},
                   {"inputSchema", object_schema({{"path", path},
@@ -132,9 +148,12 @@ Json McpServer::tools() const {
                                                  {"length", {{"type", "integer"}, {"minimum", 0}}}},
                                                 {"path"})}});
   list.push_back({{"name", "write_file"},
-                  {"description", fmt::format("Write a whole file in the task's workspace (kept when the session "
-                                              "ends normally). Writable: {}.",
-                                              prefixes(policy_.write_back_paths))},
+                  {"description",
+                   fmt::format("Write a whole file in the task's workspace ({}). Writable: {}.",
+                               policy_.write_back == policy::WriteBack::Immediate
+                                   ? "it lands in the workspace as soon as it is written"
+                                   : "it lands in the workspace when the session ends normally",
+                               prefixes(policy_.write_back_paths))},
                   {"inputSchema", object_schema({{"path", path}, {"content", {{"type", "string"}}}}, {"path", "content"})}});
   list.push_back({{"name", "list_dir"},
                   {"description", "List a directory in the task's workspace."},
@@ -171,6 +190,7 @@ Json McpServer::call_tool(const Json& params, int& rpc_code, std::string& rpc_me
   std::string name = params["name"];
   Json args = params.value("arguments", Json::object());
   if (args.is_null()) args = Json::object();
+  if (unavailable_) return text_result(explain_unavailable(*unavailable_), true);
   Json request;
   if (std::find(std::begin(kBuiltins), std::end(kBuiltins), name) != std::end(kBuiltins)) {
     request = {{"action", name}};
@@ -185,17 +205,17 @@ Json McpServer::call_tool(const Json& params, int& rpc_code, std::string& rpc_me
     request = {{"action", "run_tool"}, {"tool", t->name}};
   }
   if (!args.is_object())
-    return text_result(explain_refusal(Error{Code::ProtocolError, "arguments must be an object"}, policy_, s_.plan()), true);
+    return text_result(explain_refusal(Error{Code::ProtocolError, "arguments must be an object"}, policy_, s_->plan()), true);
   for (const auto& [k, v] : args.items()) {
     if (request.contains(k) || k == "id") {  // the tool's name decides the action, never an argument
       Error e{Code::ProtocolError, fmt::format("\"{}\" is not an argument of {}", k, name), {{"path", "$." + k}}};
-      (void)s_.note_refusal("protocol.refused", args, e);
-      return text_result(explain_refusal(e, policy_, s_.plan()), true);
+      (void)s_->note_refusal("protocol.refused", args, e);
+      return text_result(explain_refusal(e, policy_, s_->plan()), true);
     }
     request[k] = v;
   }
-  Json resp = broker::handle_request(s_, request);
-  if (!resp["ok"].get<bool>()) return text_result(explain_refusal(answer_error(resp["error"]), policy_, s_.plan()), true);
+  Json resp = broker::handle_request(*s_, request);
+  if (!resp["ok"].get<bool>()) return text_result(explain_refusal(answer_error(resp["error"]), policy_, s_->plan()), true);
   const Json& result = resp["result"];
   std::string text = name == "read_file" && result.contains("content")
                          ? result["content"].get<std::string>()
@@ -226,12 +246,14 @@ Json McpServer::handle_one(const Json& m, bool& answered) {
     std::string_view revision = kMcpRevisions[0];
     for (auto r : kMcpRevisions)
       if (asked == r) revision = r;
+    std::string instructions =
+        unavailable_ ? explain_unavailable(*unavailable_)
+                     : "Every tool acts through an airlock session under the task's policy; each call is checked, "
+                       "recorded, and refused with a reason when the policy does not allow it.";
     return ok({{"protocolVersion", revision},
                {"capabilities", {{"tools", {{"listChanged", false}}}}},
                {"serverInfo", {{"name", "airlock"}, {"version", "0.1.0"}}},
-               {"instructions",
-                "Every tool acts through an airlock session under the task's policy; each call is checked, "
-                "recorded, and refused with a reason when the policy does not allow it."}});
+               {"instructions", instructions}});
   }
   if (method == "ping") return ok(Json::object());
   if (method == "tools/list") return ok(tools());

@@ -22,7 +22,11 @@ inline constexpr int kParseError = -32700, kInvalidRequest = -32600, kMethodNotF
 // declared; "run_" + name if that collides with one of the four). The session outlives this.
 class McpServer {
  public:
-  McpServer(broker::Session& s, policy::TaskPolicy policy) : s_(s), policy_(std::move(policy)) {}
+  McpServer(broker::Session& s, policy::TaskPolicy policy) : s_(&s), policy_(std::move(policy)) {}
+  // A server whose session could not open (the policy does not load, no executor can enforce
+  // it): it still answers initialize and ping, lists the built-in tools, and answers every
+  // tools/call with `why`, so the client shows the reason rather than a closed connection.
+  explicit McpServer(Error why) : s_(nullptr), unavailable_(std::move(why)) {}
   // One message (or a batch): its response, or nullopt for a notification or a response.
   std::optional<Json> handle(const Json& message);
   // The tools/list result.
@@ -33,13 +37,17 @@ class McpServer {
   Json call_tool(const Json& params, int& rpc_error, std::string& rpc_message);
   std::string declared_name(const policy::Tool& t) const;
 
-  broker::Session& s_;
+  broker::Session* s_;
   policy::TaskPolicy policy_;
+  std::optional<Error> unavailable_;
 };
 
 // What a model reads when the policy refuses: the code and message, what the policy allows
 // instead, and that another route to the same thing is refused too.
 std::string explain_refusal(const Error& e, const policy::TaskPolicy& policy, const plan::ExecutionPlan& plan);
+
+// What a model reads when the session could not open at all.
+std::string explain_unavailable(const Error& e);
 
 // A JSON-RPC error response.
 Json rpc_error(const Json& id, int code, const std::string& message);

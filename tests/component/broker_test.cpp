@@ -232,6 +232,50 @@ TEST_F(BrokerTest, ASpentBudgetRefusesThenKills) {
   EXPECT_FALSE(testing::exists(ws / "reports/r.txt"));  // killed: nothing written back
 }
 
+TEST_F(BrokerTest, ABudgetSpentWhileIdleIsEnforcedBeforeClose) {
+  FakeClock clock;
+  auto s = open(R"(, "limits": {"session_budget_seconds": 10})", clock.fn());
+  ASSERT_TRUE(s);
+  ASSERT_TRUE(s->write_file("reports/r.txt", "x"));
+  EXPECT_TRUE(s->enforce_budget());
+  clock.now += std::chrono::seconds(11);
+  auto spent = s->enforce_budget();
+  ASSERT_FALSE(spent);
+  EXPECT_EQ(spent.error().code, Code::BudgetExhausted);
+  auto c = s->close(true, {"end of input", ""});
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().code, Code::SessionKilled);
+  EXPECT_FALSE(testing::exists(ws / "reports/r.txt"));
+  auto rs = testing::read_receipts(s->receipts_path());
+  ASSERT_FALSE(rs.empty());
+  EXPECT_EQ(rs.back()["how"], "killed");
+  EXPECT_EQ(rs.back()["reason"], "budget exhausted");
+}
+
+TEST_F(BrokerTest, ImmediateWriteBackLandsAsEachActionCompletesAndOnlyOnce) {
+  auto s = open(R"(, "write_back": "immediate", "tools": [{"name": "rm", "argv": ["rm", "reports/r.txt"]}])");
+  ASSERT_TRUE(s);
+  auto w = s->write_file("reports/r.txt", "one");
+  ASSERT_TRUE(w) << w.error().message;
+  ASSERT_TRUE(w->landing.landed);
+  EXPECT_EQ(w->landing.landed->written, std::vector<std::string>{"reports/r.txt"});
+  EXPECT_EQ(must_read(ws / "reports/r.txt"), "one");
+  // Each landing writes what changed since the last one.
+  auto again = s->write_file("reports/r.txt", "two");
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->landing.landed->written, std::vector<std::string>{"reports/r.txt"});
+  EXPECT_EQ(must_read(ws / "reports/r.txt"), "two");
+  auto removed = s->run_tool("rm", {});
+  ASSERT_TRUE(removed) << removed.error().message;
+  ASSERT_TRUE(removed->landing.landed);
+  EXPECT_EQ(removed->landing.landed->deleted, std::vector<std::string>{"reports/r.txt"});
+  EXPECT_FALSE(testing::exists(ws / "reports/r.txt"));
+  auto closed = s->close(true);
+  ASSERT_TRUE(closed);
+  EXPECT_TRUE(closed->written.empty());  // everything had landed already
+  EXPECT_TRUE(closed->deleted.empty());
+}
+
 TEST_F(BrokerTest, KillRefusesEverythingAfterAndWritesNothingBack) {
   auto s = open();
   ASSERT_TRUE(s);

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -196,6 +197,139 @@ bool CliFixture::adopt_vm_verification(std::string* why) {
   std::ofstream(to) << record;
   (void)!::chown(to.c_str(), uid(), static_cast<gid_t>(-1));
   return true;
+}
+
+std::unique_ptr<Spawned> CliFixture::spawn(std::vector<std::string> argv, const std::map<std::string, std::string>& env) {
+  int in[2], out[2], err[2];
+  if (::pipe2(in, O_CLOEXEC) < 0 || ::pipe2(out, O_CLOEXEC) < 0 || ::pipe2(err, O_CLOEXEC) < 0)
+    throw std::runtime_error("pipe");
+  std::vector<std::string> envs = {"PATH=/usr/bin:/bin", "LANG=C.UTF-8"};
+  if (const char* cache = std::getenv("AIRLOCK_CACHE_DIR")) envs.push_back(std::string("AIRLOCK_CACHE_DIR=") + cache);
+  for (const auto& [k, v] : env) envs.push_back(k + "=" + v);
+  std::vector<char*> av, ev;
+  for (auto& a : argv) av.push_back(a.data());
+  av.push_back(nullptr);
+  for (auto& e : envs) ev.push_back(e.data());
+  ev.push_back(nullptr);
+  bool drop = id_ == Identity::Nobody;
+  std::string cwd = workspace_;
+  std::vector<std::string> join;
+  for (const auto& d : delegated_) join.push_back(d + "/cgroup.procs");
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(in[0], 0);
+    ::dup2(out[1], 1);
+    ::dup2(err[1], 2);
+    if (::chdir(cwd.c_str()) < 0) ::_exit(121);
+    for (const auto& procs : join) {
+      int fd = ::open(procs.c_str(), O_WRONLY | O_CLOEXEC);
+      if (fd < 0 || ::write(fd, "0", 1) != 1) ::_exit(124);
+      ::close(fd);
+    }
+    if (drop && (::setgroups(0, nullptr) < 0 || ::setresgid(kNobody, kNobody, kNobody) < 0 ||
+                 ::setresuid(kNobody, kNobody, kNobody) < 0))
+      ::_exit(122);
+    ::execve(av[0], av.data(), ev.data());
+    ::_exit(123);
+  }
+  ::close(in[0]);
+  ::close(out[1]);
+  ::close(err[1]);
+  return std::make_unique<Spawned>(pid, in[1], out[0], err[0]);
+}
+
+Spawned::~Spawned() {
+  if (!reaped_) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  for (int fd : {in_, out_, err_})
+    if (fd >= 0) ::close(fd);
+}
+
+bool Spawned::send(const std::string& text) {
+  if (in_ < 0) return false;
+  ::signal(SIGPIPE, SIG_IGN);
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(in_, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+void Spawned::close_stdin() {
+  if (in_ >= 0) ::close(in_);
+  in_ = -1;
+}
+
+void Spawned::drain_err(int timeout_ms) {
+  if (err_ < 0) return;
+  pollfd p = {err_, POLLIN, 0};
+  char buf[4096];
+  while (::poll(&p, 1, timeout_ms) > 0) {
+    ssize_t n = ::read(err_, buf, sizeof buf);
+    if (n <= 0) {
+      ::close(err_);
+      err_ = -1;
+      return;
+    }
+    err_buf_.append(buf, static_cast<size_t>(n));
+    timeout_ms = 0;
+  }
+}
+
+std::optional<std::string> Spawned::read_line(int timeout_seconds) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_seconds);
+  char buf[4096];
+  for (;;) {
+    if (auto nl = out_buf_.find('\n'); nl != std::string::npos) {
+      std::string line = out_buf_.substr(0, nl);
+      out_buf_.erase(0, nl + 1);
+      return line;
+    }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0 || out_ < 0) return std::nullopt;
+    drain_err(0);  // a child blocked on a full stderr pipe would never answer
+    pollfd p = {out_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 100))) <= 0) continue;
+    ssize_t n = ::read(out_, buf, sizeof buf);
+    if (n <= 0) {
+      ::close(out_);
+      out_ = -1;
+      continue;
+    }
+    out_buf_.append(buf, static_cast<size_t>(n));
+  }
+}
+
+void Spawned::signal(int sig) { ::kill(pid_, sig); }
+
+int Spawned::wait(int timeout_seconds) {
+  if (reaped_) return status_;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_seconds);
+  int st = 0;
+  for (;;) {
+    drain_err(10);
+    pid_t r = ::waitpid(pid_, &st, WNOHANG);
+    if (r == pid_) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, &st, 0);
+      break;
+    }
+  }
+  reaped_ = true;
+  drain_err(100);
+  status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return status_;
+}
+
+const std::string& Spawned::err() {
+  drain_err(0);
+  return err_buf_;
 }
 
 CliResult CliFixture::run_program(std::vector<std::string> argv, const std::string& input,

@@ -4,6 +4,7 @@
 #include <sys/types.h>
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,6 +36,34 @@ struct CliResult {
   std::string out, err;
 };
 
+// A program started by CliFixture::spawn, talked to over pipes while it runs. Killed (SIGKILL)
+// and reaped on destruction if still running.
+class Spawned {
+ public:
+  Spawned(pid_t pid, int in, int out, int err) : pid_(pid), in_(in), out_(out), err_(err) {}
+  Spawned(const Spawned&) = delete;
+  ~Spawned();
+  pid_t pid() const { return pid_; }
+  // Writes `text` to its stdin; false when it is closed.
+  bool send(const std::string& text);
+  void close_stdin();
+  // The next line of its stdout (without the newline), or nullopt at end or after `timeout_seconds`.
+  std::optional<std::string> read_line(int timeout_seconds = 60);
+  void signal(int sig);
+  // Waits for it to end (SIGKILL after `timeout_seconds`): exit code, or 128 + signal.
+  int wait(int timeout_seconds = 60);
+  // Its stderr so far (all of it once wait returned).
+  const std::string& err();
+
+ private:
+  void drain_err(int timeout_ms);
+  pid_t pid_;
+  int in_, out_, err_;
+  std::string out_buf_, err_buf_;
+  bool reaped_ = false;
+  int status_ = -1;
+};
+
 // One place a test runs airlock from: a copy of the binary and a state directory that
 // the identity can use, and a workspace owned by it.
 class CliFixture {
@@ -57,6 +86,8 @@ class CliFixture {
   CliResult run_program(std::vector<std::string> argv, const std::string& input = "",
                         const std::map<std::string, std::string>& env = {}, int timeout_seconds = 60,
                         void (*on_start)(pid_t) = nullptr);
+  // Starts `argv` (argv[0] absolute) as the identity with pipes on stdin, stdout and stderr.
+  std::unique_ptr<Spawned> spawn(std::vector<std::string> argv, const std::map<std::string, std::string>& env = {});
   // Makes the microvm tier available to this fixture's state directory: copies the record of the
   // `airlock vm verify` that CTest's vm_verified fixture ran on this host with this image
   // ($AIRLOCK_CACHE_DIR/verify/vm-verified.json). False, with why, when there is none.

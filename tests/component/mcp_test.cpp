@@ -3,7 +3,11 @@
 
 #include <map>
 #include <nlohmann/json.hpp>
+#include <signal.h>
+
+#include <filesystem>
 #include <sstream>
+#include <thread>
 
 #include "cli_support.h"
 #include "server/mcp.h"
@@ -133,7 +137,282 @@ TEST_F(Mcp, OfficialTypeScriptSdkDrivesIt) {
   EXPECT_NE(why.find("do not try to work around it"), std::string::npos) << why;
   EXPECT_EQ(out["tool"]["structuredContent"]["stdout"], "12 src/app.py\n") << out["tool"].dump();
   EXPECT_EQ(out["unknown"]["code"], -32602) << out["unknown"].dump();
+  EXPECT_EQ(out["wrote"]["structuredContent"]["write_back"]["mode"], "on_close") << out["wrote"].dump();
+  // The SDK's close ended the session normally (stdin closed, before any signal) and it wrote back.
+  EXPECT_LT(out["close_ms"].get<int>(), 2000) << "the SDK had to signal the server";
+  EXPECT_EQ(read_text(f->workspace() + "/reports/sdk.txt"), "sdk\n");
+  auto files = f->receipts();
+  ASSERT_EQ(files.size(), 1u);
+  auto close = read_receipts(files[0]).back();
+  EXPECT_EQ(close["how"], "closed") << close.dump();
+  EXPECT_EQ(close["reason"], "end of input");
+  EXPECT_EQ(close["written_back"]["written"], Json::array({"reports/sdk.txt"}));
 }
+
+// ---------------------------------------------------------------- how an MCP session ends
+
+// `airlock mcp` driven over live pipes, as an MCP client drives it, as each identity.
+class McpShutdown : public ::testing::TestWithParam<Identity> {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!identity_available(GetParam(), &why)) GTEST_SKIP() << why;
+    f = std::make_unique<CliFixture>(GetParam());
+    f->put("src/app.py", "print('hi')\n");
+  }
+  std::string policy(const std::string& extra = "") {
+    return f->write_policy(R"({"schema_version": "airlock.task_policy.v1", "readable": ["src", "reports"],
+      "write_back_paths": ["reports"], "tools": [{"name": "make", "argv": ["sh", "-c", "echo made > reports/made.txt"]}]
+      )" + extra + "}");
+  }
+  // Starts `airlock mcp`, initializes, and writes reports/r.txt; false (and a skip) when no
+  // executor can run the policy here.
+  bool start(const std::string& pol) {
+    p = f->spawn({f->binary(), "--state-dir", f->state_dir(), "mcp", "--policy", pol, "--workspace", f->workspace()});
+    auto init = ask(rpc(1, "initialize", {{"protocolVersion", "2025-06-18"}, {"capabilities", Json::object()},
+                                          {"clientInfo", {{"name", "test"}, {"version", "1"}}}}));
+    if (init.is_null()) {
+      ADD_FAILURE() << "no answer to initialize; status " << p->wait() << ": " << p->err();
+      return false;
+    }
+    // A session that could not open still answers, with the reason.
+    std::string instructions = init["result"].value("instructions", "");
+    if (instructions.find("could not start") != std::string::npos) {
+      if (instructions.find("AIRLOCK_EXECUTOR_UNAVAILABLE") == std::string::npos || require_all_tiers())
+        ADD_FAILURE() << instructions;
+      return false;
+    }
+    written = ask(call(2, "write_file", {{"path", "reports/r.txt"}, {"content", "done\n"}}));
+    EXPECT_EQ(written["result"]["isError"], false) << written.dump();
+    return true;
+  }
+  Json ask(const std::string& message) {
+    if (!p->send(message)) return nullptr;
+    auto line = p->read_line(60);
+    return line ? Json::parse(*line) : Json(nullptr);
+  }
+  std::string session_id() {
+    auto files = f->receipts();
+    EXPECT_EQ(files.size(), 1u);
+    return files.empty() ? "" : std::filesystem::path(files[0]).stem().string();
+  }
+  std::vector<Json> receipts() {
+    auto files = f->receipts();
+    EXPECT_EQ(files.size(), 1u);
+    return files.empty() ? std::vector<Json>{} : read_receipts(files[0]);
+  }
+  // The session.close receipt (and that the chain verifies), or null when there is none.
+  Json close_receipt() {
+    auto rs = receipts();
+    auto files = f->receipts();
+    if (!files.empty()) {
+      EXPECT_EQ(f->run({"receipts", "verify", files[0]}).status, 0);
+    }
+    return !rs.empty() && rs.back()["kind"] == "session.close" ? rs.back() : Json(nullptr);
+  }
+  bool landed(const std::string& rel) { return exists(f->workspace() + "/" + rel); }
+  // Ends the session with `sig` and checks it closed normally and wrote back, saying which signal.
+  void expect_signal_closes(int sig, const std::string& name) {
+    ASSERT_FALSE(landed("reports/r.txt"));  // on_close: not before the session closes
+    p->signal(sig);
+    EXPECT_EQ(p->wait(), 0) << p->err();
+    EXPECT_EQ(read_text(f->workspace() + "/reports/r.txt"), "done\n");
+    Json close = close_receipt();
+    EXPECT_EQ(close["how"], "closed") << close.dump();
+    EXPECT_EQ(close["reason"], "signal");
+    EXPECT_EQ(close["signal"], name);
+    EXPECT_EQ(close["write_back"], true);
+    EXPECT_EQ(close["written_back"]["written"], Json::array({"reports/r.txt"})) << close.dump();
+    EXPECT_NE(p->err().find("closed (signal " + name + ")"), std::string::npos) << p->err();
+  }
+  std::unique_ptr<CliFixture> f;
+  std::unique_ptr<Spawned> p;
+  Json written;
+};
+
+TEST_P(McpShutdown, ClosingStdinClosesTheSessionAndWritesBack) {
+  if (!start(policy())) GTEST_SKIP() << "no executor for the policy here";
+  // What the client saw: the change is in the view and lands at close.
+  Json wb = written["result"]["structuredContent"]["write_back"];
+  EXPECT_EQ(wb["mode"], "on_close") << written.dump();
+  EXPECT_EQ(wb["landed"], false);
+  EXPECT_NE(written["result"]["content"][0]["text"].get<std::string>().find("when the session closes normally"),
+            std::string::npos);
+  p->close_stdin();
+  EXPECT_EQ(p->wait(), 0) << p->err();
+  EXPECT_EQ(read_text(f->workspace() + "/reports/r.txt"), "done\n");
+  Json close = close_receipt();
+  EXPECT_EQ(close["how"], "closed") << close.dump();
+  EXPECT_EQ(close["reason"], "end of input");
+  EXPECT_FALSE(close.contains("signal"));
+  EXPECT_EQ(close["written_back"]["written"], Json::array({"reports/r.txt"}));
+}
+
+TEST_P(McpShutdown, SigtermIsANormalClose) {
+  if (!start(policy())) GTEST_SKIP() << "no executor for the policy here";
+  expect_signal_closes(SIGTERM, "SIGTERM");
+}
+
+TEST_P(McpShutdown, SighupIsANormalClose) {
+  if (!start(policy())) GTEST_SKIP() << "no executor for the policy here";
+  expect_signal_closes(SIGHUP, "SIGHUP");
+}
+
+// Claude Code ends its MCP servers with SIGINT, then SIGTERM 100 ms later, then SIGKILL.
+TEST_P(McpShutdown, SigintIsANormalClose) {
+  if (!start(policy())) GTEST_SKIP() << "no executor for the policy here";
+  expect_signal_closes(SIGINT, "SIGINT");
+}
+
+// A client that signals while a tool runs gets a prompt close: the tool is stopped, what was
+// written before lands, and the client's SIGKILL (500 ms later for Claude Code) finds it gone.
+TEST_P(McpShutdown, SigtermWhileAToolRunsStopsItAndStillWritesBack) {
+  std::string pol = f->write_policy(R"({"schema_version": "airlock.task_policy.v1", "readable": ["src", "reports"],
+      "write_back_paths": ["reports"], "tools": [{"name": "slow", "argv": ["sleep", "3607"], "timeout_seconds": 3600}]})");
+  if (!start(pol)) GTEST_SKIP() << "no executor for the policy here";
+  ASSERT_TRUE(p->send(call(3, "slow", Json::object())));
+  auto started = std::chrono::steady_clock::now();
+  bool running = false;
+  for (int i = 0; i < 600 && !running; ++i) {
+    for (const auto& proc : live_processes()) running = running || proc.cmdline == "/usr/bin/sleep 3607 ";
+    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(running) << "the tool never started";
+  auto signalled = std::chrono::steady_clock::now();
+  p->signal(SIGTERM);
+  EXPECT_EQ(p->wait(), 0) << p->err();
+  EXPECT_LT(std::chrono::steady_clock::now() - signalled, std::chrono::seconds(5));
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(60));
+  EXPECT_EQ(read_text(f->workspace() + "/reports/r.txt"), "done\n");
+  Json close = close_receipt();
+  EXPECT_EQ(close["how"], "closed") << close.dump();
+  EXPECT_EQ(close["signal"], "SIGTERM");
+  for (const auto& proc : live_processes())
+    EXPECT_NE(proc.cmdline, "/usr/bin/sleep 3607 ") << "the tool outlived the session";
+}
+
+TEST_P(McpShutdown, SigkillWritesNothingBackAndTheNextStartSweeps) {
+  if (!start(policy())) GTEST_SKIP() << "no executor for the policy here";
+  std::string id = session_id();
+  p->signal(SIGKILL);
+  EXPECT_EQ(p->wait(), 128 + SIGKILL);
+  EXPECT_FALSE(landed("reports/r.txt"));
+  EXPECT_TRUE(close_receipt().is_null()) << "a SIGKILLed server records nothing more";
+  EXPECT_TRUE(exists(f->state_dir() + "/sessions/" + id + "/view/reports/r.txt"));
+  // The next airlock to open a session in this state directory removes what was left.
+  auto next = f->run({"mcp", "--policy", policy(), "--workspace", f->workspace()});
+  EXPECT_EQ(next.status, 0) << next.err;
+  EXPECT_FALSE(exists(f->state_dir() + "/sessions/" + id));
+  EXPECT_FALSE(landed("reports/r.txt"));
+}
+
+TEST_P(McpShutdown, OperatorKillWritesNothingBack) {
+  if (!start(policy())) GTEST_SKIP() << "no executor for the policy here";
+  auto killed = f->run({"session", "kill", session_id()});
+  EXPECT_EQ(killed.status, 0) << killed.err << killed.out;
+  EXPECT_NE(killed.out.find("killed; nothing more is written back"), std::string::npos) << killed.out;
+  EXPECT_EQ(p->wait(), 0) << p->err();
+  EXPECT_FALSE(landed("reports/r.txt"));
+  Json close = close_receipt();
+  EXPECT_EQ(close["how"], "killed") << close.dump();
+  EXPECT_EQ(close["write_back"], false);
+  EXPECT_NE(close["reason"].get<std::string>().find("operator kill (airlock session kill, uid"), std::string::npos);
+  // A session that is not running is named as such.
+  auto again = f->run({"session", "kill", session_id()});
+  EXPECT_EQ(again.status, 125);
+  EXPECT_NE(again.err.find("AIRLOCK_SESSION_UNKNOWN"), std::string::npos) << again.err;
+  auto bad = f->run({"session", "kill", "../../etc"});
+  EXPECT_NE(bad.err.find("AIRLOCK_SESSION_UNKNOWN"), std::string::npos) << bad.err;
+}
+
+TEST_P(McpShutdown, AStraySigusr1AsksForNothing) {
+  if (!start(policy())) GTEST_SKIP() << "no executor for the policy here";
+  p->signal(SIGUSR1);  // no request in the session's directory: not a kill
+  Json listed = ask(call(3, "list_dir", {{"path", "reports"}}));
+  EXPECT_EQ(listed["result"]["isError"], false) << listed.dump();
+  p->close_stdin();
+  EXPECT_EQ(p->wait(), 0) << p->err();
+  EXPECT_TRUE(landed("reports/r.txt"));
+}
+
+TEST_P(McpShutdown, ASpentBudgetIsTheKillSwitch) {
+  if (!start(policy(R"(, "limits": {"session_budget_seconds": 2})"))) GTEST_SKIP() << "no executor here";
+  // The budget is time: ask until it is spent (two seconds; the bound only ends a failure).
+  Json refused;
+  for (int i = 3; i < 150; ++i) {
+    refused = ask(call(i, "list_dir", {{"path", "reports"}}));
+    if (refused["result"]["isError"] == true) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  std::string text = refused["result"]["content"][0]["text"];
+  EXPECT_NE(text.find("AIRLOCK_BUDGET_EXHAUSTED"), std::string::npos) << text;
+  EXPECT_NE(text.find("The session has ended"), std::string::npos) << text;
+  p->close_stdin();
+  EXPECT_EQ(p->wait(), 0) << p->err();
+  EXPECT_FALSE(landed("reports/r.txt"));
+  Json close = close_receipt();
+  EXPECT_EQ(close["how"], "killed") << close.dump();
+  EXPECT_EQ(close["reason"], "budget exhausted");
+  EXPECT_EQ(close["write_back"], false);
+}
+
+TEST_P(McpShutdown, ImmediateWriteBackLandsEachChangeAsItCompletes) {
+  if (!start(policy(R"(, "write_back": "immediate")"))) GTEST_SKIP() << "no executor for the policy here";
+  // Landed before the answer came back, and the answer says so.
+  EXPECT_EQ(read_text(f->workspace() + "/reports/r.txt"), "done\n");
+  Json wb = written["result"]["structuredContent"]["write_back"];
+  EXPECT_EQ(wb["mode"], "immediate") << written.dump();
+  EXPECT_EQ(wb["landed"], true);
+  EXPECT_EQ(wb["written_back"]["written"], Json::array({"reports/r.txt"}));
+  // A tool's changes land when it completes.
+  Json made = ask(call(3, "make", Json::object()));
+  EXPECT_EQ(made["result"]["isError"], false) << made.dump();
+  EXPECT_EQ(made["result"]["structuredContent"]["write_back"]["written_back"]["written"],
+            Json::array({"reports/made.txt"}))
+      << made.dump();
+  EXPECT_EQ(read_text(f->workspace() + "/reports/made.txt"), "made\n");
+  // The same rules: a path the policy does not let it write is refused, and nothing lands.
+  Json denied = ask(call(4, "write_file", {{"path", "src/app.py"}, {"content", "x"}}));
+  EXPECT_EQ(denied["result"]["isError"], true);
+  EXPECT_EQ(read_text(f->workspace() + "/src/app.py"), "print('hi')\n");
+  // One write_back receipt for each landing.
+  int landings = 0;
+  for (const auto& r : receipts())
+    if (r["kind"] == "write_back") ++landings;
+  EXPECT_EQ(landings, 2);
+  // Landed is landed: SIGKILL now loses nothing that was already written.
+  p->signal(SIGKILL);
+  p->wait();
+  EXPECT_TRUE(landed("reports/r.txt"));
+  EXPECT_TRUE(landed("reports/made.txt"));
+}
+
+TEST_P(McpShutdown, APolicyThatCannotLoadStillAnswersAndSaysWhy) {
+  std::string bad = f->write_policy(R"({"schema_version": "airlock.task_policy.v1", "write_back": "at_exit"})");
+  p = f->spawn({f->binary(), "--state-dir", f->state_dir(), "mcp", "--policy", bad, "--workspace", f->workspace()});
+  Json init = ask(rpc(1, "initialize", {{"protocolVersion", "2025-06-18"}, {"capabilities", Json::object()},
+                                        {"clientInfo", {{"name", "test"}, {"version", "1"}}}}));
+  ASSERT_FALSE(init.is_null()) << p->err();
+  EXPECT_EQ(init["result"]["serverInfo"]["name"], "airlock") << init.dump();
+  EXPECT_NE(init["result"]["instructions"].get<std::string>().find("AIRLOCK_POLICY_INVALID"), std::string::npos);
+  Json tools = ask(rpc(2, "tools/list"));
+  ASSERT_EQ(tools["result"]["tools"].size(), 4u) << tools.dump();
+  for (int id : {3, 4}) {
+    Json r = ask(call(id, id == 3 ? "read_file" : "write_file", {{"path", "src/app.py"}}));
+    EXPECT_EQ(r["result"]["isError"], true) << r.dump();
+    std::string text = r["result"]["content"][0]["text"];
+    EXPECT_NE(text.find("could not start this session"), std::string::npos) << text;
+    EXPECT_NE(text.find("AIRLOCK_POLICY_INVALID"), std::string::npos) << text;
+    EXPECT_NE(text.find("$.write_back"), std::string::npos) << text;
+  }
+  p->close_stdin();
+  EXPECT_EQ(p->wait(), 125);
+  EXPECT_NE(p->err().find("AIRLOCK_POLICY_INVALID"), std::string::npos) << p->err();
+  EXPECT_TRUE(f->receipts().empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(AsEachUser, McpShutdown, ::testing::Values(Identity::Self, Identity::Nobody),
+                         [](const auto& info) { return to_string(info.param); });
 
 TEST_F(Mcp, ReadmeCodingAgentPolicyIsValid) {
   auto r = f->run({"policy", "check", std::string(AIRLOCK_SOURCE_DIR) + "/examples/policies/coding-agent.json"});

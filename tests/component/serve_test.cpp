@@ -276,6 +276,37 @@ TEST_F(Serve, LongToolBlocksNoOtherSessionAndKillStopsIt) {
   EXPECT_EQ(receipts.back()["how"], "killed");
 }
 
+// The server's kill: on_close writes nothing back; under write_back "immediate" what landed
+// before the kill stays, and each answer said which.
+TEST_F(Serve, ServerKillWritesNothingMoreBackAndImmediateLandingsStay) {
+  start();
+  HttpClient c(srv->unix_endpoint());
+  Json on_close = Json::parse(policy_json(*f));
+  Json immediate = on_close;
+  immediate["write_back"] = "immediate";
+  std::string a = open(c, on_close.dump());
+  if (skipped) GTEST_SKIP() << "no executor for the policy here";
+  std::string b = open(c, immediate.dump());
+  ASSERT_FALSE(a.empty());
+  ASSERT_FALSE(b.empty());
+  auto wa = must(c.post("/v1/sessions/" + a + "/write_file", {{"path", "reports/a.txt"}, {"content", "a"}}));
+  EXPECT_EQ(wa.json()["write_back"]["mode"], "on_close") << wa.body;
+  EXPECT_EQ(wa.json()["write_back"]["landed"], false);
+  auto wb = must(c.post("/v1/sessions/" + b + "/write_file", {{"path", "reports/b.txt"}, {"content", "b"}}));
+  EXPECT_EQ(wb.json()["write_back"]["landed"], true) << wb.body;
+  EXPECT_EQ(wb.json()["write_back"]["written_back"]["written"], Json::array({"reports/b.txt"}));
+  EXPECT_EQ(read_text(f->workspace() + "/reports/b.txt"), "b");
+  for (const auto& id : {a, b}) {
+    EXPECT_EQ(must(c.post("/v1/sessions/" + id + "/kill", Json::object())).status, 200);
+    auto receipts = must(c.get("/v1/sessions/" + id + "/receipts")).json()["receipts"];
+    EXPECT_EQ(receipts.back()["kind"], "session.close");
+    EXPECT_EQ(receipts.back()["how"], "killed");
+    EXPECT_EQ(receipts.back()["write_back"], false);
+  }
+  EXPECT_FALSE(exists(f->workspace() + "/reports/a.txt"));
+  EXPECT_EQ(read_text(f->workspace() + "/reports/b.txt"), "b");
+}
+
 TEST_F(Serve, SigtermKillsRunningSessionsAndLeavesNothingBehind) {
   start();
   HttpClient c(srv->unix_endpoint());

@@ -1,5 +1,6 @@
 // Drives `airlock mcp` with the official MCP TypeScript SDK: initialize, list tools, read a file,
-// provoke a refusal, call an unknown tool; prints what came back as one JSON object.
+// provoke a refusal, write a file, call an unknown tool, close as the SDK closes (stdin, then
+// SIGTERM after 2 s, then SIGKILL); prints what came back as one JSON object.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 
@@ -16,6 +17,7 @@ out.tools = (await client.listTools()).tools;
 out.read = await client.callTool({ name: "read_file", arguments: { path: "src/app.py" } });
 out.refused = await client.callTool({ name: "read_file", arguments: { path: "../../etc/passwd" } });
 out.tool = await client.callTool({ name: "count", arguments: {} });
+out.wrote = await client.callTool({ name: "write_file", arguments: { path: "reports/sdk.txt", content: "sdk\n" } });
 try {
   await client.callTool({ name: "no_such_tool", arguments: {} });
   out.unknown = "answered";
@@ -23,5 +25,7 @@ try {
   out.unknown = { code: e.code, message: e.message };
 }
 await client.ping();
+const closing = Date.now();
 await client.close();
+out.close_ms = Date.now() - closing;
 console.log(JSON.stringify(out));

@@ -796,6 +796,30 @@ TEST(ToolProtocol, AJsonToolParsesAndRoundTripsWhileArgvToolsKeepTheirDigest) {
   EXPECT_FALSE(to_json(builtin_default())["tools"][0].contains("protocol"));
 }
 
+TEST(WriteBackMode, OnCloseByDefaultImmediateWhenAskedAndNothingElse) {
+  EXPECT_EQ(builtin_default().write_back, WriteBack::OnClose);
+  // The default is not written: a policy that does not name write_back keeps its digest.
+  EXPECT_FALSE(to_json(builtin_default()).contains("write_back"));
+  auto p = parse(R"({"schema_version": "airlock.task_policy.v1", "write_back": "immediate"})");
+  ASSERT_TRUE(p) << p.error().message;
+  EXPECT_EQ(p->write_back, WriteBack::Immediate);
+  Json j = to_json(*p);
+  EXPECT_EQ(j["write_back"], "immediate");
+  auto again = parse_layer(j, builtin_default());
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_EQ(digest(*again), digest(*p));
+  EXPECT_NE(digest(*p), digest(builtin_default()));
+  auto named = parse(R"({"schema_version": "airlock.task_policy.v1", "write_back": "on_close"})");
+  ASSERT_TRUE(named);
+  EXPECT_EQ(digest(*named), digest(builtin_default()));
+  for (const char* bad : {R"("at_exit")", "true", "1", "null", R"(["immediate"])"}) {
+    auto r = parse(std::string(R"({"schema_version": "airlock.task_policy.v1", "write_back": )") + bad + "}");
+    ASSERT_FALSE(r) << bad;
+    EXPECT_EQ(r.error().code, Code::PolicyInvalid) << bad;
+    EXPECT_EQ(refusal_path(r), "$.write_back") << bad;
+  }
+}
+
 }  // namespace
 }  // namespace airlock::policy
 
