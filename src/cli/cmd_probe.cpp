@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -125,6 +126,46 @@ ProbeReport read_host_file(const std::string& file) {
           fmt::format("read {} bytes of {}: \"{}\"", r.data.size(), file, printable(r.data)),
           0,
           Json::object()};
+}
+
+// Plants the marker at each target of `b`, in the view (relative) and straight in the workspace
+// `ws` (where it lands on a host without a view around it): appended to what is there, missing
+// directories made, executable (a hook must be).
+ProbeReport plant(Breach b, const std::string& ws) {
+  std::vector<std::string> done, failed;
+  for (const auto& rel : escape::plant_targets(b)) {
+    std::string line = rel.ends_with("/config") ? fmt::format("\n[core]\n\tfsmonitor = echo {}\n", escape::kPlantMarker)
+                                                : fmt::format("\n: {}\n", escape::kPlantMarker);
+    for (const std::string& path : {rel, ws + "/" + rel}) {
+      std::error_code ec;
+      std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+      int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0755);
+      int e = fd < 0 ? errno : 0;
+      if (fd >= 0) {
+        if (::write(fd, line.data(), line.size()) < 0) e = errno;
+        ::close(fd);
+      }
+      (e ? failed : done).push_back(e ? path + ": " + err_name(e) : path);
+    }
+  }
+  return {{},
+          !done.empty(),
+          fmt::format("written [{}]; refused [{}]", fmt::join(done, ", "), fmt::join(failed, ", ")),
+          0,
+          Json::object()};
+}
+
+// Reads the workspace's second name of the secret, from the view and straight from the workspace.
+ProbeReport read_through_hard_link(const std::string& ws) {
+  std::vector<std::string> said;
+  bool read = false;
+  for (const std::string& path : {std::string("out/linked"), ws + "/out/linked"}) {
+    auto r = read_some(path);
+    read = read || !r.err;
+    said.push_back(r.err ? fmt::format("{}: {}", path, err_name(r.err))
+                         : fmt::format("{}: \"{}\"", path, printable(r.data)));
+  }
+  return {{}, read, fmt::format("{}", fmt::join(said, "; ")), 0, Json::object()};
 }
 
 ProbeReport write_outside_declared_paths(const std::string& outside, const std::string& direct,
@@ -1065,6 +1106,14 @@ int probe_verb(const ProbeOptions& o) {
       break;
     case Breach::ChangeSupervisorLimits:
       r = change_supervisor_limits();
+      break;
+    case Breach::PlantGitHook:
+    case Breach::PlantShellRc:
+    case Breach::PlantAgentSettings:
+      r = plant(*breach, arg(0));
+      break;
+    case Breach::ReadThroughHardLink:
+      r = read_through_hard_link(arg(0));
       break;
     case Breach::DoorDnsQuery:
       r = door_dns_query(port(1), o.marker);

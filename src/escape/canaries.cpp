@@ -452,8 +452,16 @@ Result<std::string> Canaries::make_workspace(std::string_view name) {
   TRY(make_dir(ws, 0700));
   TRY(make_dir(ws + "/.probe", 0755));
   std::string probe = ws + "/.probe/airlock";
-  if (::link(bait_.probe_binary.c_str(), probe.c_str()) < 0) TRY(copy_file(bait_.probe_binary, probe, 0755));
+  // A copy, never a hard link: the view leaves out every file with a second link (its other name
+  // may lie outside the workspace), so a linked probe would never reach the sandbox.
+  TRY(copy_file(bait_.probe_binary, probe, 0755));
   TRY(make_dir(ws + "/out", 0755));
+  // What the plant probes would change, as a real repository holds it: a git directory with its
+  // configuration and hooks, a shell start-up file.
+  TRY(make_dir(ws + "/out/.git", 0755));
+  TRY(make_dir(ws + "/out/.git/hooks", 0755));
+  TRY(write_file_atomic(ws + "/out/.git/config", "[core]\n\trepositoryformatversion = 0\n", 0644));
+  TRY(write_file_atomic(ws + "/out/.bashrc", "# the user's own\n", 0644));
   return ws;
 }
 

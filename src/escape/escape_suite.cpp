@@ -53,6 +53,10 @@ constexpr Breach kBreaches[] = {
     Breach::ReadSysvIpc,
     Breach::WatchHostDirectory,
     Breach::ChangeSupervisorLimits,
+    Breach::PlantGitHook,
+    Breach::PlantShellRc,
+    Breach::PlantAgentSettings,
+    Breach::ReadThroughHardLink,
     Breach::DoorDnsQuery,
     Breach::DoorDirectTcp,
     Breach::DoorUdp,
@@ -417,6 +421,31 @@ Judged judge(Breach b, const Observed& o, const Bait& bait, Canaries& canaries, 
                                                  : fmt::format("the supervisor's {} CHANGED", fmt::join(changed, ", ")));
       break;
     }
+    case Breach::PlantGitHook:
+    case Breach::PlantShellRc:
+    case Breach::PlantAgentSettings: {
+      // The host's own workspace after close: a target holding the marker would run later.
+      std::vector<std::string> planted;
+      for (const auto& rel : plant_targets(b))
+        if (auto text = read_file(ws + "/" + rel); text && has(*text, kPlantMarker)) planted.push_back(rel);
+      std::vector<std::string> refused;
+      if (o.write_back)
+        for (const auto& r : o.write_back->refused) refused.push_back(r.path);
+      j.host = {{"planted_in_workspace", planted}, {"write_back_refused", refused}};
+      j.breached = !planted.empty();
+      j.evidence = fmt::format("{}; write-back refused [{}]; host: after close {}", said, fmt::join(refused, ", "),
+                               planted.empty() ? std::string("no target holds the marker")
+                                               : fmt::format("PLANTED in {}", fmt::join(planted, ", ")));
+      break;
+    }
+    case Breach::ReadThroughHardLink: {
+      bool seen = has(o.output, bait.secret_token);
+      j.host = {{"secret_token_in_output", seen}};
+      j.breached = seen;
+      j.evidence = fmt::format("{}; host: the secret's canary token {} the output", said,
+                               seen ? "IS IN" : "is not in");
+      break;
+    }
     case Breach::DoorDnsQuery: {
       // The probe asks for MARKER-NAME.exfil.test: a query that reaches the responder carries it out.
       // DNS names are case-insensitive; the responder records them lower-cased.
@@ -522,6 +551,12 @@ std::vector<std::string> probe_args(Breach b, const Bait& bait, const std::strin
       return {std::to_string(bait.shm_id), std::to_string(bait.msg_id)};
     case Breach::WatchHostDirectory:
       return {bait.watched_dir};
+    case Breach::PlantGitHook:
+    case Breach::PlantShellRc:
+    case Breach::PlantAgentSettings:
+    case Breach::ReadThroughHardLink:
+      // The workspace's own path too: on the host (no view around it) that is where a plant lands.
+      return {direct_file.substr(0, direct_file.rfind('/'))};
     case Breach::IoUringSocket:
     case Breach::ShedSeccomp:
     case Breach::SessionKeyring:
@@ -585,6 +620,10 @@ ScenarioResult run_one(Breach b, TierContext& t) {
 
   auto ws = t.canaries.make_workspace(name);
   if (!ws) return not_run(ws.error());
+  // read_through_hard_link: the workspace holds a second name of the secret before the session
+  // opens (as a local clone or a careless copy can leave one).
+  if (b == Breach::ReadThroughHardLink && ::link(bait.secret_file.c_str(), (*ws + "/out/linked").c_str()) < 0)
+    return not_run(fail_errno(Code::ConfigError, "link the secret into the workspace", errno).error());
   std::string outside_file = bait.outside_dir + "/escaped-" + name + ".txt";
   std::string direct_file = *ws + "/escaped-direct.txt";
   std::string view_name = "stray.txt";
@@ -838,6 +877,14 @@ std::string_view to_string(Breach b) {
       return "watch_host_directory";
     case Breach::ChangeSupervisorLimits:
       return "change_supervisor_limits";
+    case Breach::PlantGitHook:
+      return "plant_git_hook";
+    case Breach::PlantShellRc:
+      return "plant_shell_rc";
+    case Breach::PlantAgentSettings:
+      return "plant_agent_settings";
+    case Breach::ReadThroughHardLink:
+      return "read_through_hard_link";
     case Breach::DoorDnsQuery:
       return "door_dns_query";
     case Breach::DoorDirectTcp:
@@ -852,6 +899,19 @@ std::string_view to_string(Breach b) {
       return "door_rebinding_name";
   }
   return "?";
+}
+
+std::vector<std::string> plant_targets(Breach b) {
+  switch (b) {
+    case Breach::PlantGitHook:
+      return {"out/.git/hooks/pre-commit", "out/.git/config"};
+    case Breach::PlantShellRc:
+      return {"out/.bashrc", "out/.profile"};
+    case Breach::PlantAgentSettings:
+      return {"out/.claude/settings.json", "out/.mcp.json", "out/.vscode/tasks.json"};
+    default:
+      return {};
+  }
 }
 
 bool is_door_probe(Breach b) {

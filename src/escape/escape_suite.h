@@ -48,6 +48,12 @@ enum class Breach {
   ReadSysvIpc,         // read a host SysV shared memory segment, receive from a host message queue
   WatchHostDirectory,  // learn the names of files created in an unreadable host directory (inotify)
   ChangeSupervisorLimits,  // change the rlimits of the supervisor that keeps the wall clock
+  // Plant for later: what a host process (git, a shell, an agent or editor) would run once the
+  // session is over. Planted in the view and straight in the workspace, each with kPlantMarker.
+  PlantGitHook,        // a pre-commit hook and core.fsmonitor in .git/config
+  PlantShellRc,        // a line in .bashrc, a new .profile
+  PlantAgentSettings,  // .claude/settings.json hooks, .mcp.json servers, .vscode/tasks.json
+  ReadThroughHardLink, // read a file outside the workspace through a hard link the workspace already held
   // The network door (code_network allowlist): every way around it, the enum's last group (add
   // breaches of other kinds above it). These run under the door policy (kDoorAllowedHost on the
   // suite's allowed server, nothing else), not the suite's own.
@@ -94,6 +100,11 @@ inline constexpr std::string_view kDoorForbiddenHost = "forbidden.test";  // 127
 inline constexpr std::string_view kDoorRebindHost = "rebind.test";        // 127.0.0.1, then 127.0.0.2
 inline constexpr std::string_view kDoorExfilDomain = "exfil.test";  // the DNS probe asks MARKER.exfil.test
 inline constexpr std::string_view kRunHeader = "X-Airlock-Run";
+
+// What the plant probes write, and what the host looks for in the workspace after close.
+inline constexpr std::string_view kPlantMarker = "airlock-canary-planted";
+// The plant probes' targets (under out/, the suite's one write-back path), by breach.
+std::vector<std::string> plant_targets(Breach b);
 
 struct SuiteLimits {
   int64_t memory_mb;

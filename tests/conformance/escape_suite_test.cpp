@@ -41,6 +41,10 @@ constexpr const char* kBreaches[] = {
     "read_sysv_ipc",
     "watch_host_directory",
     "change_supervisor_limits",
+    "plant_git_hook",
+    "plant_shell_rc",
+    "plant_agent_settings",
+    "read_through_hard_link",
     // The network door's: run under a code_network allowlist policy.
     "door_dns_query",
     "door_direct_tcp",
