@@ -90,10 +90,11 @@ Result<void> run_step(const std::vector<std::string>& argv, const std::string& c
 
 // The whole image's key: the kernel's and the agent's.
 Result<std::string> image_key(const std::string& kernel, const BuildOptions& o) {
-  auto agent = sha256_file(o.agent);
+  auto agent = read_file(o.agent);
   if (!agent)
     return fail(Code::ConfigError, fmt::format("the guest agent {} is missing", o.agent), {{"agent", o.agent}});
-  return sha256_hex(fmt::format("airlock guest image 2\n{}\n{}\n", kernel, *agent));
+  // The initramfs itself, not only the agent: a change to what else it holds makes a new image.
+  return sha256_hex(fmt::format("airlock guest image 3\n{}\n{}\n", kernel, sha256_hex(make_initramfs(*agent))));
 }
 
 // Extracts linux-source into `work`, configures it (tinyconfig + the fragment, every line of which
@@ -214,6 +215,11 @@ std::string make_initramfs(std::string_view agent) {
   c.entry("etc/passwd", 0100644, "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n");
   c.entry("etc/group", 0100644, "root:x:0:\nnogroup:x:65534:\n");
   c.entry("etc/hostname", 0100644, "airlock\n");
+  // The workspace reaches the guest over 9p with the host's owners (uid 65534 when an unprivileged
+  // user runs airlock) while the command runs as the guest's root: git would refuse it as a
+  // repository of another user. The guest holds no other repository, and the workspace's own
+  // configuration and hooks are protected paths.
+  c.entry("etc/gitconfig", 0100644, "[safe]\n\tdirectory = *\n");
   c.entry("init", 0100755, agent);
   c.entry("TRAILER!!!", 0, "");
   while (c.out.size() % 512) c.out += '\0';
