@@ -301,6 +301,7 @@ TEST_P(ProtectedPaths, AHardLinkToAFileOutsideIsReadByNoRoute) {
   const std::string secret = "hard-link-canary-5e1f";
   std::ofstream(canary) << secret << "\n";
   ASSERT_EQ(::link(canary.c_str(), (fx_->workspace() + "/linked").c_str()), 0) << std::strerror(errno);
+  ASSERT_EQ(::mkfifo((fx_->workspace() + "/pipe").c_str(), 0644), 0) << std::strerror(errno);
   // The command: every read it can make.
   auto r = sh("cat linked; cat ./linked; ls -la; true");
   EXPECT_EQ(r.status, 0) << r.err;
@@ -313,11 +314,14 @@ TEST_P(ProtectedPaths, AHardLinkToAFileOutsideIsReadByNoRoute) {
   EXPECT_NE(s.out.find("\"ok\":false"), std::string::npos) << s.out << s.err;
   EXPECT_EQ(host_bytes(canary), secret + "\n");
   // session.open lists what was skipped, and why.
-  bool listed = false;
+  bool listed = false, fifo = false;
   for (const auto& f : fx_->receipts())
-    for (const auto& rec : read_receipts(f))
+    for (const auto& rec : read_receipts(f)) {
       if (rec.dump().find(R"({"path":"linked","reason":"hard link"})") != std::string::npos) listed = true;
+      if (rec.dump().find(R"({"path":"pipe","reason":"fifo"})") != std::string::npos) fifo = true;
+    }
   EXPECT_TRUE(listed) << "session.open does not list the skipped hard link";
+  EXPECT_TRUE(fifo) << "session.open does not list the skipped fifo";
 }
 
 INSTANTIATE_TEST_SUITE_P(
