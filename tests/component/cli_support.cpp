@@ -199,11 +199,10 @@ bool CliFixture::adopt_vm_verification(std::string* why) {
   return true;
 }
 
-std::unique_ptr<Spawned> CliFixture::spawn(std::vector<std::string> argv, const std::map<std::string, std::string>& env) {
-  int in[2], out[2], err[2];
-  if (::pipe2(in, O_CLOEXEC) < 0 || ::pipe2(out, O_CLOEXEC) < 0 || ::pipe2(err, O_CLOEXEC) < 0)
-    throw std::runtime_error("pipe");
+pid_t CliFixture::launch(std::vector<std::string> argv, const std::map<std::string, std::string>& env, int in,
+                        int out, int err) const {
   std::vector<std::string> envs = {"PATH=/usr/bin:/bin", "LANG=C.UTF-8"};
+  // The microVM guest image CTest's vm_image fixture built (tests/CMakeLists.txt).
   if (const char* cache = std::getenv("AIRLOCK_CACHE_DIR")) envs.push_back(std::string("AIRLOCK_CACHE_DIR=") + cache);
   for (const auto& [k, v] : env) envs.push_back(k + "=" + v);
   std::vector<char*> av, ev;
@@ -217,9 +216,9 @@ std::unique_ptr<Spawned> CliFixture::spawn(std::vector<std::string> argv, const 
   for (const auto& d : delegated_) join.push_back(d + "/cgroup.procs");
   pid_t pid = ::fork();
   if (pid == 0) {
-    ::dup2(in[0], 0);
-    ::dup2(out[1], 1);
-    ::dup2(err[1], 2);
+    ::dup2(in, 0);
+    ::dup2(out, 1);
+    ::dup2(err, 2);
     if (::chdir(cwd.c_str()) < 0) ::_exit(121);
     for (const auto& procs : join) {
       int fd = ::open(procs.c_str(), O_WRONLY | O_CLOEXEC);
@@ -232,6 +231,14 @@ std::unique_ptr<Spawned> CliFixture::spawn(std::vector<std::string> argv, const 
     ::execve(av[0], av.data(), ev.data());
     ::_exit(123);
   }
+  return pid;
+}
+
+std::unique_ptr<Spawned> CliFixture::spawn(std::vector<std::string> argv, const std::map<std::string, std::string>& env) {
+  int in[2], out[2], err[2];
+  if (::pipe2(in, O_CLOEXEC) < 0 || ::pipe2(out, O_CLOEXEC) < 0 || ::pipe2(err, O_CLOEXEC) < 0)
+    throw std::runtime_error("pipe");
+  pid_t pid = launch(std::move(argv), env, in[0], out[1], err[1]);
   ::close(in[0]);
   ::close(out[1]);
   ::close(err[1]);
@@ -342,39 +349,8 @@ CliResult CliFixture::run_program(std::vector<std::string> argv, const std::stri
   if (in < 0 || ::write(in, input.data(), input.size()) != static_cast<ssize_t>(input.size()) ||
       ::lseek(in, 0, SEEK_SET) < 0)
     throw std::runtime_error("memfd for stdin");
-  std::vector<std::string> envs = {"PATH=/usr/bin:/bin", "LANG=C.UTF-8"};
-  // The microVM guest image CTest's vm_image fixture built (tests/CMakeLists.txt).
-  if (const char* cache = std::getenv("AIRLOCK_CACHE_DIR")) envs.push_back(std::string("AIRLOCK_CACHE_DIR=") + cache);
-  for (const auto& [k, v] : env) envs.push_back(k + "=" + v);
-  std::vector<char*> av, ev;
-  for (auto& a : argv) av.push_back(a.data());
-  av.push_back(nullptr);
-  for (auto& e : envs) ev.push_back(e.data());
-  ev.push_back(nullptr);
-  bool drop = id_ == Identity::Nobody;
-  std::string cwd = workspace_;
-  std::vector<std::string> join;
-  for (const auto& d : delegated_) join.push_back(d + "/cgroup.procs");
   int child_in = stdin_fd >= 0 ? stdin_fd : in;
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(child_in, 0);
-    ::dup2(out[1], 1);
-    ::dup2(err[1], 2);
-    if (::chdir(cwd.c_str()) < 0) ::_exit(121);
-    for (const auto& procs : join) {
-      int fd = ::open(procs.c_str(), O_WRONLY | O_CLOEXEC);
-      if (fd < 0 || ::write(fd, "0", 1) != 1) ::_exit(124);
-      ::close(fd);
-    }
-    if (drop) {
-      if (::setgroups(0, nullptr) < 0 || ::setresgid(kNobody, kNobody, kNobody) < 0 ||
-          ::setresuid(kNobody, kNobody, kNobody) < 0)
-        ::_exit(122);
-    }
-    ::execve(av[0], av.data(), ev.data());
-    ::_exit(123);
-  }
+  pid_t pid = launch(std::move(argv), env, child_in, out[1], err[1]);
   ::close(in);
   ::close(out[1]);
   ::close(err[1]);

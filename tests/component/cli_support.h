@@ -100,6 +100,10 @@ class CliFixture {
   ~CliFixture();
 
  private:
+  // Forks and execs argv[0] as the identity, in the workspace, with `env` added to a minimal
+  // environment and the given descriptors as its stdio; returns the child's pid.
+  pid_t launch(std::vector<std::string> argv, const std::map<std::string, std::string>& env, int in, int out,
+               int err) const;
   Identity id_;
   TempDir root_;
   std::string binary_, workspace_, state_;

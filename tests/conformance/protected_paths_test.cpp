@@ -142,6 +142,17 @@ class ProtectedPaths : public ::testing::TestWithParam<std::tuple<Identity, std:
     argv.insert(argv.end(), args.begin(), args.end());
     return fx_->run_program(argv, "", {{"HOME", fx_->workspace()}, {"GIT_CONFIG_NOSYSTEM", "1"}});
   }
+  // The workspace as a git repository with one commit, owned by the identity.
+  void make_repo() {
+    ASSERT_EQ(host_git({"init", "-q", "-b", "main"}).status, 0);
+    fx_->put("app.py", "print('hi')\n");
+    ASSERT_EQ(host_git({"add", "app.py"}).status, 0);
+    ASSERT_EQ(host_git({"commit", "-q", "-m", "first"}).status, 0);
+    if (identity() == Identity::Nobody) {
+      std::string cmd = "chown -R 65534:65534 '" + fx_->workspace() + "'";
+      ASSERT_EQ(std::system(cmd.c_str()), 0);
+    }
+  }
   void plant_examples() {
     for (const auto& [pattern, rel] : kExamples) fx_->put(rel, "original " + rel + "\n");
   }
@@ -243,14 +254,8 @@ TEST_P(ProtectedPaths, WriteBackRefusesWhatTheFirstWallWasMadeToMiss) {
 }
 
 TEST_P(ProtectedPaths, APlantedHookNeverRunsOnTheHost) {
-  ASSERT_EQ(host_git({"init", "-q", "-b", "main"}).status, 0);
-  fx_->put("app.py", "print('hi')\n");
-  ASSERT_EQ(host_git({"add", "app.py"}).status, 0);
-  ASSERT_EQ(host_git({"commit", "-q", "-m", "first"}).status, 0);
-  if (identity() == Identity::Nobody) {
-    std::string cmd = "chown -R 65534:65534 '" + fx_->workspace() + "'";
-    ASSERT_EQ(std::system(cmd.c_str()), 0);
-  }
+  make_repo();
+  if (HasFatalFailure()) return;
   // Where the identity may write on the host and nothing inside the sandbox can reach.
   std::string marker = fx_->state_dir() + "/planted-ran";
   // The attack of the issue: a hook, core.fsmonitor, a shell rc and agent settings, each naming a
@@ -274,14 +279,8 @@ TEST_P(ProtectedPaths, APlantedHookNeverRunsOnTheHost) {
 }
 
 TEST_P(ProtectedPaths, GitCommitsInsideAndTheCommitLands) {
-  ASSERT_EQ(host_git({"init", "-q", "-b", "main"}).status, 0);
-  fx_->put("app.py", "print('hi')\n");
-  ASSERT_EQ(host_git({"add", "app.py"}).status, 0);
-  ASSERT_EQ(host_git({"commit", "-q", "-m", "first"}).status, 0);
-  if (identity() == Identity::Nobody) {
-    std::string cmd = "chown -R 65534:65534 '" + fx_->workspace() + "'";
-    ASSERT_EQ(std::system(cmd.c_str()), 0);
-  }
+  make_repo();
+  if (HasFatalFailure()) return;
   auto r = sh("set -e; export GIT_AUTHOR_NAME=agent GIT_AUTHOR_EMAIL=a@example.com "
               "GIT_COMMITTER_NAME=agent GIT_COMMITTER_EMAIL=a@example.com;"
               "git log --oneline; echo more >> app.py; echo new > new.txt; git add -A;"
