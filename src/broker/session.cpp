@@ -346,7 +346,8 @@ Result<std::vector<Json>> Session::receipts() const {
   while (start < text.size()) {
     size_t end = text.find('\n', start);
     if (end == std::string::npos) break;
-    out.push_back(TRY(parse_json(std::string_view(text).substr(start, end - start), Code::LedgerCorrupt, "a receipt")));
+    out.push_back(TRY(parse_json(std::string_view(text).substr(start, end - start), Code::LedgerCorrupt, "a receipt",
+                                 ledger::kReceiptLineLimits)));
     start = end + 1;
   }
   return out;

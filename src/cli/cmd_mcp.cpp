@@ -50,7 +50,7 @@ int mcp_verb(Globals& g, McpOptions& o) {
   if (!s.killed()) {
     auto closed = s.close(true);
     if (!closed) return refuse(closed.error(), false);
-    std::fprintf(stderr, "airlock mcp: closed; written back: %s\n", closed->to_json().dump().c_str());
+    std::fprintf(stderr, "airlock mcp: closed; written back: %s\n", closed->to_json().dump(-1, ' ', false, Json::error_handler_t::replace).c_str());
   }
   return 0;
 }

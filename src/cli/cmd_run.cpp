@@ -136,7 +136,7 @@ int run_confined(Globals& g, RunOptions& o, const std::function<Result<void>(Ses
     for (const auto& e : refusals) errs.push_back(e.to_json());
     j["refusals"] = errs;
     std::fflush(stdout);
-    std::printf("%s\n", j.dump().c_str());
+    std::printf("%s\n", j.dump(-1, ' ', false, Json::error_handler_t::replace).c_str());  // names from the view
   }
   for (const auto& e : refusals)
     std::fprintf(stderr, "airlock: refused: %s: %s\n", std::string(to_name(e.code)).c_str(), e.message.c_str());

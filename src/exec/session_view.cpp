@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <ctime>
 #include <filesystem>
 #include <functional>
 #include <sstream>
@@ -146,11 +147,28 @@ Result<UniqueFd> open_subdir(int dirfd, const std::string& name, const std::stri
   return fd;
 }
 
+// write_back's temporary file, ".airlock-wb-" and 12 hex digits: one a write-back killed mid-copy
+// (SIGKILL) left behind is never copied into a view, and once stale it is removed. A live one is
+// written to and renamed within moments, so an hour-old one has no writer.
+bool is_write_back_temp(const std::string& name) {
+  constexpr std::string_view kPrefix = ".airlock-wb-";
+  return name.size() == kPrefix.size() + 12 && name.starts_with(kPrefix) &&
+         name.find_first_not_of("0123456789abcdef", kPrefix.size()) == std::string::npos;
+}
+void sweep_write_back_temp(int dirfd, const std::string& name, const struct stat& st) {
+  if (S_ISREG(st.st_mode) && ::time(nullptr) - st.st_mtime > kStaleWriteBackTempSeconds)
+    (void)::unlinkat(dirfd, name.c_str(), 0);
+}
+
 // Copies one workspace entry (never following a symlink) into the view, recursively.
 Result<void> copy_entry(int src_dir, int dst_dir, const std::string& name, const std::string& rel, ViewCopy& out) {
   struct stat st{};
   if (::fstatat(src_dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0)
     return fail_errno(Code::ConfigError, "stat " + rel + " in the workspace", errno);
+  if (is_write_back_temp(name)) {
+    sweep_write_back_temp(src_dir, name, st);
+    return {};
+  }
   if (S_ISDIR(st.st_mode)) {
     if (::mkdirat(dst_dir, name.c_str(), (st.st_mode & 0777) | 0700) < 0 && errno != EEXIST)
       return fail_errno(Code::ConfigError, "mkdir " + rel + " in the view", errno);

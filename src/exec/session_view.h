@@ -36,6 +36,8 @@ struct ViewEntry {
 };
 using ViewManifest = std::map<std::string, ViewEntry>;
 
+inline constexpr long kStaleWriteBackTempSeconds = 3600;
+
 struct ViewCopy {
   ViewManifest manifest;
   uint64_t files = 0, bytes = 0;
@@ -45,6 +47,8 @@ struct ViewCopy {
 // Copies `paths` (workspace-relative, "." for all) of the workspace into the view: regular
 // files and directories only. A path missing from the workspace is made as an empty
 // directory when it is also a write-back path (so the command can create it).
+// write_back's temporary files (.airlock-wb-*) are never copied; those older than
+// kStaleWriteBackTempSeconds, left by a write-back that was killed, are removed from the workspace.
 Result<ViewCopy> create_view(const std::string& workspace, const std::string& view,
                              const std::vector<std::string>& paths,
                              const std::vector<std::string>& write_back_paths);
