@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -149,6 +150,25 @@ void expect_refused_alone(const WriteBackReport& rep, const std::string& ws, con
   EXPECT_EQ(rep.refused[0].reason, reason);
   EXPECT_FALSE(exists(ws + "/" + rel)) << rel << " reached the workspace";
   EXPECT_TRUE(std::find(rep.written.begin(), rep.written.end(), rel) == rep.written.end());
+}
+
+// --- Leftovers of a killed write-back (issue 26) ---------------------------------------------
+
+// SIGKILL during write-back leaves write_back's temporary file in the workspace: it never enters
+// a view, and once stale it is removed; a fresh one (a write-back under way) is left alone.
+TEST_F(WriteBack, AKilledWriteBacksTemporaryFileIsSweptAndNeverCopied) {
+  mkdir_p(ws_ / "out/sub");
+  put(ws_ / "out/sub/.airlock-wb-0123456789ab", "partial");
+  put(ws_ / "out/.airlock-wb-fedcba987654", "under way");
+  put(ws_ / "out/.airlock-wb-keep", "not ours: kept and copied");
+  timespec old[2] = {{0, UTIME_OMIT}, {::time(nullptr) - kStaleWriteBackTempSeconds - 60, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, (ws_ / "out/sub/.airlock-wb-0123456789ab").c_str(), old, 0), 0);
+  make_view({"out"}, {"out"});
+  EXPECT_FALSE(exists(view("out/sub/.airlock-wb-0123456789ab")));
+  EXPECT_FALSE(exists(view("out/.airlock-wb-fedcba987654")));
+  EXPECT_TRUE(exists(view("out/.airlock-wb-keep")));
+  EXPECT_FALSE(exists(ws_ / "out/sub/.airlock-wb-0123456789ab")) << "a stale temporary file was not swept";
+  EXPECT_TRUE(exists(ws_ / "out/.airlock-wb-fedcba987654")) << "a fresh temporary file was removed";
 }
 
 // --- What crosses -------------------------------------------------------------------------------

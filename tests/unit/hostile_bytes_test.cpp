@@ -94,7 +94,7 @@ TEST(ParseJson, NonUtf8InputIsRefusedWithAMessageThatIsUtf8) {
 // ---- lossless repair ---------------------------------------------------------------------------
 
 TEST(RepairUtf8, KeepsValidUtf8AndRecordsExactBytesBesideALossyString) {
-  Json j = {{"ok", "caf\xc3\xa9"}, {"path", "dir/\xff" "x"}, {"list", {"a", std::string("\x80")}}};
+  Json j = {{"ok", "caf\xc3\xa9"}, {"path", "dir/\xff" "x"}, {"list", Json::array({"a", std::string("\x80")})}};
   Json exact = repair_utf8(j);
   EXPECT_EQ(j["ok"], "caf\xc3\xa9");
   EXPECT_EQ(j["path"], "dir/\xef\xbf\xbdx");
@@ -167,7 +167,7 @@ TEST(HostileReceipts, ABodyThatIsNotUtf8IsWrittenLosslesslyAndTheChainVerifies) 
   auto log = ledger::ReceiptLog::create(d.file("r.jsonl"), "s-1");
   ASSERT_TRUE(log);
   const std::string name = "reports/\xff";
-  auto r = log->append("session.close", {{"written_back", {{"written", {name}}}},
+  auto r = log->append("session.close", {{"written_back", {{"written", Json::array({name})}}},
                                          {"error", {{"message", "no such file: " + name}}}});
   ASSERT_TRUE(r) << r.error().message;
   ASSERT_TRUE(log->append("session.after", Json::object()));
