@@ -218,6 +218,12 @@ Json repair_utf8(Json& value) {
   return exact;
 }
 
+std::string lossless_canonical_json(Json j) {
+  Json exact = repair_utf8(j);
+  if (exact.empty()) return canonical_json(j);
+  return canonical_json(Json{{"value", std::move(j)}, {"not_utf8", std::move(exact)}});
+}
+
 std::string path_join(std::string_view base, std::string_view key) {
   return fmt::format("{}.{}", base, key);
 }

@@ -51,6 +51,11 @@ inline constexpr size_t kMaxRecordDepth = 512;
 // (but std::bad_alloc).
 Json repair_utf8(Json& value);
 
+// canonical_json of `j` after repair_utf8, for digests of values that may hold a sandbox's bytes:
+// {"value": repaired, "not_utf8": exact bytes} when anything was repaired, so two values that
+// differ only in bytes that are not UTF-8 never share a digest. Never throws on an encoding.
+std::string lossless_canonical_json(Json j);
+
 // Appends a JSON-pointer-like path segment: path_join("$.tools", 2) == "$.tools[2]".
 std::string path_join(std::string_view base, std::string_view key);
 std::string path_join(std::string_view base, size_t index);

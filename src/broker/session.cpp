@@ -148,7 +148,7 @@ Result<void> Session::admit(std::string_view kind, const Json& args) {
   std::unique_lock lk(mu_);
   auto refuse = [&](Error e) -> Result<void> {
     // A receipt that cannot be written is itself the refusal: nothing unrecorded happens.
-    TRY(receipts_.append(kind, {{"args_digest", sha256_hex(canonical_json(args))},
+    TRY(receipts_.append(kind, {{"args_digest", sha256_hex(lossless_canonical_json(args))},
                                 {"args", args},
                                 {"decision", "refused"},
                                 {"error", e.to_json()}}));
@@ -188,7 +188,7 @@ Result<T> Session::record(std::string_view kind, const Json& args, Result<T> r,
   std::unique_lock lk(mu_);
   in_flight_ = false;
   if (r && killed_) r = std::unexpected(Error{Code::SessionKilled, "the session was killed during the action", {}});
-  Json body = {{"args_digest", sha256_hex(canonical_json(args))},
+  Json body = {{"args_digest", sha256_hex(lossless_canonical_json(args))},
                {"args", args},
                {"decision", r ? "allowed" : "refused"},
                {"duration_us", std::chrono::duration_cast<std::chrono::microseconds>(clock_() - started).count()}};
@@ -332,7 +332,7 @@ void Session::record_door(Json body) {
 
 Result<void> Session::note_refusal(std::string_view kind, const Json& args, const Error& e) {
   std::unique_lock lk(mu_);
-  TRY(receipts_.append(kind, {{"args_digest", sha256_hex(canonical_json(args))},
+  TRY(receipts_.append(kind, {{"args_digest", sha256_hex(lossless_canonical_json(args))},
                               {"decision", "refused"},
                               {"error", e.to_json()}}));
   return {};
