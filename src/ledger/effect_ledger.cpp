@@ -166,8 +166,9 @@ void read_outcome(Fields& f, EffectOutcome& o) {
 // Strict UTF-8, then JSON, then an object of a known phase with exactly its fields.
 std::optional<std::string> decode(std::string_view bytes, Decoded& d) {
   if (!is_valid_utf8(bytes)) return "not valid UTF-8";
-  auto parsed = parse_json(bytes, Code::LedgerCorrupt, "a record");
-  if (!parsed) return parsed.error().message;
+  auto parsed = parse_json(bytes, Code::LedgerCorrupt, "the record");
+  // "not JSON" leads, as the reason always has; parse_json says what exactly (depth, 1e400, syntax).
+  if (!parsed) return fmt::format("not JSON: {}", parsed.error().message);
   Json& j = *parsed;
   if (!j.is_object()) return "not a JSON object";
   // The exact bytes of strings the writer had to write lossy (append_line): kept in the file,
