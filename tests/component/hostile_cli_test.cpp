@@ -109,6 +109,31 @@ TEST_F(HostileCli, SessionAnswersEveryHostileLineAndStillCloses) {
   expect_closed_and_verified("closed");
 }
 
+// A line longer than any request may be is refused by its size without being buffered to its
+// end, and the line after it is read as usual; one just short of the limit is answered, and its
+// receipt (which holds it) still verifies.
+TEST_F(HostileCli, SessionRefusesAnOverlongLineAndReadsTheNext) {
+  auto read = [](int id, size_t path_bytes) {
+    return "{\"id\": " + std::to_string(id) + ", \"action\": \"read_file\", \"path\": \"" +
+           std::string(path_bytes, 'p') + "\"}\n";
+  };
+  std::string input = read(1, 17u << 20) + read(2, (16u << 20) - 100) +
+                      R"({"id": 3, "action": "read_file", "path": "src/app.py"})" "\n" R"({"id": 4, "action": "close"})" "\n";
+  auto r = verb("session", input);
+  if (no_executor(r) && !require_all_tiers()) GTEST_SKIP() << r.err;
+  ASSERT_EQ(r.status, 0) << r.err.substr(0, 2000);
+  auto v = lines_of(r.out);
+  ASSERT_EQ(v.size(), 5u) << r.out.substr(0, 2000);
+  EXPECT_EQ(v[1]["error"]["code"], "AIRLOCK_PROTOCOL_ERROR") << v[1].dump().substr(0, 2000);
+  EXPECT_TRUE(v[1]["error"]["facts"].contains("max_bytes")) << v[1].dump().substr(0, 2000);
+  EXPECT_EQ(v[2]["id"], 2);
+  EXPECT_EQ(v[2]["ok"], false) << v[2].dump().substr(0, 2000);
+  EXPECT_EQ(v[3]["id"], 3);
+  EXPECT_EQ(v[3]["result"]["content"], "print('hi')\n") << v[3].dump();
+  EXPECT_EQ(v[4]["ok"], true) << v[4].dump();
+  expect_closed_and_verified("closed");
+}
+
 // (a), (b): the MCP server answers each hostile line with a JSON-RPC error, and closes at the end of input.
 TEST_F(HostileCli, McpAnswersEveryHostileLineAndStillCloses) {
   std::string deep_call =

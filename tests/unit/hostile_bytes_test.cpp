@@ -185,6 +185,19 @@ TEST(HostileReceipts, ABodyThatIsNotUtf8IsWrittenLosslesslyAndTheChainVerifies) 
   EXPECT_TRUE(found) << exact.dump();
 }
 
+// A request may be as large as parse_json reads (kMaxJsonBytes); its receipt holds it and more,
+// and must still be read back: a sandbox must not be able to make its own chain unverifiable.
+TEST(HostileReceipts, AReceiptHoldingTheLargestRequestStillVerifies) {
+  TempDir d;
+  auto log = ledger::ReceiptLog::create(d.file("r.jsonl"), "s-1");
+  ASSERT_TRUE(log);
+  Json args = {{"path", std::string(kMaxJsonBytes - 64, 'p')}, {"offset", 0}};
+  ASSERT_TRUE(log->append("read_file", {{"args", args}, {"decision", "refused"}, {"error", {{"message", "no"}}}}));
+  auto chain = ledger::verify_chain(d.file("r.jsonl"));
+  ASSERT_TRUE(chain) << chain.error().message;
+  EXPECT_EQ(chain->receipts, 1u);
+}
+
 TEST(HostileEffectLedger, AnErrorMessageThatIsNotUtf8IsRecordedAndScansBack) {
   TempDir d;
   auto led = ledger::EffectLedger::open(d.file("e.jsonl"));
