@@ -5,7 +5,7 @@
 using namespace airlock;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static fuzz::SessionHarness harness;
+  fuzz::SessionHarness& harness = fuzz::session_harness();
   std::string_view text = fuzz::as_text(data, size);
   size_t pos = 0;
   for (int n = 0; pos <= text.size() && n < 16; ++n) {

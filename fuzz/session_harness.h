@@ -56,4 +56,12 @@ class SessionHarness {
   std::unique_ptr<broker::Session> session_;
 };
 
+// The one harness of a fuzz process, never destroyed: libFuzzer ends with exit(), by when
+// OpenSSL's own exit handler (registered after the harness was made) has torn down what the
+// session's last receipt needs to hash. A static object would close its session after that.
+inline SessionHarness& session_harness() {
+  static SessionHarness* h = new SessionHarness;
+  return *h;
+}
+
 }  // namespace airlock::fuzz
