@@ -10,7 +10,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!head) return 0;
   for (bool is_request : {true, false}) {
     egress::Framing f = egress::body_framing(*head, is_request);
-    FUZZ_CHECK(f.kind != egress::Framing::Length || f.length < 1000000000000000000ull, "a length has 18 digits at most");
+    FUZZ_CHECK(f.kind != egress::Framing::Length || f.length < 1000000000000000000ull,
+               "a length has 18 digits at most");
   }
   for (const auto& [name, value] : head->fields) {
     FUZZ_CHECK(!name.empty() && name.find_first_of(" \t") == std::string::npos, "a field name is one token");

@@ -28,7 +28,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!is_valid_utf8(bytes)) {
     bool found = false;
     for (const Json& e : (*r)[std::string(ledger::kNotUtf8Key)])
-      if (e["pointer"] == "/path") found = base64_decode(e["base64"].get<std::string>()) == std::string(bytes);
+      if (e["pointer"] == "/path")
+        found = base64_decode(e["base64"].get<std::string>()) == std::string(bytes);
     FUZZ_CHECK(found, "the exact bytes are beside the lossy string");
   } else {
     FUZZ_CHECK((*r)["path"] == std::string(bytes), "valid UTF-8 is kept as is");

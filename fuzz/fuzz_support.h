@@ -21,12 +21,12 @@ inline std::string_view as_text(const uint8_t* data, size_t size) {
 }
 
 // A property that must hold for every input: a broken one is a crash libFuzzer keeps.
-#define FUZZ_CHECK(cond, what)                                            \
-  do {                                                                    \
-    if (!(cond)) {                                                        \
+#define FUZZ_CHECK(cond, what)                                           \
+  do {                                                                   \
+    if (!(cond)) {                                                       \
       std::fprintf(stderr, "fuzz check failed: %s (%s)\n", what, #cond); \
-      std::abort();                                                       \
-    }                                                                     \
+      std::abort();                                                      \
+    }                                                                    \
   } while (0)
 
 // A directory made once per process beneath TMPDIR; libFuzzer runs one process per target.

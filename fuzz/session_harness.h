@@ -15,7 +15,8 @@ class SessionHarness {
  public:
   SessionHarness() {
     std::string ws = scratch_dir() + "/ws";
-    if (!make_dirs(ws + "/src") || !make_dirs(ws + "/out") || !write_file_atomic(ws + "/src/a.txt", "alpha\n") ||
+    if (!make_dirs(ws + "/src") || !make_dirs(ws + "/out") ||
+        !write_file_atomic(ws + "/src/a.txt", "alpha\n") ||
         !write_file_atomic(ws + "/src/\xff", "not utf-8\n") || !make_dirs(scratch_dir() + "/state"))
       std::abort();
     std::string text = fmt::format(R"({{"schema_version": "airlock.task_policy.v1", "executor": "host",

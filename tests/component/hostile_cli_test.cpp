@@ -65,7 +65,8 @@ class HostileCli : public ::testing::Test {
   }
   CliResult verb(const std::string& name, const std::string& input) {
     return f->run_program(
-        {f->binary(), "--state-dir", f->state_dir(), name, "--policy", policy, "--workspace", f->workspace()}, input);
+        {f->binary(), "--state-dir", f->state_dir(), name, "--policy", policy, "--workspace", f->workspace()},
+        input);
   }
   // The session's receipts end with session.close and verify with `airlock receipts verify`.
   void expect_closed_and_verified(const std::string& how) {
@@ -73,7 +74,8 @@ class HostileCli : public ::testing::Test {
     ASSERT_EQ(files.size(), 1u);
     auto rs = read_receipts(files[0]);
     ASSERT_FALSE(rs.empty());
-    EXPECT_EQ(rs.back()["kind"], "session.close") << rs.back().dump(-1, ' ', false, Json::error_handler_t::replace);
+    EXPECT_EQ(rs.back()["kind"], "session.close")
+        << rs.back().dump(-1, ' ', false, Json::error_handler_t::replace);
     EXPECT_EQ(rs.back()["how"], how);
     auto v = f->run({"receipts", "verify", files[0]});
     EXPECT_EQ(v.status, 0) << v.out << v.err;
@@ -91,7 +93,10 @@ TEST_F(HostileCli, SessionAnswersEveryHostileLineAndStillCloses) {
   for (const auto& l :
        hostile_lines(R"({"id": 1, "action": "read_file", "path": )" + balanced_brackets() + "}"))
     input += l + "\n";
-  input += R"({"id": 2, "action": "read_file", "path": "src/app.py"})" "\n" R"({"id": 3, "action": "close"})" "\n";
+  input += R"({"id": 2, "action": "read_file", "path": "src/app.py"})"
+           "\n"
+           R"({"id": 3, "action": "close"})"
+           "\n";
   auto r = verb("session", input);
   if (no_executor(r) && !require_all_tiers()) GTEST_SKIP() << r.err;
   ASSERT_EQ(r.status, 0) << r.err.substr(0, 2000);
@@ -102,7 +107,8 @@ TEST_F(HostileCli, SessionAnswersEveryHostileLineAndStillCloses) {
     EXPECT_EQ(v[i]["ok"], false) << i;
     EXPECT_EQ(v[i]["error"]["code"], "AIRLOCK_PROTOCOL_ERROR") << i << ": " << v[i].dump();
   }
-  EXPECT_NE(v[1]["error"]["message"].get<std::string>().find("deeper than"), std::string::npos) << v[1].dump();
+  EXPECT_NE(v[1]["error"]["message"].get<std::string>().find("deeper than"), std::string::npos)
+      << v[1].dump();
   EXPECT_NE(v[5]["error"]["message"].get<std::string>().find("too large"), std::string::npos) << v[5].dump();
   EXPECT_EQ(v[7]["result"]["content"], "print('hi')\n") << v[7].dump();
   EXPECT_EQ(v[8]["ok"], true) << v[8].dump();
@@ -118,7 +124,10 @@ TEST_F(HostileCli, SessionRefusesAnOverlongLineAndReadsTheNext) {
            std::string(path_bytes, 'p') + "\"}\n";
   };
   std::string input = read(1, 17u << 20) + read(2, (16u << 20) - 100) +
-                      R"({"id": 3, "action": "read_file", "path": "src/app.py"})" "\n" R"({"id": 4, "action": "close"})" "\n";
+                      R"({"id": 3, "action": "read_file", "path": "src/app.py"})"
+                      "\n"
+                      R"({"id": 4, "action": "close"})"
+                      "\n";
   auto r = verb("session", input);
   if (no_executor(r) && !require_all_tiers()) GTEST_SKIP() << r.err;
   ASSERT_EQ(r.status, 0) << r.err.substr(0, 2000);
@@ -141,7 +150,8 @@ TEST_F(HostileCli, McpAnswersEveryHostileLineAndStillCloses) {
       balanced_brackets() + "}}}";
   std::string input;
   for (const auto& l : hostile_lines(deep_call)) input += l + "\n";
-  input += R"({"jsonrpc": "2.0", "id": 2, "method": "ping"})" "\n";
+  input += R"({"jsonrpc": "2.0", "id": 2, "method": "ping"})"
+           "\n";
   auto r = verb("mcp", input);
   if (no_executor(r) && !require_all_tiers()) GTEST_SKIP() << r.err;
   ASSERT_EQ(r.status, 0) << r.err.substr(0, 2000);
@@ -175,7 +185,8 @@ TEST_F(HostileCli, ANameThatIsNotUtf8IsWrittenBackAndRecorded) {
   EXPECT_EQ(read_text(f->workspace() + "/reports/\xff"), "bytes");
   expect_closed_and_verified("closed");
   auto rs = read_receipts(f->receipts()[0]);
-  EXPECT_EQ(rs.back()["not_utf8"][0]["base64"], "cmVwb3J0cy//") << rs.back().dump();  // base64("reports/\xff")
+  EXPECT_EQ(rs.back()["not_utf8"][0]["base64"], "cmVwb3J0cy//")
+      << rs.back().dump();  // base64("reports/\xff")
 }
 
 // (a), (c): `policy check` refuses a deep or overflowing policy by name (125), not with a crash
@@ -196,7 +207,10 @@ TEST_F(HostileCli, PolicyCheckRefusesDeepAndOverflowingPoliciesBy125) {
 
 // (f): a slot name that is not UTF-8 is refused where it enters, so `slot list --json` stays readable.
 TEST_F(HostileCli, ASlotNameThatIsNotUtf8IsRefused) {
-  for (const std::string& name : {std::string("\xff"), std::string("a\x01" "b"), std::string(200, 's')}) {
+  for (const std::string& name : {std::string("\xff"),
+                                  std::string("a\x01"
+                                              "b"),
+                                  std::string(200, 's')}) {
     auto r = f->run({"slot", "set", "--json", name});
     EXPECT_EQ(r.status, 125) << r.err;
     Json j = Json::parse(r.out, nullptr, false);
@@ -244,20 +258,22 @@ TEST(HostileServe, DeepOverflowingAndDuplicateBodiesAre400AndTheServerStaysUp) {
     EXPECT_TRUE(r) << what << ": " << r.error().message;
     if (!r) return Json();
     EXPECT_EQ(r->status, 400) << what << ": " << r->body.substr(0, 1000);
-    EXPECT_EQ(r->json()["error"]["code"], "AIRLOCK_PROTOCOL_ERROR") << what << ": " << r->body.substr(0, 1000);
+    EXPECT_EQ(r->json()["error"]["code"], "AIRLOCK_PROTOCOL_ERROR")
+        << what << ": " << r->body.substr(0, 1000);
     auto health = c.get("/v1/health");
-    EXPECT_TRUE(health && health->status == 200) << what << ": the server is gone: " << srv.stderr_text().substr(0, 2000);
+    EXPECT_TRUE(health && health->status == 200)
+        << what << ": the server is gone: " << srv.stderr_text().substr(0, 2000);
     return r->json();
   };
-  Json policy = {{"schema_version", "airlock.task_policy.v1"},
-                 {"workspace", f.workspace()},
-                 {"readable", {"src"}}};
+  Json policy = {
+      {"schema_version", "airlock.task_policy.v1"}, {"workspace", f.workspace()}, {"readable", {"src"}}};
   std::string text = policy.dump();
   expect_400("/v1/sessions", open_brackets(), "open: [ x 200000");
   expect_400("/v1/sessions", balanced_brackets(), "open: [] x 200000");
   expect_400("/v1/sessions", text.substr(0, text.size() - 1) + R"(, "task_id": )" + balanced_brackets() + "}",
              "open: a deep value");
-  expect_400("/v1/sessions", text.substr(0, text.size() - 1) + R"(, "limits": {"memory_mb": 1e400}})", "open: 1e400");
+  expect_400("/v1/sessions", text.substr(0, text.size() - 1) + R"(, "limits": {"memory_mb": 1e400}})",
+             "open: 1e400");
   Json dup = expect_400("/v1/sessions", text.substr(0, text.size() - 1) + R"(, "workspace": "/"})",
                         "open: a duplicate key");
   EXPECT_EQ(dup["error"]["facts"]["path"], "$.workspace") << dup.dump();
@@ -271,7 +287,8 @@ TEST(HostileServe, DeepOverflowingAndDuplicateBodiesAre400AndTheServerStaysUp) {
   expect_400(base + "/read_file", open_brackets(), "action: [ x 200000");
   expect_400(base + "/read_file", R"({"path": )" + balanced_brackets() + "}", "action: a deep path");
   expect_400(base + "/read_file", R"({"path": "src/app.py", "length": 1e400})", "action: 1e400");
-  expect_400(base + "/read_file", R"({"path": "src/app.py", "path": "/etc/shadow"})", "action: a duplicate key");
+  expect_400(base + "/read_file", R"({"path": "src/app.py", "path": "/etc/shadow"})",
+             "action: a duplicate key");
   expect_400(base + "/read_file", "{\"path\": \"\xff\"}", "action: not UTF-8");
   auto ok = c.post(base + "/read_file", {{"path", "src/app.py"}});
   ASSERT_TRUE(ok);

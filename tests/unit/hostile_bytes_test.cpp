@@ -51,11 +51,12 @@ TEST(ParseJson, NestingUpToTheLimitIsAccepted) {
   EXPECT_FALSE(ok->dump().empty());
   auto deep = parse_json(nested(kMaxJsonDepth + 1), Code::ProtocolError, "x");
   ASSERT_FALSE(deep);
-  EXPECT_EQ(deep.error().facts["path"], "$" + [] {
-    std::string p;
-    for (size_t i = 0; i < kMaxJsonDepth; ++i) p += "[0]";
-    return p;
-  }());
+  EXPECT_EQ(
+      deep.error().facts["path"], "$" + [] {
+        std::string p;
+        for (size_t i = 0; i < kMaxJsonDepth; ++i) p += "[0]";
+        return p;
+      }());
 }
 
 TEST(ParseJson, NumberOverflowIsATypedErrorNotAnException) {
@@ -94,7 +95,11 @@ TEST(ParseJson, NonUtf8InputIsRefusedWithAMessageThatIsUtf8) {
 // ---- lossless repair ---------------------------------------------------------------------------
 
 TEST(RepairUtf8, KeepsValidUtf8AndRecordsExactBytesBesideALossyString) {
-  Json j = {{"ok", "caf\xc3\xa9"}, {"path", "dir/\xff" "x"}, {"list", Json::array({"a", std::string("\x80")})}};
+  Json j = {{"ok", "caf\xc3\xa9"},
+            {"path",
+             "dir/\xff"
+             "x"},
+            {"list", Json::array({"a", std::string("\x80")})}};
   Json exact = repair_utf8(j);
   EXPECT_EQ(j["ok"], "caf\xc3\xa9");
   EXPECT_EQ(j["path"], "dir/\xef\xbf\xbdx");
@@ -103,8 +108,12 @@ TEST(RepairUtf8, KeepsValidUtf8AndRecordsExactBytesBesideALossyString) {
   for (const Json& e : exact) {
     auto bytes = base64_decode(e["base64"].get<std::string>());
     ASSERT_TRUE(bytes);
-    if (e["pointer"] == "/path") EXPECT_EQ(*bytes, "dir/\xff" "x");
-    else EXPECT_EQ(e["pointer"], "/list/1");
+    if (e["pointer"] == "/path")
+      EXPECT_EQ(*bytes,
+                "dir/\xff"
+                "x");
+    else
+      EXPECT_EQ(e["pointer"], "/list/1");
   }
   EXPECT_NO_THROW((void)canonical_json(j));
   Json clean = {{"a", 1}};
@@ -137,16 +146,16 @@ TEST(RepairUtf8, CutsNestingDeeperThanARecordMayHave) {
 // ---- where the bytes arrive --------------------------------------------------------------------
 
 TEST(HostilePolicy, DeepNestingIsPolicyInvalid) {
-  auto p = policy::parse_layer_text(std::string(100000, '[') + std::string(100000, ']'), policy::builtin_default(),
-                                    "deep.json");
+  auto p = policy::parse_layer_text(std::string(100000, '[') + std::string(100000, ']'),
+                                    policy::builtin_default(), "deep.json");
   ASSERT_FALSE(p);
   EXPECT_EQ(p.error().code, Code::PolicyInvalid);
 }
 
 TEST(HostilePolicy, NumberOverflowIsPolicyInvalidNotAnInternalError) {
   auto p = policy::parse_layer_text(
-      R"({"schema_version": "airlock.task_policy.v1", "limits": {"memory_mb": 1e400}})", policy::builtin_default(),
-      "big.json");
+      R"({"schema_version": "airlock.task_policy.v1", "limits": {"memory_mb": 1e400}})",
+      policy::builtin_default(), "big.json");
   ASSERT_FALSE(p);
   EXPECT_EQ(p.error().code, Code::PolicyInvalid);
   EXPECT_EQ(p.error().facts["source"], "big.json");
@@ -192,7 +201,8 @@ TEST(HostileReceipts, AReceiptHoldingTheLargestRequestStillVerifies) {
   auto log = ledger::ReceiptLog::create(d.file("r.jsonl"), "s-1");
   ASSERT_TRUE(log);
   Json args = {{"path", std::string(kMaxJsonBytes - 64, 'p')}, {"offset", 0}};
-  ASSERT_TRUE(log->append("read_file", {{"args", args}, {"decision", "refused"}, {"error", {{"message", "no"}}}}));
+  ASSERT_TRUE(
+      log->append("read_file", {{"args", args}, {"decision", "refused"}, {"error", {{"message", "no"}}}}));
   auto chain = ledger::verify_chain(d.file("r.jsonl"));
   ASSERT_TRUE(chain) << chain.error().message;
   EXPECT_EQ(chain->receipts, 1u);
