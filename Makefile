@@ -1,10 +1,14 @@
 # airlock: the two commands a newcomer types (make run, make test), and a few more.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+# Seconds each fuzz target runs in `make fuzz` (CI: 60 each).
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS = policy protocol mcp http door dns ledger receipts
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all deps build run test test-asan bench clean
+.PHONY: all deps build run test test-asan fuzz bench clean
 
 all: build
 
@@ -31,6 +35,24 @@ test-asan: deps
 	ninja -C $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) -L 'unit|component'
 
+# Every libFuzzer target (fuzz/) for FUZZ_SECONDS under ASan + UBSan, built with clang, only the
+# libraries the targets link. Each starts from its seed corpus in fuzz/corpus/TARGET (read, never
+# written: what the run learns goes to $(FUZZ_BUILD)/corpus); a crash is kept in
+# $(FUZZ_BUILD)/crashes and fails the run: add it to fuzz/corpus/TARGET, with a unit test.
+fuzz: deps
+	cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAIRLOCK_FUZZ=ON \
+	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++
+	ninja -C $(FUZZ_BUILD) -j $(JOBS) fuzzers
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(FUZZ_BUILD)/corpus/$$t $(FUZZ_BUILD)/crashes; \
+	  echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
+	  $(FUZZ_BUILD)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2560 -max_len=65536 \
+	    -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/crashes/$$t- \
+	    $(FUZZ_BUILD)/corpus/$$t fuzz/corpus/$$t 2>$(FUZZ_BUILD)/fuzz-$$t.log \
+	    || { tail -n 60 $(FUZZ_BUILD)/fuzz-$$t.log; exit 1; }; \
+	  grep -E '^stat::number_of_executed_units|^stat::new_units_added' $(FUZZ_BUILD)/fuzz-$$t.log; \
+	done
+
 # Installs the peers (Debian, and sandbox-runtime from npm into $(BUILD)/bench-peers), runs every
 # benchmark in bench/bench.py, writes bench/results/latest.md and a PNG per benchmark.
 bench: build
@@ -38,4 +60,4 @@ bench: build
 	bench/bench.py --build $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -7,37 +7,60 @@
 
 namespace airlock {
 
-bool is_valid_utf8(std::string_view s) {
-  size_t i = 0, n = s.size();
+namespace {
+
+// The length of the well-formed UTF-8 sequence at s[i], or 0 when the bytes there are not one.
+size_t utf8_sequence_at(std::string_view s, size_t i) {
   auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  while (i < n) {
-    unsigned char c = byte(i);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t len;
-    unsigned char lo = 0x80, hi = 0xbf;  // the allowed range of the second byte
-    if (c >= 0xc2 && c <= 0xdf) {
-      len = 2;
-    } else if (c >= 0xe0 && c <= 0xef) {
-      len = 3;
-      if (c == 0xe0) lo = 0xa0;  // overlong
-      if (c == 0xed) hi = 0x9f;  // surrogates
-    } else if (c >= 0xf0 && c <= 0xf4) {
-      len = 4;
-      if (c == 0xf0) lo = 0x90;  // overlong
-      if (c == 0xf4) hi = 0x8f;  // above U+10FFFF
-    } else {
-      return false;
-    }
-    if (i + len > n) return false;
-    if (byte(i + 1) < lo || byte(i + 1) > hi) return false;
-    for (size_t k = 2; k < len; ++k)
-      if ((byte(i + k) & 0xc0) != 0x80) return false;
+  unsigned char c = byte(i);
+  if (c < 0x80) return 1;
+  size_t len;
+  unsigned char lo = 0x80, hi = 0xbf;  // the allowed range of the second byte
+  if (c >= 0xc2 && c <= 0xdf) {
+    len = 2;
+  } else if (c >= 0xe0 && c <= 0xef) {
+    len = 3;
+    if (c == 0xe0) lo = 0xa0;  // overlong
+    if (c == 0xed) hi = 0x9f;  // surrogates
+  } else if (c >= 0xf0 && c <= 0xf4) {
+    len = 4;
+    if (c == 0xf0) lo = 0x90;  // overlong
+    if (c == 0xf4) hi = 0x8f;  // above U+10FFFF
+  } else {
+    return 0;
+  }
+  if (i + len > s.size()) return 0;
+  if (byte(i + 1) < lo || byte(i + 1) > hi) return 0;
+  for (size_t k = 2; k < len; ++k)
+    if ((byte(i + k) & 0xc0) != 0x80) return 0;
+  return len;
+}
+
+}  // namespace
+
+bool is_valid_utf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    size_t len = utf8_sequence_at(s, i);
+    if (len == 0) return false;
     i += len;
   }
   return true;
+}
+
+std::string lossy_utf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    size_t len = utf8_sequence_at(s, i);
+    if (len == 0) {
+      out += "\xEF\xBF\xBD";  // U+FFFD for the one byte that starts no sequence
+      ++i;
+    } else {
+      out.append(s.substr(i, len));
+      i += len;
+    }
+  }
+  return out;
 }
 
 std::string base64_encode(std::string_view bytes) {

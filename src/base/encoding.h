@@ -9,6 +9,9 @@ namespace airlock {
 
 // Strict UTF-8 (RFC 3629): no overlong forms, no surrogates, nothing above U+10FFFF.
 bool is_valid_utf8(std::string_view bytes);
+// `bytes` with every byte that starts no well-formed sequence replaced by U+FFFD: valid UTF-8
+// is returned as is. Lossy: keep the exact bytes beside it (json_util.h repair_utf8 does).
+std::string lossy_utf8(std::string_view bytes);
 std::string base64_encode(std::string_view bytes);
 // nullopt when `text` is not canonical base64.
 std::optional<std::string> base64_decode(std::string_view text);

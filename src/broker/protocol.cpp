@@ -147,6 +147,13 @@ Result<Json> dispatch(Session& s, const Json& req) {
                                      action));
 }
 
+// A result or an error as the peer gets it: names from the sandbox (a listed file, a message
+// quoting one) that are not UTF-8 are sent lossy, with their exact bytes under "not_utf8".
+Json lossless(Json j) {
+  if (Json exact = repair_utf8(j); !exact.empty() && j.is_object()) j["not_utf8"] = std::move(exact);
+  return j;
+}
+
 }  // namespace
 
 std::string request_action(const Json& request) {
@@ -164,13 +171,13 @@ Json handle_request(Session& s, const Json& request) {
       return fail(Code::ProtocolError, fmt::format("the request could not be handled: {}", e.what()));
     }
   }();
-  if (r) return Json{{"id", id}, {"ok", true}, {"result", std::move(*r)}};
+  if (r) return Json{{"id", id}, {"ok", true}, {"result", lossless(std::move(*r))}};
   // Refused by the adapter, before any action saw it: recorded too (a digest of the request).
   // A receipt that cannot be written is reported instead of the refusal.
   if (r.error().code == Code::ProtocolError)
     if (auto noted = s.note_refusal("protocol.refused", request, r.error()); !noted)
-      return Json{{"id", id}, {"ok", false}, {"error", noted.error().to_json()}};
-  return Json{{"id", id}, {"ok", false}, {"error", r.error().to_json()}};
+      return Json{{"id", id}, {"ok", false}, {"error", lossless(noted.error().to_json())}};
+  return Json{{"id", id}, {"ok", false}, {"error", lossless(r.error().to_json())}};
 }
 
 }  // namespace airlock::broker

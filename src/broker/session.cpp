@@ -52,6 +52,7 @@ Result<std::unique_ptr<Session>> Session::open(const policy::TaskPolicy& pol, co
   if (!planned) return std::unexpected(record_refusal(planned.error(), opts.state_dir, id, base));
   if (planned->microvm) planned->microvm->pool = opts.vm_pool;
   exec::apply_test_seams(*planned);
+  exec::protect_git_config_targets(workspace.value_or(""), *planned);
   base["plan"] = plan::to_json(*planned);
 
   if (workspace) {
@@ -149,7 +150,7 @@ Result<void> Session::admit(std::string_view kind, const Json& args) {
   std::unique_lock lk(mu_);
   auto refuse = [&](Error e) -> Result<void> {
     // A receipt that cannot be written is itself the refusal: nothing unrecorded happens.
-    TRY(receipts_.append(kind, {{"args_digest", sha256_hex(canonical_json(args))},
+    TRY(receipts_.append(kind, {{"args_digest", sha256_hex(lossless_canonical_json(args))},
                                 {"args", args},
                                 {"decision", "refused"},
                                 {"error", e.to_json()}}));
@@ -259,7 +260,7 @@ Result<T> Session::record(std::string_view kind, const Json& args, Result<T> r,
   std::unique_lock lk(mu_);
   in_flight_ = false;
   if (r && killed_) r = std::unexpected(Error{Code::SessionKilled, "the session was killed during the action", {}});
-  Json body = {{"args_digest", sha256_hex(canonical_json(args))},
+  Json body = {{"args_digest", sha256_hex(lossless_canonical_json(args))},
                {"args", args},
                {"decision", r ? "allowed" : "refused"},
                {"duration_us", std::chrono::duration_cast<std::chrono::microseconds>(clock_() - started).count()}};
@@ -408,7 +409,7 @@ void Session::record_door(Json body) {
 
 Result<void> Session::note_refusal(std::string_view kind, const Json& args, const Error& e) {
   std::unique_lock lk(mu_);
-  TRY(receipts_.append(kind, {{"args_digest", sha256_hex(canonical_json(args))},
+  TRY(receipts_.append(kind, {{"args_digest", sha256_hex(lossless_canonical_json(args))},
                               {"decision", "refused"},
                               {"error", e.to_json()}}));
   return {};
@@ -422,7 +423,8 @@ Result<std::vector<Json>> Session::receipts() const {
   while (start < text.size()) {
     size_t end = text.find('\n', start);
     if (end == std::string::npos) break;
-    out.push_back(TRY(parse_json(std::string_view(text).substr(start, end - start), Code::LedgerCorrupt, "a receipt")));
+    out.push_back(TRY(parse_json(std::string_view(text).substr(start, end - start), Code::LedgerCorrupt, "a receipt",
+                                 ledger::kReceiptLineLimits)));
     start = end + 1;
   }
   return out;

@@ -107,7 +107,9 @@ void add_doctor(CLI::App& app, Globals& g, Action& run) {
       if (def.contains("refused")) std::printf("  %s\n", def["refused"]["message"].get<std::string>().c_str());
       std::vector<std::string> shown;
       for (const auto& e : report["protected_paths"])
-        shown.push_back(e.is_string() ? e.get<std::string>() : e["pattern"].get<std::string>() + " (a file)");
+        shown.push_back(e.is_string()           ? e.get<std::string>()
+                        : e.contains("except") ? e["pattern"].get<std::string>() + " (all but objects, refs, logs, index, HEAD)"
+                                               : e["pattern"].get<std::string>() + " (a file)");
       std::printf("\nprotected paths, built in (read-only inside every tier, refused at write-back; a policy\n"
                   "relaxes one only by naming it in writable_protected_paths):\n  %s\n",
                   fmt::format("{}", fmt::join(shown, ", ")).c_str());

@@ -97,7 +97,8 @@ int mcp_verb(Globals& g, McpOptions& o) {
   auto closed = s.close(true, cause);
   if (!closed) return refuse(closed.error(), false);
   std::fprintf(stderr, "airlock mcp: closed (%s%s%s); written back: %s\n", cause.reason.c_str(),
-               cause.signal.empty() ? "" : " ", cause.signal.c_str(), closed->to_json().dump().c_str());
+               cause.signal.empty() ? "" : " ", cause.signal.c_str(),
+               closed->to_json().dump(-1, ' ', false, Json::error_handler_t::replace).c_str());
   return 0;
 }
 

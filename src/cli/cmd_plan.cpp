@@ -87,7 +87,10 @@ void add_plan(CLI::App& app, Globals& g, Action& run) {
       std::printf("view       %s; written back: %s\n", fmt::format("{}", fmt::join(planned->view_paths, ", ")).c_str(),
                   fmt::format("{}", fmt::join(planned->write_back_paths, ", ")).c_str());
       std::vector<std::string> shown;
-      for (const auto& e : planned->protected_paths) shown.push_back(e.file_only ? e.pattern + " (a file)" : e.pattern);
+      for (const auto& e : planned->protected_paths)
+        shown.push_back(e.file_only         ? e.pattern + " (a file)"
+                        : e.except.empty() ? e.pattern
+                                           : e.pattern + " (all but objects, refs, logs, index, HEAD)");
       std::printf("protected  %s\n           read-only inside the sandbox, any change refused at write-back\n",
                   fmt::format("{}", fmt::join(shown, ", ")).c_str());
       std::printf("denied     %s (absent from the view, never written back)\n",

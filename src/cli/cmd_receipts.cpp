@@ -33,7 +33,8 @@ int show(const std::string& file, bool json) {
   while (pos < text->size()) {
     size_t nl = text->find('\n', pos);
     if (nl == std::string::npos) nl = text->size();
-    auto j = parse_json(std::string_view(*text).substr(pos, nl - pos), Code::LedgerCorrupt, "a receipt");
+    auto j = parse_json(std::string_view(*text).substr(pos, nl - pos), Code::LedgerCorrupt, "a receipt",
+                        ledger::kReceiptLineLimits);
     pos = nl + 1;
     if (!j) return refuse(j.error(), json);
     all.push_back(std::move(*j));

@@ -137,7 +137,7 @@ int run_confined(Globals& g, RunOptions& o, const std::function<Result<void>(Ses
     for (const auto& e : refusals) errs.push_back(e.to_json());
     j["refusals"] = errs;
     std::fflush(stdout);
-    std::printf("%s\n", j.dump().c_str());
+    std::printf("%s\n", j.dump(-1, ' ', false, Json::error_handler_t::replace).c_str());  // names from the view
   }
   // Names in these lines come from the sandbox: escaped, so a newline or an escape sequence in a
   // file name cannot forge a line of airlock's own or drive the terminal.

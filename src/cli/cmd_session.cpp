@@ -63,8 +63,8 @@ int session_verb(Globals& g, SessionVerbOptions& o) {
   std::thread reader = start_line_reader(
       inbox, mask,
       [&](const std::string& line) {
-        auto req = Json::parse(line, nullptr, false);
-        if (!req.is_discarded() && broker::request_action(req) == "kill") (void)s.kill();
+        auto req = parse_json(line, Code::ProtocolError, "the request");
+        if (req && broker::request_action(*req) == "kill") (void)s.kill();
       },
       [&](int sig) {
         if (sig == SIGUSR1) {  // `airlock session kill ID`, or a stray SIGUSR1 that asked for nothing

@@ -112,7 +112,8 @@ std::vector<std::string> machine_row(const store::MachineRecord& m, const Judgem
 int emit(const Globals& g, const char* key, const Json& arr,
          const std::vector<std::vector<std::string>>& rows) {
   if (g.json)
-    std::printf("%s\n", Json({{key, arr}}).dump(2).c_str());
+    // Rows written by an older build may hold names that are not UTF-8: shown lossy, never thrown.
+    std::printf("%s\n", Json({{key, arr}}).dump(2, ' ', false, Json::error_handler_t::replace).c_str());
   else
     print_table(rows);
   return 0;

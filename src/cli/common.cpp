@@ -50,9 +50,11 @@ Result<std::string> resolve_state_dir(const std::string& flag) {
 int refuse(const Error& e, bool json) {
   std::fprintf(stderr, "airlock: refused: %s: %s\n", std::string(to_name(e.code)).c_str(),
                escape_for_terminal(e.message).c_str());
-  if (json) std::printf("%s\n", nlohmann::json({{"refused", e.to_json()}}).dump(2).c_str());
+  // Facts may quote bytes from a sandbox (a file name): shown lossy, never thrown.
+  constexpr auto kReplace = nlohmann::json::error_handler_t::replace;
+  if (json) std::printf("%s\n", nlohmann::json({{"refused", e.to_json()}}).dump(2, ' ', false, kReplace).c_str());
   else if (!e.facts.empty())
-    std::fprintf(stderr, "  facts: %s\n", e.facts.dump().c_str());
+    std::fprintf(stderr, "  facts: %s\n", e.facts.dump(-1, ' ', false, kReplace).c_str());
   return kRefusedExit;
 }
 

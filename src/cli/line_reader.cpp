@@ -39,6 +39,7 @@ std::thread start_line_reader(Inbox& inbox, const sigset_t& mask, std::function<
   return std::thread([&inbox, sigfd, on_line = std::move(on_line), on_signal = std::move(on_signal)] {
     pollfd fds[2] = {{STDIN_FILENO, POLLIN, 0}, {sigfd->get(), POLLIN, 0}};
     std::string buf;
+    bool skipping = false;  // the rest of an overlong line, up to its newline, is dropped
     char chunk[65536];
     for (;;) {
       if (::poll(fds, 2, -1) < 0) {
@@ -60,9 +61,24 @@ std::thread start_line_reader(Inbox& inbox, const sigset_t& mask, std::function<
       while ((nl = buf.find('\n')) != std::string::npos) {
         std::string line = buf.substr(0, nl);
         buf.erase(0, nl + 1);
+        if (skipping) {
+          skipping = false;
+          continue;
+        }
         if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
         on_line(line);
         inbox.push(std::move(line));
+      }
+      if (skipping) {
+        buf.clear();
+      } else if (buf.size() > kMaxLineBytes) {
+        // A line longer than any request may be is bounded here, not buffered to its end: its
+        // first kMaxLineBytes + 1 bytes go on, for the parser to refuse by their size.
+        buf.resize(kMaxLineBytes + 1);
+        on_line(buf);
+        inbox.push(std::move(buf));
+        buf.clear();
+        skipping = true;
       }
     }
     inbox.close();

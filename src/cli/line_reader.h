@@ -30,6 +30,10 @@ class Inbox {
   bool closed_ = false;
 };
 
+// The longest line read whole: a longer one is cut to kMaxLineBytes + 1 bytes (which
+// parse_json refuses by size) and the rest of it, to its newline, is dropped.
+inline constexpr size_t kMaxLineBytes = kMaxJsonBytes;
+
 // Reads stdin until end of input or a signal in `mask` (blocked by block_stop_signals):
 // each non-blank line goes to `on_line` (on the reader thread, so it can act at once, e.g. on
 // a kill) and then to the inbox; a signal calls `on_signal` with its number, which says

@@ -162,27 +162,26 @@ struct Stream {
   }
 };
 
-struct Head {
-  std::string first;  // request or status line
-  std::vector<std::pair<std::string, std::string>> fields;  // names lower-cased
-  std::string get(std::string_view name) const {
-    for (const auto& [k, v] : fields)
-      if (k == name) return v;
-    return "";
-  }
-  bool has(std::string_view name) const {
-    return std::any_of(fields.begin(), fields.end(), [&](const auto& f) { return f.first == name; });
-  }
-};
+}  // namespace
 
-std::optional<Head> parse_head(const std::string& text) {
-  Head h;
+std::string ProxyHead::get(std::string_view name) const {
+  for (const auto& [k, v] : fields)
+    if (k == name) return v;
+  return "";
+}
+bool ProxyHead::has(std::string_view name) const {
+  return std::any_of(fields.begin(), fields.end(), [&](const auto& f) { return f.first == name; });
+}
+
+std::optional<ProxyHead> parse_proxy_head(std::string_view text) {
+  ProxyHead h;
   size_t pos = text.find("\r\n");
-  h.first = text.substr(0, pos);
+  h.first = std::string(text.substr(0, pos));
+  if (pos == std::string_view::npos) return h;
   pos += 2;
   while (pos < text.size()) {
     size_t end = text.find("\r\n", pos);
-    if (end == pos || end == std::string::npos) break;
+    if (end == pos || end == std::string_view::npos) break;
     std::string_view l(text.data() + pos, end - pos);
     size_t colon = l.find(':');
     if (colon == std::string_view::npos || colon == 0) return std::nullopt;
@@ -194,13 +193,7 @@ std::optional<Head> parse_head(const std::string& text) {
   return h;
 }
 
-// How a message's body ends.
-struct Framing {
-  enum Kind { None, Length, Chunked, UntilClose, Invalid } kind = None;
-  uint64_t length = 0;
-};
-
-Framing body_framing(const Head& h, bool is_request) {
+Framing body_framing(const ProxyHead& h, bool is_request) {
   Framing f;
   if (h.has("transfer-encoding")) {
     f.kind = lower(h.get("transfer-encoding")) == "chunked" ? Framing::Chunked : Framing::Invalid;
@@ -220,6 +213,12 @@ Framing body_framing(const Head& h, bool is_request) {
   f.kind = is_request ? Framing::None : Framing::UntilClose;
   return f;
 }
+
+namespace {
+
+using Head = ProxyHead;
+
+std::optional<Head> parse_head(const std::string& text) { return parse_proxy_head(text); }
 
 bool relay_body(Stream& from, int to, const Framing& f, uint64_t* counted) {
   switch (f.kind) {

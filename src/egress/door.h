@@ -5,6 +5,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/error.h"
@@ -47,6 +50,27 @@ class DoorServer {
   explicit DoorServer(std::shared_ptr<State> st) : st_(std::move(st)) {}
   std::shared_ptr<State> st_;
 };
+
+// A request or response head as the door reads it: the first line, and the fields with their
+// names lower-cased and values trimmed. Pure; the door, the tests and the fuzz target share it.
+struct ProxyHead {
+  std::string first;  // request or status line
+  std::vector<std::pair<std::string, std::string>> fields;
+  std::string get(std::string_view name) const;  // the first field of that name, or ""
+  bool has(std::string_view name) const;
+};
+// `text` is a head up to and including its blank line. nullopt: a field line without a name or
+// with white space in its name (a request smuggler's favourite).
+std::optional<ProxyHead> parse_proxy_head(std::string_view text);
+
+// How a message's body ends.
+struct Framing {
+  enum Kind { None, Length, Chunked, UntilClose, Invalid } kind = None;
+  uint64_t length = 0;
+};
+// Invalid: a transfer-encoding other than chunked, or Content-Length values that disagree or
+// are not 1 to 18 digits.
+Framing body_framing(const ProxyHead& h, bool is_request);
 
 // "host api.example.com ports [443] schemes [https]; cidr 10.0.0.0/8 ports [80] schemes [http]"
 std::string describe_rules(const std::vector<policy::EgressRule>& rules);

@@ -24,8 +24,12 @@ std::string encode_name(std::string_view name) {
     size_t dot = name.find('.', start);
     if (dot == std::string_view::npos) dot = name.size();
     size_t len = std::min<size_t>(dot - start, 63);
-    out += static_cast<char>(len);
-    out.append(name.substr(start, len));
+    // An empty label would be the root's zero byte: the name would end there and the rest of
+    // the message be read as something else.
+    if (len > 0) {
+      out += static_cast<char>(len);
+      out.append(name.substr(start, len));
+    }
     start = dot + 1;
   }
   out += '\0';
@@ -39,6 +43,9 @@ std::optional<std::string> read_name(std::string_view m, size_t& at) {
     auto len = static_cast<uint8_t>(m[at++]);
     if (len == 0) return name;
     if (len > 63 || at + len > m.size()) return std::nullopt;
+    // A label holding a dot has no dotted form: ".a" as one label would be written back as two
+    // (fuzz/corpus/dns/label_with_dot.bin).
+    if (m.substr(at, len).find('.') != std::string_view::npos) return std::nullopt;
     if (!name.empty()) name += '.';
     for (char c : m.substr(at, len)) name += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     at += len;

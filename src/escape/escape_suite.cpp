@@ -978,7 +978,10 @@ std::optional<ProbeReport> parse_probe_report(std::string_view output, std::stri
     std::string_view line = output.substr(start, end - start);
     end = start == 0 ? 0 : start - 1;
     if (line.empty() || line.front() != '{') continue;
-    Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+    // A probe's output is the sandbox's: bounded like any untrusted JSON.
+    auto parsed = parse_json(line, Code::ProtocolError, "a probe report");
+    if (!parsed) continue;
+    Json j = std::move(*parsed);
     if (!j.is_object() || !j.contains("probe") || j["probe"] != name || !j.contains("breached") ||
         !j["breached"].is_boolean())
       continue;

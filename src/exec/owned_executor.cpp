@@ -23,11 +23,12 @@ Result<OwnedExecutor> open_owned_executor(const policy::TaskPolicy& policy, cons
   o.plan = TRY(plan::plan_execution(policy, facts, profile));
   if (o.plan.microvm) o.plan.microvm->pool = vm_pool;
   apply_test_seams(o.plan);
+  std::string ws = workspace ? absolute_path(*workspace) : std::string();
+  protect_git_config_targets(ws, o.plan);
   TRY(make_dirs(state_dir, 0700));
   linux::release_abandoned_cgroups(sweep_abandoned_sessions(state_dir));
   o.id = random_id();
   o.dirs = TRY(make_session_dirs(state_dir, o.id));
-  std::string ws = workspace ? absolute_path(*workspace) : std::string();
   auto copy = TRY(create_view(ws, o.dirs.view, view_rules(o.plan)));
   if (o.plan.protected_first_wall) o.dirs.view_read_only = std::move(copy.protected_present);
   o.executor = TRY(make_executor(o.plan, o.dirs, o.id, ws));

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cerrno>
+#include <ctime>
 #include <filesystem>
 #include <functional>
 #include <sstream>
@@ -159,10 +160,32 @@ Result<UniqueFd> open_subdir(int dirfd, const std::string& name, const std::stri
   return fd;
 }
 
+// write_back's temporary file, ".airlock-wb-" and 12 hex digits: one a write-back killed mid-copy
+// (SIGKILL) left behind is never copied into a view, and once stale it is removed. A live one is
+// written to and renamed within moments, so an hour-old one has no writer.
+bool is_write_back_temp(const std::string& name) {
+  constexpr std::string_view kPrefix = ".airlock-wb-";
+  return name.size() == kPrefix.size() + 12 && name.starts_with(kPrefix) &&
+         name.find_first_not_of("0123456789abcdef", kPrefix.size()) == std::string::npos;
+}
+void sweep_write_back_temp(int dirfd, const std::string& name, const struct stat& st) {
+  if (S_ISREG(st.st_mode) && ::time(nullptr) - st.st_mtime > kStaleWriteBackTempSeconds)
+    (void)::unlinkat(dirfd, name.c_str(), 0);
+}
+
+// Whether `rel` lies in a git object store (".git/objects/…", a submodule's too). A local clone
+// hard-links these to the repository it came from; their bytes are objects of this repository
+// (named by their own hash), so copying them exposes nothing the repository does not hold.
+bool in_git_objects(const std::string& rel) {
+  auto git = rel.find(".git/");
+  return (git == 0 || (git != std::string::npos && rel[git - 1] == '/')) &&
+         rel.find("/objects/", git + 4) != std::string::npos;
+}
+
 // Why an entry of the workspace never enters the view, or empty when it may.
-std::string skip_reason(const struct stat& st) {
+std::string skip_reason(const struct stat& st, const std::string& rel) {
   if (S_ISDIR(st.st_mode)) return "";
-  if (S_ISREG(st.st_mode)) return st.st_nlink > 1 ? "hard link" : "";
+  if (S_ISREG(st.st_mode)) return st.st_nlink > 1 && !in_git_objects(rel) ? "hard link" : "";
   return refusal_reason(st);  // symlinks and special files
 }
 
@@ -177,7 +200,11 @@ Result<void> copy_entry(int src_dir, int dst_dir, const std::string& name, const
   struct stat st{};
   if (::fstatat(src_dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0)
     return fail_errno(Code::ConfigError, "stat " + rel + " in the workspace", errno);
-  if (std::string why = skip_reason(st); !why.empty()) {
+  if (is_write_back_temp(name)) {
+    sweep_write_back_temp(src_dir, name, st);
+    return {};
+  }
+  if (std::string why = skip_reason(st, rel); !why.empty()) {
     // A hard link is never copied: its bytes may be a file outside the workspace.
     out.skipped.push_back({rel, why});
     return {};
@@ -225,6 +252,76 @@ Result<void> make_view_dirs(const std::string& view, const std::string& rel) { r
 ViewRules view_rules(const plan::ExecutionPlan& plan) {
   return {plan.view_paths, plan.write_back_paths, plan.denied_names, plan.protected_paths,
           plan.protected_first_wall};
+}
+
+namespace {
+
+std::string trim(std::string_view v) {
+  size_t a = v.find_first_not_of(" \t\r"), b = v.find_last_not_of(" \t\r");
+  return a == std::string_view::npos ? std::string() : std::string(v.substr(a, b - a + 1));
+}
+
+// A path git names, as a workspace-relative pattern: `base` is where a relative one starts
+// ("" the work tree, ".git" the git directory). Empty when it lies outside the workspace.
+std::string workspace_relative(const std::string& workspace, const std::string& base, std::string value) {
+  if (value.size() >= 2 && value.front() == '"' && value.back() == '"') value = value.substr(1, value.size() - 2);
+  if (value.empty() || value.front() == '~') return "";
+  fs::path p = value.front() == '/' ? fs::path(value).lexically_relative(workspace)
+                                     : (fs::path(base) / value).lexically_normal();
+  std::string rel = p.lexically_normal().string();
+  while (!rel.empty() && rel.back() == '/') rel.pop_back();
+  if (rel.empty() || rel == "." || rel.starts_with("..")) return "";
+  return rel;
+}
+
+}  // namespace
+
+void protect_git_config_targets(const std::string& workspace, plan::ExecutionPlan& plan) {
+  if (workspace.empty()) return;
+  UniqueFd ws(::open(workspace.c_str(), O_DIRECTORY | O_RDONLY | O_CLOEXEC));
+  if (!ws) return;
+  auto fd = open_beneath(ws.get(), ".git/config", O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
+  struct stat st{};
+  if (!fd || ::fstat(fd->get(), &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > (1 << 20)) return;
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  ssize_t n = ::pread(fd->get(), text.data(), text.size(), 0);
+  text.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  std::string section;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    std::string l = trim(line);
+    if (l.empty() || l[0] == '#' || l[0] == ';') continue;
+    std::string key, value;
+    if (l[0] == '[') {
+      auto end = l.find_first_of(" \"]");
+      section = l.substr(1, end == std::string::npos ? std::string::npos : end - 1);
+      std::transform(section.begin(), section.end(), section.begin(), ::tolower);
+      // "[core] hooksPath = x" on one line is git syntax too.
+      auto close = l.find(']');
+      if (close == std::string::npos) continue;
+      l = trim(l.substr(close + 1));
+      if (l.empty()) continue;
+    }
+    auto eq = l.find('=');
+    if (eq == std::string::npos) continue;
+    key = trim(l.substr(0, eq));
+    value = trim(l.substr(eq + 1));
+    std::transform(key.begin(), key.end(), key.begin(), ::tolower);
+    std::string rel, why;
+    if (section == "core" && key == "hookspath") {
+      rel = workspace_relative(workspace, "", value);
+      why = "core.hooksPath in .git/config: git runs the hooks there";
+    } else if ((section == "include" || section.starts_with("includeif")) && key == "path") {
+      rel = workspace_relative(workspace, ".git", value);
+      why = "included by .git/config";
+    }
+    if (rel.empty()) continue;
+    auto e = policy::parse_protected_pattern(rel, "$.git_config");
+    if (!e) continue;
+    e->why = why;
+    if (std::find(plan.protected_paths.begin(), plan.protected_paths.end(), *e) == plan.protected_paths.end())
+      plan.protected_paths.push_back(std::move(*e));
+  }
 }
 
 void apply_test_seams(plan::ExecutionPlan& plan) {
@@ -334,10 +431,13 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
     refused_prefixes.push_back(rel);
   };
   // `guard`: the protected path at or above this entry (nullopt: none). Beneath one, nothing is
-  // ever applied: a new or changed entry is refused by name instead.
-  std::function<Result<void>(int, const std::string&, const std::string&, std::optional<policy::ProtectedPath>)>
+  // ever applied: a new or changed entry is refused by name instead. `git_dir`: the nearest
+  // directory above that git would take for a repository (HEAD and objects/ in it, whatever its
+  // name: a bare repository planted in a subdirectory), whose allow-list then applies.
+  std::function<Result<void>(int, const std::string&, const std::string&, std::optional<policy::ProtectedPath>,
+                             const std::string&)>
       visit = [&](int dirfd, const std::string& name, const std::string& rel,
-                  std::optional<policy::ProtectedPath> guard) -> Result<void> {
+                  std::optional<policy::ProtectedPath> guard, const std::string& git_dir) -> Result<void> {
     struct stat st{};
     if (::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0) {
       if (errno == ENOENT) return {};
@@ -349,6 +449,8 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
       return {};
     }
     if (!guard) guard = policy::protected_by(rules.protected_paths, rel, S_ISDIR(st.st_mode));
+    if (!guard && !git_dir.empty())
+      guard = policy::protected_in_git_dir(rules.protected_paths, rel.substr(git_dir.size() + 1));
     if (std::string why = refusal_reason(st); !why.empty()) {
       refuse(rel, why);
       return {};
@@ -361,7 +463,13 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
       }
       if (!guard) ops.push_back({rel, true, st.st_mode & 0777, st.st_ino});
       UniqueFd sub = TRY(open_subdir(dirfd, name, rel + " in the view"));
-      for (const auto& child : list_names(sub.get())) TRY(visit(sub.get(), child, rel + "/" + child, guard));
+      struct stat head{}, objects{};
+      bool looks_like_git = ::fstatat(sub.get(), "HEAD", &head, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(head.st_mode) &&
+                            ::fstatat(sub.get(), "objects", &objects, AT_SYMLINK_NOFOLLOW) == 0 &&
+                            S_ISDIR(objects.st_mode);
+      const std::string& below = looks_like_git ? rel : git_dir;
+      for (const auto& child : list_names(sub.get()))
+        TRY(visit(sub.get(), child, rel + "/" + child, guard, below));
       return {};
     }
     ViewEntry now = entry_of(st);
@@ -376,7 +484,7 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
   };
   for (const auto& p : outermost(write_back_paths)) {
     if (p == ".") {
-      for (const auto& child : list_names(vw.get())) TRY(visit(vw.get(), child, child, std::nullopt));
+      for (const auto& child : list_names(vw.get())) TRY(visit(vw.get(), child, child, std::nullopt, ""));
       continue;
     }
     std::optional<policy::ProtectedPath> guard;
@@ -393,7 +501,7 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
       refuse(p, e == ELOOP ? "symlink" : "conflict: " + vparent.error().message);
       continue;
     }
-    TRY(visit(vparent->get(), name_of(p), p, guard));
+    TRY(visit(vparent->get(), name_of(p), p, guard, ""));
   }
 
   // Pass 2: apply, parents before children; every workspace path resolved beneath it.

@@ -59,6 +59,11 @@ struct ViewRules {
 };
 ViewRules view_rules(const plan::ExecutionPlan& plan);
 
+// What the workspace's own git configuration (.git/config, already protected) names for git to
+// run or read later: a core.hooksPath inside the workspace (husky's .husky, a .githooks) and
+// included configuration files are protected too, each recorded in the plan with why.
+void protect_git_config_targets(const std::string& workspace, plan::ExecutionPlan& plan);
+
 // Test seam: AIRLOCK_TEST_NO_PROTECTED_FIRST_WALL=1 in airlock's environment turns the first wall
 // off (so a test can prove write-back refuses alone); the plan records it as a relaxation.
 void apply_test_seams(plan::ExecutionPlan& plan);
@@ -67,6 +72,8 @@ struct Skipped {
   std::string path;
   std::string reason;  // "denied name", "hard link", "symlink", "device", "fifo", "socket", ...
 };
+
+inline constexpr long kStaleWriteBackTempSeconds = 3600;
 
 struct ViewCopy {
   ViewManifest manifest;
@@ -82,6 +89,12 @@ struct ViewCopy {
 // workspace) is skipped, never copied. A path missing from the workspace is made as an empty
 // directory when it is also a write-back path (so the command can create it).
 Result<ViewCopy> create_view(const std::string& workspace, const std::string& view, const ViewRules& rules);
+
+// write_back's temporary files (.airlock-wb-*) are never copied; those older than
+// kStaleWriteBackTempSeconds, left by a write-back that was killed, are removed from the workspace.
+Result<ViewCopy> create_view(const std::string& workspace, const std::string& view,
+                             const std::vector<std::string>& paths,
+                             const std::vector<std::string>& write_back_paths);
 
 struct WriteBackRefusal {
   std::string path;

@@ -124,12 +124,16 @@ Result<Json> parse_tool_output(std::string_view stdout_bytes) {
   if (t.empty()) return Json(nullptr);
   Json facts = {{"stdout_bytes", stdout_bytes.size()}, {"stdout_sha256", sha256_hex(stdout_bytes)}};
   if (!is_valid_utf8(t)) return fail(Code::ProtocolError, "the tool's stdout is not valid UTF-8", facts);
-  Json j = Json::parse(t, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
-    facts["stdout_head"] = t.substr(0, 200);
-    return fail(Code::ProtocolError, "the tool's stdout is not one JSON value", facts);
+  // Bounded: a tool that prints JSON nested a million deep must not crash whoever prints it next.
+  auto j = parse_json(t, Code::ProtocolError, "the tool's stdout");
+  if (!j) {
+    facts["stdout_head"] = lossy_utf8(t.substr(0, 200));  // a cut may split a character
+    for (const char* k : {"path", "max_depth"})
+      if (j.error().facts.contains(k)) facts[k] = j.error().facts[k];
+    return fail(Code::ProtocolError, fmt::format("the tool's stdout is not one JSON value: {}", j.error().message),
+                facts);
   }
-  return j;
+  return std::move(*j);
 }
 
 // A pipe holding `secret` whose write end is already closed: the program reads it to end of

@@ -25,6 +25,9 @@ int64_t now_ms() {
 
 namespace {
 
+// The key beside a record's fields that lists strings written lossy, with their exact bytes.
+constexpr const char* kNotUtf8Key = "not_utf8";
+
 Json error_json(const std::optional<Error>& e) {
   if (!e) return nullptr;
   return {{"code", to_name(e->code)}, {"message", e->message}};
@@ -163,9 +166,15 @@ void read_outcome(Fields& f, EffectOutcome& o) {
 // Strict UTF-8, then JSON, then an object of a known phase with exactly its fields.
 std::optional<std::string> decode(std::string_view bytes, Decoded& d) {
   if (!is_valid_utf8(bytes)) return "not valid UTF-8";
-  Json j = Json::parse(bytes, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return "not JSON";
+  auto parsed = parse_json(bytes, Code::LedgerCorrupt, "the record");
+  // "not JSON" leads, as the reason always has; parse_json says what exactly (depth, 1e400, syntax).
+  if (!parsed) return fmt::format("not JSON: {}", parsed.error().message);
+  Json& j = *parsed;
   if (!j.is_object()) return "not a JSON object";
+  // The exact bytes of strings the writer had to write lossy (append_line): kept in the file,
+  // beside any phase's fields.
+  if (j.contains(kNotUtf8Key) && !j[kNotUtf8Key].is_array()) return fmt::format("\"{}\" is not an array", kNotUtf8Key);
+  j.erase(kNotUtf8Key);
   Fields f(j);
   std::string phase = f.str("phase");
   if (!f.ok()) return f.why();
@@ -356,7 +365,11 @@ Result<void> EffectLedger::append_line(const Json& record, bool sync) {
   if (broken_)
     return fail(Code::LedgerWriteFailed, "an earlier write to this ledger failed; reopen it to repair",
                 {{"path", path_}});
-  std::string line = canonical_json(record) + "\n";
+  // A record is never lost to an encoding: strings that are not UTF-8 (a tool's error message,
+  // say) are written lossy, their exact bytes beside them.
+  Json r = record;
+  if (Json exact = repair_utf8(r); !exact.empty()) r[kNotUtf8Key] = std::move(exact);
+  std::string line = canonical_json(r) + "\n";
   if (auto w = append_record(fd_.get(), line, Code::LedgerWriteFailed, "append to the effect ledger " + path_); !w) {
     broken_ = true;
     return w;

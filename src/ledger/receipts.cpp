@@ -34,13 +34,21 @@ Result<Json> ReceiptLog::append(std::string_view kind, Json body) {
   if (broken_)
     return fail(Code::LedgerWriteFailed, fmt::format("{} failed an earlier write; it takes no more receipts", path_));
   Json r = body.is_object() ? std::move(body) : Json::object();
+  // A receipt is never lost to an encoding: bytes from a sandbox (a file name, a header, a
+  // tool's output) that are not UTF-8 are written lossy and, beside them, exactly.
+  if (Json exact = repair_utf8(r); !exact.empty()) r[std::string(kNotUtf8Key)] = std::move(exact);
   r["schema"] = kReceiptSchema;
   r["session"] = session_;
   r["seq"] = seq_;
   r["ts"] = now_rfc3339();
   r["kind"] = kind;
   r["prev"] = prev_;
-  std::string line = canonical_json(r);
+  std::string line;
+  try {
+    line = canonical_json(r);
+  } catch (const std::exception& e) {  // unreachable after repair_utf8; never thrown past here
+    return fail(Code::LedgerWriteFailed, fmt::format("a receipt for {} cannot be serialised: {}", kind, e.what()));
+  }
   std::string hash = sha256_hex(line);
   line.push_back('\n');
   if (auto w = append_record(fd_.get(), line, Code::LedgerWriteFailed, "cannot append to " + path_); !w) {
@@ -64,7 +72,8 @@ Result<ChainCheck> verify_chain(const std::string& path) {
       return fail(Code::LedgerCorrupt, fmt::format("{}: line {} has no newline (torn write)", path, line_no),
                   {{"line", line_no}});
     std::string_view line(text.data() + pos, nl - pos);
-    auto j = parse_json(line, Code::LedgerCorrupt, fmt::format("{} line {}", path, line_no));
+    // Receipts are written canonical, hence without duplicate keys; one with them is not ours.
+    auto j = parse_json(line, Code::LedgerCorrupt, fmt::format("{} line {}", path, line_no), kReceiptLineLimits);
     if (!j) return std::unexpected(std::move(j.error()).fact("line", line_no));
     if (!j->is_object() || !j->contains("prev") || !(*j)["prev"].is_string() || !j->contains("seq"))
       return fail(Code::LedgerCorrupt, fmt::format("{}: line {} is not a receipt", path, line_no), {{"line", line_no}});

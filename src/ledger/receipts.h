@@ -11,6 +11,13 @@
 namespace airlock::ledger {
 
 inline constexpr std::string_view kReceiptSchema = "airlock.action_receipt.v1";
+// The body key that lists strings written lossy, with their exact bytes (json_util.h repair_utf8).
+inline constexpr std::string_view kNotUtf8Key = "not_utf8";
+// A receipt line is read with these bounds: the depth a record may have (above a parsed
+// value's), and room for a request as large as parse_json reads (kMaxJsonBytes) several times
+// over, since a refusal may quote it in its message and facts beside the arguments. A sandbox
+// must not be able to write a receipt its own chain cannot read back.
+inline constexpr JsonLimits kReceiptLineLimits{8 * kMaxJsonBytes, kMaxRecordDepth, false};
 // The `prev` of the first receipt.
 inline constexpr std::string_view kGenesis =
     "0000000000000000000000000000000000000000000000000000000000000000";
@@ -22,6 +29,8 @@ class ReceiptLog {
 
   // Appends {schema, session, seq, ts, kind, prev, ...body} as one canonical line with one
   // write(2); returns the receipt as written. A failed write is AIRLOCK_LEDGER_WRITE_FAILED.
+  // Never refuses for the body's bytes: strings that are not UTF-8 are written lossy and listed
+  // exactly under kNotUtf8Key.
   Result<Json> append(std::string_view kind, Json body);
 
   const std::string& path() const { return path_; }

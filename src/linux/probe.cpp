@@ -273,8 +273,8 @@ void start_seccomp_probe(PendingChild& p) {
       "prctl(PR_SET_NO_NEW_PRIVS)",
       "prctl(PR_GET_NO_NEW_PRIVS) did not read back 1",
       "prctl(PR_GET_SECCOMP) (the kernel may be built without CONFIG_SECCOMP)",
-      "seccomp(SECCOMP_SET_MODE_FILTER) with an allow-all filter "
-      "(the kernel may be built without CONFIG_SECCOMP_FILTER)",
+      ("seccomp(SECCOMP_SET_MODE_FILTER) with an allow-all filter "
+       "(the kernel may be built without CONFIG_SECCOMP_FILTER)"),  // one step: clang asks for the parentheses
       "prctl(PR_GET_SECCOMP) did not read back SECCOMP_MODE_FILTER",
   };
   // The smallest filter there is: allow every syscall. It proves the kernel accepts and runs

@@ -61,6 +61,15 @@ std::vector<ProtectedPath> parse_defaults() {
     if (type != "any" && type != "file") fatal("type must be \"any\" or \"file\"");
     p->file_only = type == "file";
     p->why = e.value("why", "");
+    if (e.contains("except")) {
+      if (!e["except"].is_array()) fatal("except must be an array of patterns");
+      for (const auto& x : e["except"]) {
+        if (!x.is_string()) fatal("except must be an array of patterns");
+        auto q = parse_protected_pattern(x.get<std::string>(), "$.entries.except");
+        if (!q) fatal(q.error().message);
+        p->except.push_back(q->pattern);
+      }
+    }
     out.push_back(std::move(*p));
   }
   return out;
@@ -88,8 +97,24 @@ Result<ProtectedPath> parse_protected_pattern(const std::string& pattern, const 
     if (c == "." || c == "..") return bad("\".\" and \"..\" are not components of a pattern");
   }
   if (p == "**") return bad("\"**\" alone would protect the whole workspace");
-  return ProtectedPath{p, false, "named by the policy"};
+  return ProtectedPath{p, false, "named by the policy", {}};
 }
+
+namespace {
+
+// Whether some pattern of `allowed` matches comps[from..] or one of its leading parts.
+bool allowed_beneath(const std::vector<std::string>& allowed, const std::vector<std::string>& comps, size_t from) {
+  std::vector<size_t> ends;
+  for (const auto& a : allowed) {
+    ends.clear();
+    match_ends(components(a), 0, comps, from, ends);
+    for (size_t end : ends)
+      if (end > from) return true;
+  }
+  return false;
+}
+
+}  // namespace
 
 std::optional<ProtectedPath> protected_by(const std::vector<ProtectedPath>& entries, std::string_view rel,
                                           bool is_dir) {
@@ -105,9 +130,25 @@ std::optional<ProtectedPath> protected_by(const std::vector<ProtectedPath>& entr
         if (end == start) continue;  // "**" alone matched nothing
         // rel itself matched, or one of its ancestors (a directory: it has rel beneath it).
         bool matched_is_dir = end < comps.size() || is_dir;
-        if (!e.file_only || !matched_is_dir) return e;
+        if (e.file_only && matched_is_dir) continue;
+        if (!e.except.empty()) {
+          // An allow-list entry: the directory itself is not protected, nor what the list names.
+          if (end == comps.size() && is_dir) continue;
+          if (end < comps.size() && allowed_beneath(e.except, comps, end)) continue;
+        }
+        return e;
       }
     }
+  }
+  return std::nullopt;
+}
+
+std::optional<ProtectedPath> protected_in_git_dir(const std::vector<ProtectedPath>& entries, std::string_view rel) {
+  for (const auto& e : entries) {
+    if (e.pattern != ".git" || e.except.empty()) continue;
+    auto comps = components(rel);
+    if (allowed_beneath(e.except, comps, 0)) return std::nullopt;
+    return e;
   }
   return std::nullopt;
 }
@@ -117,6 +158,8 @@ Json to_json(const std::vector<ProtectedPath>& entries) {
   for (const auto& e : entries) {
     if (e.file_only)
       j.push_back({{"pattern", e.pattern}, {"type", "file"}});
+    else if (!e.except.empty())
+      j.push_back({{"pattern", e.pattern}, {"except", e.except}});
     else
       j.push_back(e.pattern);
   }

@@ -20,7 +20,14 @@ struct ProtectedPath {
   std::string pattern;
   bool file_only = false;  // matches only a non-directory (a `.git` file, not the directory)
   std::string why;
-  bool operator==(const ProtectedPath& o) const { return pattern == o.pattern && file_only == o.file_only; }
+  // An allow-list beneath a matched directory: what is protected is everything beneath it except
+  // paths (relative to it, patterns as above) these match, or lie beneath. The directory itself
+  // stays writable. `.git` is protected so: objects, refs, the index and HEAD are the agent's;
+  // config, hooks, commondir, a rebase's todo list and anything git may add later are not.
+  std::vector<std::string> except;
+  bool operator==(const ProtectedPath& o) const {
+    return pattern == o.pattern && file_only == o.file_only && except == o.except;
+  }
 };
 
 // The built-in list (defaults/protected-paths.json, built in as text). Parsed once; the file is
@@ -35,6 +42,10 @@ Result<ProtectedPath> parse_protected_pattern(const std::string& pattern, const 
 // `rel` itself is; an entry matched by one of rel's ancestors protects it whatever it is.
 std::optional<ProtectedPath> protected_by(const std::vector<ProtectedPath>& entries, std::string_view rel,
                                           bool is_dir);
+
+// Whether `rel`, a path relative to a git directory (a `.git` or a bare repository's), is
+// protected by the allow-list of the `.git` entry in `entries` (false when there is none).
+std::optional<ProtectedPath> protected_in_git_dir(const std::vector<ProtectedPath>& entries, std::string_view rel);
 
 Json to_json(const std::vector<ProtectedPath>& entries);
 

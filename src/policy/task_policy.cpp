@@ -625,7 +625,8 @@ Result<void> parse_protected(const Json& doc, TaskPolicy& p) {
         return invalid(path_join("$.writable_protected_paths", i),
                        fmt::format("{} is \"{}\", which is not a protected path in force (see `airlock plan`)",
                                    path_join("$.writable_protected_paths", i), patterns[i]));
-      if (it != p.protected_paths.end()) p.protected_paths.erase(it);
+      // Every entry of that pattern (".git" names the directory's allow-list and the file).
+      std::erase_if(p.protected_paths, [&](const ProtectedPath& e) { return e.pattern == pattern; });
       if (!already) p.writable_protected_paths.push_back(pattern);
     }
   }
@@ -654,52 +655,6 @@ Result<std::optional<std::string>> parse_workspace(const Json& v, const std::str
   if (s == "/") return invalid(path, fmt::format("{} must not be the root directory", path));
   return std::optional<std::string>{std::move(s)};
 }
-
-// nlohmann keeps the last of duplicate keys silently; another reader might keep the
-// first. A policy two readers see differently is refused. The callback tracks the JSON
-// path of the value being read so the refusal can say where.
-class DuplicateKeyFinder {
- public:
-  bool on_event(nlohmann::json::parse_event_t event, const Json& parsed) {
-    using E = nlohmann::json::parse_event_t;
-    switch (event) {
-      case E::object_start: frames_.push_back(Frame{true, 0, {}, {}}); break;
-      case E::array_start: frames_.push_back(Frame{false, 0, {}, {}}); break;
-      case E::key: {
-        Frame& f = frames_.back();
-        f.key = parsed.get<std::string>();
-        if (!f.keys.insert(f.key).second && !duplicate_) duplicate_ = path();
-        break;
-      }
-      case E::value: advance(); break;
-      case E::object_end:
-      case E::array_end:
-        frames_.pop_back();
-        advance();
-        break;
-    }
-    return true;
-  }
-  const std::optional<std::string>& duplicate() const { return duplicate_; }
-
- private:
-  struct Frame {
-    bool is_object;
-    size_t index = 0;
-    std::string key;
-    std::set<std::string> keys;
-  };
-  void advance() {
-    if (!frames_.empty() && !frames_.back().is_object) ++frames_.back().index;
-  }
-  std::string path() const {
-    std::string p = "$";
-    for (const Frame& f : frames_) p = f.is_object ? path_join(p, f.key) : path_join(p, f.index);
-    return p;
-  }
-  std::vector<Frame> frames_;
-  std::optional<std::string> duplicate_;
-};
 
 }  // namespace
 
@@ -755,20 +710,10 @@ Result<TaskPolicy> parse_layer(const Json& doc, const TaskPolicy& base, bool wor
 
 Result<TaskPolicy> parse_layer_text(std::string_view text, const TaskPolicy& base,
                                     std::string_view source_name, bool worker_layer) {
-  DuplicateKeyFinder finder;
-  Json doc;
-  try {
-    doc = Json::parse(text, [&finder](int, nlohmann::json::parse_event_t event, Json& parsed) {
-      return finder.on_event(event, parsed);
-    });
-  } catch (const Json::parse_error& e) {
-    return fail(Code::PolicyInvalid, fmt::format("{} is not valid JSON: {}", source_name, e.what()),
-                {{"path", "$"}, {"byte", e.byte}, {"source", source_name}});
-  }
-  if (finder.duplicate())
-    return fail(Code::PolicyInvalid,
-                fmt::format("{}: key {} appears more than once", source_name, *finder.duplicate()),
-                {{"path", *finder.duplicate()}, {"source", source_name}});
+  // Bounded, and duplicate keys refused: a policy two readers see differently is refused.
+  auto parsed = parse_json(text, Code::PolicyInvalid, source_name);
+  if (!parsed) return std::unexpected(std::move(parsed).error().fact("source", source_name));
+  const Json& doc = *parsed;
   auto p = parse_layer(doc, base, worker_layer);
   if (!p) return std::unexpected(std::move(p).error().context(source_name).fact("source", source_name));
   return p;

@@ -21,8 +21,8 @@ std::string HttpReply::header(std::string_view name) const {
 }
 
 Json HttpReply::json() const {
-  auto j = Json::parse(body, nullptr, false);
-  return j.is_discarded() ? Json(nullptr) : j;
+  auto j = parse_json(body, Code::ProtocolError, "the reply");
+  return j ? std::move(*j) : Json(nullptr);
 }
 
 Result<void> HttpClient::connect() {

@@ -81,10 +81,7 @@ void reply_error(httplib::Response& res, const Error& e) {
 
 // The request body as a JSON object; an empty body is an empty object.
 Result<Json> body_object(const httplib::Request& req) {
-  if (req.body.find_first_not_of(" \t\r\n") == std::string::npos) return Json::object();
-  auto j = TRY(parse_json(req.body, Code::ProtocolError, "the request body"));
-  if (!j.is_object()) return fail(Code::ProtocolError, "the request body must be a JSON object", {{"path", "$"}});
-  return j;
+  return parse_request_body(req.body);
 }
 
 // An AdoptingServer serves a listening socket made elsewhere: httplib 0.11 binds only TCP.
@@ -103,6 +100,13 @@ struct Listener {
 }  // namespace
 
 std::span<const Route> routes() { return kRoutes; }
+
+Result<Json> parse_request_body(std::string_view body, Code code) {
+  if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) return Json::object();
+  auto j = TRY(parse_json(body, code, "the request body"));
+  if (!j.is_object()) return fail(code, "the request body must be a JSON object", {{"path", "$"}});
+  return j;
+}
 
 Result<std::string> read_token_file(const std::string& path) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
@@ -202,6 +206,7 @@ struct Server::Impl {
   }
 
   Result<std::pair<int, Json>> open_session(const httplib::Request& req) {
+    // Duplicate keys are refused here as in a policy file (parse_json), as a malformed body: 400.
     auto doc = TRY(body_object(req));
     auto pol = TRY(policy::parse_layer(doc, opts.base_policy));
     {

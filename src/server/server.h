@@ -41,6 +41,10 @@ struct ServerOptions {
   size_t vm_pool = 0;
 };
 
+// A request body as a JSON object (blank: an empty object), parsed as any untrusted JSON
+// (json_util.h parse_json); anything else is `code` with the JSON path of the offence.
+Result<Json> parse_request_body(std::string_view body, Code code = Code::ProtocolError);
+
 // A token file: a regular file owned by the caller that no one else may read or write
 // (refused by name with AIRLOCK_CUSTODY_UNSAFE otherwise); its content, trailing space trimmed.
 Result<std::string> read_token_file(const std::string& path);

@@ -3,10 +3,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <sstream>
 
+#include "base/encoding.h"
 #include "base/hash.h"
 #include "store/backends.h"
 
@@ -210,7 +212,25 @@ Result<std::vector<MachineRecord>> Store::machines() {
   return out;
 }
 
+namespace {
+
+// A slot name is shown in tables and JSON and compared byte for byte: printable UTF-8 only, so
+// one bad name cannot break `slot list --json` for everyone.
+Result<void> check_slot_name(const std::string& name) {
+  bool printable = std::none_of(name.begin(), name.end(), [](char c) {
+    auto u = static_cast<unsigned char>(c);
+    return u < 0x20 || u == 0x7f;
+  });
+  if (name.empty() || name.size() > 128 || !printable || !is_valid_utf8(name))
+    return fail(Code::ConfigError, "a slot name is 1 to 128 bytes of printable UTF-8",
+                {{"slot_base64", base64_encode(name)}});
+  return {};
+}
+
+}  // namespace
+
 Result<void> Store::set_slot(const SlotRecord& s) {
+  TRY(check_slot_name(s.name));
   if (s.max_sessions && *s.max_sessions < 1)
     return fail(Code::ConfigError, fmt::format("max_sessions must be at least 1, not {}", *s.max_sessions),
                 {{"slot", s.name}, {"max_sessions", *s.max_sessions}});
@@ -287,6 +307,7 @@ Result<std::optional<RunRecord>> Store::live_run_at(const std::string& machine_i
 Result<RunRecord> Store::reserve(const RunRequest& req) {
   if (req.slot.empty() || req.machine_id.empty())
     return fail(Code::ConfigError, "a reservation needs a machine and a slot name");
+  TRY(check_slot_name(req.slot));
   SlotRecord slot = TRY(this->slot(req.machine_id, req.slot));
   int seats = slot.seats();
   std::lock_guard lock(mu_);

@@ -9,6 +9,7 @@
 
 #include <thread>
 
+#include "base/encoding.h"
 #include "base/fs.h"
 #include "broker/attack_suite.h"
 #include "broker/loopback_http.h"
@@ -474,6 +475,31 @@ TEST_F(FetchTest, TlsCertificatesAreVerified) {
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, Code::ToolFailed) << r.error().message;
   EXPECT_NE(r.error().message.find("certificate"), std::string::npos) << r.error().message;
+}
+
+// Issue 26: a file name that is not UTF-8, written back, is recorded: the close receipt is
+// written (lossy name, exact bytes beside it) and the chain verifies.
+TEST_F(BrokerTest, AWriteBackOfANameThatIsNotUtf8IsRecordedExactly) {
+  auto s = open();
+  ASSERT_TRUE(s);
+  const std::string name = "reports/\xff";
+  auto w = s->write_file(name, "bytes\n");
+  ASSERT_TRUE(w) << w.error().message;
+  auto listed = handle_request(*s, {{"id", 1}, {"action", "list_dir"}, {"path", "reports"}});
+  ASSERT_TRUE(listed["ok"].get<bool>()) << listed.dump(-1, ' ', false, Json::error_handler_t::replace);
+  EXPECT_NO_THROW((void)canonical_json(listed));  // the response is sendable as it is
+  ASSERT_TRUE(listed["result"].contains("not_utf8"));
+  EXPECT_EQ(base64_decode(listed["result"]["not_utf8"][0]["base64"].get<std::string>()), "\xff");
+  auto wb = s->close(true);
+  ASSERT_TRUE(wb) << wb.error().message;
+  EXPECT_EQ(must_read(ws / name), "bytes\n");
+  auto rs = s->receipts();
+  ASSERT_TRUE(rs) << rs.error().message;
+  ASSERT_EQ(rs->back()["kind"], "session.close");
+  EXPECT_NE(rs->back().dump().find(base64_encode(name)), std::string::npos) << rs->back().dump();
+  auto chain = ledger::verify_chain(s->receipts_path());
+  ASSERT_TRUE(chain) << chain.error().message;
+  EXPECT_EQ(chain->receipts, rs->size());
 }
 
 TEST(BrokerAttackSuite, EveryAttackIsContainedAndBreachesWithoutTheBroker) {

@@ -81,14 +81,16 @@ TEST(CliDoctor, PlanAndDoctorListTheProtectedPathsInForceAndEachRelaxation) {
   ASSERT_EQ(d.status, 0) << d.err;
   Json j = Json::parse(d.out);
   ASSERT_TRUE(j["protected_paths"].is_array());
-  EXPECT_NE(std::find(j["protected_paths"].begin(), j["protected_paths"].end(), ".git/hooks"),
+  EXPECT_NE(std::find(j["protected_paths"].begin(), j["protected_paths"].end(), ".bashrc"),
             j["protected_paths"].end()) << j["protected_paths"].dump();
+  EXPECT_EQ(j["protected_paths"][0]["pattern"], ".git") << j["protected_paths"].dump();
+  EXPECT_TRUE(j["protected_paths"][0]["except"].is_array()) << j["protected_paths"].dump();
   EXPECT_NE(fx.run({"doctor"}).out.find("protected paths, built in"), std::string::npos);
   auto pol = fx.write_policy(R"({"schema_version": "airlock.task_policy.v1", "protected_paths": ["deploy/"],
                                  "writable_protected_paths": [".vscode"]})");
   auto p = fx.run({"plan", "--policy", pol});
   ASSERT_EQ(p.status, 0) << p.err;
-  EXPECT_NE(p.out.find("protected  .git/hooks"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("protected  .git (all but objects"), std::string::npos) << p.out;
   EXPECT_NE(p.out.find(", deploy"), std::string::npos) << p.out;
   EXPECT_EQ(p.out.find(".vscode,"), std::string::npos) << "a relaxed entry is not in force: " << p.out;
   EXPECT_NE(p.out.find("relaxed    writable_protected_paths: .vscode"), std::string::npos) << p.out;

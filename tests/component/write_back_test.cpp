@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -163,6 +164,25 @@ void expect_refused_alone(const WriteBackReport& rep, const std::string& ws, con
   EXPECT_EQ(rep.refused[0].reason, reason);
   EXPECT_FALSE(exists(ws + "/" + rel)) << rel << " reached the workspace";
   EXPECT_TRUE(std::find(rep.written.begin(), rep.written.end(), rel) == rep.written.end());
+}
+
+// --- Leftovers of a killed write-back (issue 26) ---------------------------------------------
+
+// SIGKILL during write-back leaves write_back's temporary file in the workspace: it never enters
+// a view, and once stale it is removed; a fresh one (a write-back under way) is left alone.
+TEST_F(WriteBack, AKilledWriteBacksTemporaryFileIsSweptAndNeverCopied) {
+  mkdir_p(ws_ / "out/sub");
+  put(ws_ / "out/sub/.airlock-wb-0123456789ab", "partial");
+  put(ws_ / "out/.airlock-wb-fedcba987654", "under way");
+  put(ws_ / "out/.airlock-wb-keep", "not ours: kept and copied");
+  timespec old[2] = {{0, UTIME_OMIT}, {::time(nullptr) - kStaleWriteBackTempSeconds - 60, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, (ws_ / "out/sub/.airlock-wb-0123456789ab").c_str(), old, 0), 0);
+  make_view({"out"}, {"out"});
+  EXPECT_FALSE(exists(view("out/sub/.airlock-wb-0123456789ab")));
+  EXPECT_FALSE(exists(view("out/.airlock-wb-fedcba987654")));
+  EXPECT_TRUE(exists(view("out/.airlock-wb-keep")));
+  EXPECT_FALSE(exists(ws_ / "out/sub/.airlock-wb-0123456789ab")) << "a stale temporary file was not swept";
+  EXPECT_TRUE(exists(ws_ / "out/.airlock-wb-fedcba987654")) << "a fresh temporary file was removed";
 }
 
 // --- What crosses -------------------------------------------------------------------------------
@@ -669,6 +689,56 @@ TEST_F(WriteBack, ProtectedPathsAreReadOnlyInTheViewAndRefusedAtWriteBack) {
   EXPECT_FALSE(exists(ws_ / "sub/.git"));
   EXPECT_EQ(content_of(ws_ / ".git/objects/ab/cdef"), "object\n");
   EXPECT_EQ(content_of(ws_ / "src.txt"), "v2\n");
+}
+
+TEST_F(WriteBack, WhatRedirectsGitIsRefusedWhereverItIsPlanted) {
+  mkdir_p(ws_ / ".git/objects");
+  mkdir_p(ws_ / ".git/refs/heads");
+  put(ws_ / ".git/HEAD", "ref: refs/heads/main\n");
+  put(ws_ / ".git/config", "[core]\n");
+  auto copy = make_view(all_of_it());
+  // commondir sends git to another directory's config and hooks; a rebase's todo list runs commands;
+  // a bare repository planted in a subdirectory is a git directory whatever its name.
+  put(view(".git/commondir"), "../evil\n");
+  mkdir_p(view(".git/rebase-merge"));
+  put(view(".git/rebase-merge/git-rebase-todo"), "exec touch /tmp/pwned\n");
+  mkdir_p(view("bare/objects"));
+  mkdir_p(view("bare/refs"));
+  put(view("bare/HEAD"), "ref: refs/heads/main\n");
+  put(view("bare/config"), "[core]\n\tpager = touch /tmp/pwned\n");
+  put(view("bare/objects/ab"), "object\n");
+  put(view(".git/objects/cd"), "object\n");
+  auto rep = back(copy.manifest, all_of_it());
+  Strings refused;
+  for (const auto& r : rep.refused) refused.push_back(r.path);
+  std::sort(refused.begin(), refused.end());
+  EXPECT_EQ(refused, (Strings{".git/commondir", ".git/rebase-merge", "bare/config"})) << rep.to_json().dump();
+  EXPECT_FALSE(exists(ws_ / ".git/commondir"));
+  EXPECT_FALSE(exists(ws_ / "bare/config"));
+  EXPECT_EQ(content_of(ws_ / "bare/objects/ab"), "object\n") << "a repository's objects are ordinary work";
+  EXPECT_EQ(content_of(ws_ / ".git/objects/cd"), "object\n");
+}
+
+TEST_F(WriteBack, HardLinkedGitObjectsOfALocalCloneAreCopied) {
+  mkdir_p(ws_ / ".git/objects/pack");
+  put(outside_ / "pack-1.pack", "pack bytes\n");
+  ASSERT_EQ(::link((outside_ / "pack-1.pack").c_str(), (ws_ / ".git/objects/pack/pack-1.pack").c_str()), 0);
+  auto copy = make_view(all_of_it());
+  EXPECT_EQ(content_of(view(".git/objects/pack/pack-1.pack")), "pack bytes\n");
+  EXPECT_EQ(lstat_of(view(".git/objects/pack/pack-1.pack")).st_nlink, 1u) << "a copy, not the inode";
+  EXPECT_TRUE(copy.skipped.empty());
+}
+
+TEST_F(WriteBack, TheRepositorysOwnHooksPathAndIncludesAreProtected) {
+  mkdir_p(ws_ / ".git");
+  put(ws_ / ".git/config", "[core]\n\thooksPath = .husky\n[include]\n\tpath = ../shared.gitconfig\n"
+                            "[includeIf \"gitdir:~/x/\"]\n\tpath = /etc/elsewhere\n");
+  plan::ExecutionPlan p;
+  protect_git_config_targets(ws_.path(), p);
+  Strings patterns;
+  for (const auto& e : p.protected_paths) patterns.push_back(e.pattern);
+  EXPECT_EQ(patterns, (Strings{".husky", "shared.gitconfig"})) << "a path outside the workspace is not ours";
+  EXPECT_TRUE(policy::protected_by(p.protected_paths, ".husky/pre-commit", false).has_value());
 }
 
 }  // namespace

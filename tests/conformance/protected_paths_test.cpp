@@ -27,48 +27,54 @@ namespace fs = std::filesystem;
 // One concrete file per built-in protected entry (a file beneath it for a directory pattern).
 // The test fails when an entry has none, so every entry added to defaults/protected-paths.json
 // is proved on every tier.
-const std::map<std::string, std::string> kExamples = {
-    {".git/hooks", ".git/hooks/pre-commit"},
-    {".git/config", ".git/config"},
-    {".git/config.worktree", ".git/config.worktree"},
-    {".git/info", ".git/info/attributes"},
-    {".git/modules/**/hooks", ".git/modules/lib/hooks/post-checkout"},
-    {".git/modules/**/config", ".git/modules/lib/config"},
-    {".git/modules/**/info", ".git/modules/lib/info/exclude"},
-    {".git/worktrees/*/config.worktree", ".git/worktrees/wt/config.worktree"},
-    {".git", "vendor/lib/.git"},
-    {".gitmodules", ".gitmodules"},
-    {".gitattributes", "sub/.gitattributes"},
-    {".gitconfig", ".gitconfig"},
-    {".bashrc", ".bashrc"},
-    {".bash_profile", ".bash_profile"},
-    {".bash_login", "home/.bash_login"},
-    {".bash_logout", ".bash_logout"},
-    {".profile", ".profile"},
-    {".zshrc", ".zshrc"},
-    {".zprofile", ".zprofile"},
-    {".zshenv", ".zshenv"},
-    {".zlogin", ".zlogin"},
-    {".envrc", "deep/er/.envrc"},
-    {".ssh", ".ssh/authorized_keys"},
-    {".gnupg", ".gnupg/gpg.conf"},
-    {".netrc", ".netrc"},
-    {".npmrc", ".npmrc"},
-    {".pypirc", ".pypirc"},
-    {".ripgreprc", ".ripgreprc"},
-    {".vscode", ".vscode/tasks.json"},
-    {".idea", ".idea/workspace.xml"},
-    {".devcontainer", ".devcontainer/devcontainer.json"},
-    {".claude/settings*.json", ".claude/settings.local.json"},
-    {".claude/commands", ".claude/commands/deploy.md"},
-    {".claude/agents", ".claude/agents/helper.md"},
-    {".claude/hooks", ".claude/hooks/on-stop.sh"},
-    {".mcp.json", "pkg/.mcp.json"},
-    {".codex", ".codex/config.toml"},
-    {".agents", ".agents/skills.md"},
-    {".gemini", ".gemini/settings.json"},
-    {".cursor", ".cursor/rules/run.mdc"},
+struct Example {
+  std::string pattern;
+  bool file_only;
+  std::string path;
 };
+const std::vector<Example> kExamples = {
+    {".git", false, ".git/hooks/pre-commit"},
+    {".git", false, ".git/config"},
+    {".git", false, ".git/commondir"},
+    {".git", false, ".git/info/attributes"},
+    {".git", false, ".git/modules/lib/hooks/post-checkout"},
+    {".git", false, ".git/modules/lib/config"},
+    {".git", false, ".git/worktrees/wt/config.worktree"},
+    {".git", false, ".git/rebase-merge/git-rebase-todo"},
+    {".git", true, "vendor/lib/.git"},
+    {".gitmodules", false, ".gitmodules"},
+    {".gitattributes", false, "sub/.gitattributes"},
+    {".gitconfig", false, ".gitconfig"},
+    {".bashrc", false, ".bashrc"},
+    {".bash_profile", false, ".bash_profile"},
+    {".bash_login", false, "home/.bash_login"},
+    {".bash_logout", false, ".bash_logout"},
+    {".profile", false, ".profile"},
+    {".zshrc", false, ".zshrc"},
+    {".zprofile", false, ".zprofile"},
+    {".zshenv", false, ".zshenv"},
+    {".zlogin", false, ".zlogin"},
+    {".envrc", false, "deep/er/.envrc"},
+    {".ssh", false, ".ssh/authorized_keys"},
+    {".gnupg", false, ".gnupg/gpg.conf"},
+    {".netrc", false, ".netrc"},
+    {".npmrc", false, ".npmrc"},
+    {".pypirc", false, ".pypirc"},
+    {".ripgreprc", false, ".ripgreprc"},
+    {".vscode", false, ".vscode/tasks.json"},
+    {".idea", false, ".idea/workspace.xml"},
+    {".devcontainer", false, ".devcontainer/devcontainer.json"},
+    {".claude/settings*.json", false, ".claude/settings.local.json"},
+    {".claude/commands", false, ".claude/commands/deploy.md"},
+    {".claude/agents", false, ".claude/agents/helper.md"},
+    {".claude/hooks", false, ".claude/hooks/on-stop.sh"},
+    {".mcp.json", false, "pkg/.mcp.json"},
+    {".codex", false, ".codex/config.toml"},
+    {".agents", false, ".agents/skills.md"},
+    {".gemini", false, ".gemini/settings.json"},
+    {".cursor", false, ".cursor/rules/run.mdc"},
+};
+
 
 // Whether a path lies beneath a denied name (absent from the view: no first wall to test there,
 // the second wall refuses what the command creates).
@@ -154,17 +160,17 @@ class ProtectedPaths : public ::testing::TestWithParam<std::tuple<Identity, std:
     }
   }
   void plant_examples() {
-    for (const auto& [pattern, rel] : kExamples) fx_->put(rel, "original " + rel + "\n");
+    for (const auto& e : kExamples) fx_->put(e.path, "original " + e.path + "\n");
   }
   std::map<std::string, std::string> snapshot() const {
     std::map<std::string, std::string> s;
-    for (const auto& [pattern, rel] : kExamples) s[rel] = host_bytes(fx_->workspace() + "/" + rel);
+    for (const auto& e : kExamples) s[e.path] = host_bytes(fx_->workspace() + "/" + e.path);
     return s;
   }
   // A script that tries every example: append to the file, and make a new file beside it.
   static std::string attack_script() {
     std::string s = "for p in";
-    for (const auto& [pattern, rel] : kExamples) s += " '" + rel + "'";
+    for (const auto& e : kExamples) s += " '" + e.path + "'";
     s += "; do\n"
          "  mkdir -p \"$(dirname \"$p\")\" 2>/dev/null\n"
          "  if (printf planted >> \"$p\") 2>/dev/null; then echo \"WROTE $p\"; else echo \"DENIED $p\"; fi\n"
@@ -178,15 +184,15 @@ class ProtectedPaths : public ::testing::TestWithParam<std::tuple<Identity, std:
 };
 
 TEST_P(ProtectedPaths, EveryBuiltInEntryHasAnExample) {
-  std::set<std::string> covered;
-  for (const auto& [pattern, rel] : kExamples) {
-    covered.insert(pattern);
-    auto by = policy::protected_by(policy::default_protected_paths(), rel, false);
-    ASSERT_TRUE(by.has_value()) << rel << " is not protected";
-    EXPECT_EQ(by->pattern, pattern) << rel;
+  std::set<std::pair<std::string, bool>> covered;
+  for (const auto& e : kExamples) {
+    covered.insert({e.pattern, e.file_only});
+    auto by = policy::protected_by(policy::default_protected_paths(), e.path, false);
+    ASSERT_TRUE(by.has_value()) << e.path << " is not protected";
+    EXPECT_EQ(by->pattern, e.pattern) << e.path;
   }
   for (const auto& e : policy::default_protected_paths())
-    EXPECT_TRUE(covered.count(e.pattern)) << "no example for the protected entry " << e.pattern;
+    EXPECT_TRUE(covered.count({e.pattern, e.file_only})) << "no example for the protected entry " << e.pattern;
 }
 
 TEST_P(ProtectedPaths, AWriteToAProtectedPathFailsInsideAndNothingLands) {
@@ -198,7 +204,8 @@ TEST_P(ProtectedPaths, AWriteToAProtectedPathFailsInsideAndNothingLands) {
   std::set<std::string> refused;
   Json j = summary(r);
   for (const auto& e : j["refusals"]) refused.insert(e["facts"].value("path", std::string()));
-  for (const auto& [pattern, rel] : kExamples) {
+  for (const auto& ex : kExamples) {
+    const std::string& rel = ex.path;
     bool denied = under_denied(rel);
     for (const std::string& p : {rel, rel + ".new"}) {
       bool wrote_it = r.out.find("WROTE " + p + "\n") != std::string::npos ||
@@ -209,7 +216,11 @@ TEST_P(ProtectedPaths, AWriteToAProtectedPathFailsInsideAndNothingLands) {
       // `.git` as a file protects itself, not a sibling beside it; a plain new `x.new` beside a
       // protected file (not under a protected directory) is no protected path at all.
       bool protected_path = policy::protected_by(policy::default_protected_paths(), p, false).has_value();
-      if (!denied && protected_path) {
+      // The first wall covers what the view held (the file) and what is made in a protected
+      // directory; a new name in a writable directory (.git/x.new) is the second wall's.
+      std::string parent = fs::path(p).parent_path().string();
+      bool first_wall = p == rel || policy::protected_by(policy::default_protected_paths(), parent, true).has_value();
+      if (!denied && protected_path && first_wall) {
         EXPECT_TRUE(denied_it) << p << " was writable inside on " << executor();
       }
       if (wrote_it && protected_path) {
@@ -218,9 +229,9 @@ TEST_P(ProtectedPaths, AWriteToAProtectedPathFailsInsideAndNothingLands) {
     }
   }
   EXPECT_EQ(snapshot(), before) << "a protected file on the host changed";
-  for (const auto& [pattern, rel] : kExamples) {
-    if (policy::protected_by(policy::default_protected_paths(), rel + ".new", false)) {
-      EXPECT_FALSE(exists(fx_->workspace() + "/" + rel + ".new")) << rel << ".new landed on the host";
+  for (const auto& ex : kExamples) {
+    if (policy::protected_by(policy::default_protected_paths(), ex.path + ".new", false)) {
+      EXPECT_FALSE(exists(fx_->workspace() + "/" + ex.path + ".new")) << ex.path << ".new landed on the host";
     }
   }
 }
@@ -237,7 +248,8 @@ TEST_P(ProtectedPaths, WriteBackRefusesWhatTheFirstWallWasMadeToMiss) {
     EXPECT_EQ(e["code"], "AIRLOCK_WRITE_BACK_REFUSED") << e.dump();
     refused.insert(e["facts"].value("path", std::string()));
   }
-  for (const auto& [pattern, rel] : kExamples) {
+  for (const auto& ex : kExamples) {
+    const std::string& rel = ex.path;
     if (under_denied(rel)) continue;  // never in the view: the command made a new one (refused below)
     EXPECT_NE(r.out.find("WROTE " + rel + "\n"), std::string::npos) << "the seam left " << rel << " read-only";
     EXPECT_TRUE(refused.count(rel)) << rel << " was not refused by name: " << j["refusals"].dump();
@@ -261,7 +273,14 @@ TEST_P(ProtectedPaths, APlantedHookNeverRunsOnTheHost) {
   // The attack of the issue: a hook, core.fsmonitor, a shell rc and agent settings, each naming a
   // command that leaves the marker. Every route, whatever succeeds inside.
   std::string payload = "touch " + marker;
+  // The repository names its own hooks directory, as husky does.
+  ASSERT_EQ(host_git({"config", "core.hooksPath", ".husky"}).status, 0);
+  fx_->put(".husky/.keep", "");
   auto r = sh("printf '#!/bin/sh\\n" + payload + "\\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit;"
+              "printf '#!/bin/sh\\n" + payload + "\\n' > .husky/pre-commit; chmod +x .husky/pre-commit;"
+              "mkdir -p evil/hooks; cp .git/config evil/config; cp -r .git/objects .git/refs evil/;"
+              "printf '#!/bin/sh\\n" + payload + "\\n' > evil/hooks/pre-commit; chmod +x evil/hooks/pre-commit;"
+              "echo ../evil > .git/commondir;"
               "git config core.fsmonitor '" + payload + "';"
               "printf '" + payload + "\\n' >> .bashrc;"
               "mkdir -p .claude; printf '{\"hooks\":{\"Stop\":[{\"command\":\"" + payload + "\"}]}}' > .claude/settings.json;"
@@ -276,6 +295,8 @@ TEST_P(ProtectedPaths, APlantedHookNeverRunsOnTheHost) {
   EXPECT_EQ(host_bytes(fx_->workspace() + "/.git/config").find("fsmonitor"), std::string::npos);
   EXPECT_FALSE(exists(fx_->workspace() + "/.claude/settings.json"));
   EXPECT_FALSE(exists(fx_->workspace() + "/.bashrc"));
+  EXPECT_FALSE(exists(fx_->workspace() + "/.husky/pre-commit"));
+  EXPECT_FALSE(exists(fx_->workspace() + "/.git/commondir"));
 }
 
 TEST_P(ProtectedPaths, GitCommitsInsideAndTheCommitLands) {

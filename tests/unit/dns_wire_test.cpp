@@ -29,6 +29,20 @@ TEST(DnsWire, ANameWithoutAddressesIsNxdomainWithNoAnswers) {
   EXPECT_TRUE(addrs->empty());
 }
 
+// Found by fuzz_dns (fuzz/corpus/dns/label_with_dot.bin): a label holding a dot was read as a
+// name the responder then wrote back as other labels, so its answer could not be read.
+TEST(DnsWire, ALabelHoldingADotIsNotAQuestion) {
+  std::string q("\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00"
+                "\x06.anao\xf8\x00\x00\x01\x00\x01",
+                24);
+  EXPECT_FALSE(parse_dns_question(q));
+  // And a name with an empty label is written without ending early.
+  auto back = parse_dns_question(encode_dns_query(7, "a..b"));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->name, "a.b");
+  EXPECT_EQ(back->qtype, 1);
+}
+
 TEST(DnsWire, AnswersToAnotherQueryAndQueriesAreNotAnswers) {
   std::string q = encode_dns_query(9, "allowed.test");
   auto question = parse_dns_question(q);

@@ -832,11 +832,12 @@ std::optional<std::string> by(std::string_view rel, bool is_dir = false) {
 }
 
 TEST(ProtectedPaths, MatchAtAnyDepthAndEverythingBeneath) {
-  EXPECT_EQ(by(".git/hooks/pre-commit"), ".git/hooks");
-  EXPECT_EQ(by("vendor/x/.git/hooks", true), ".git/hooks");
-  EXPECT_EQ(by(".git/config"), ".git/config");
-  EXPECT_EQ(by(".git/modules/a/b/config"), ".git/modules/**/config");
-  EXPECT_EQ(by(".git/modules/a/hooks/x"), ".git/modules/**/hooks");
+  // .git is an allow-list: everything in it but objects, refs, logs, the index and HEAD.
+  for (std::string_view p : {".git/hooks/pre-commit", ".git/config", ".git/commondir", ".git/info/attributes",
+                             ".git/rebase-merge/git-rebase-todo", ".git/sequencer/todo", ".git/modules/a/b/config",
+                             ".git/modules/a/hooks/x", ".git/worktrees/w/commondir", ".git/anything-new"})
+    EXPECT_EQ(by(p), ".git") << p;
+  EXPECT_EQ(by("vendor/x/.git/hooks", true), ".git");
   EXPECT_EQ(by("a/.bashrc"), ".bashrc");
   EXPECT_EQ(by(".BashRC"), ".bashrc") << "case does not matter";
   EXPECT_EQ(by(".claude/settings.local.json"), ".claude/settings*.json");
@@ -845,10 +846,16 @@ TEST(ProtectedPaths, MatchAtAnyDepthAndEverythingBeneath) {
   EXPECT_EQ(by(".vscode/tasks.json"), ".vscode");
   // What stays writable: the rest of .git, and names that only look alike.
   for (std::string_view ok : {".git/HEAD", ".git/index", ".git/objects/ab/cd", ".git/refs/heads/main",
-                              ".git/logs/HEAD", ".git/config.lock", "src/config", "hooks/x", ".claude/notes.md",
-                              "bashrc", ".bashrc.d"})
+                              ".git/logs/HEAD", ".git/config.lock", ".git/modules/a/objects/x", ".git/COMMIT_EDITMSG",
+                              "src/config", "hooks/x", ".claude/notes.md", "bashrc", ".bashrc.d"})
     EXPECT_EQ(by(ok), std::nullopt) << ok;
   EXPECT_EQ(by(".git", true), std::nullopt) << "the .git directory itself is not protected";
+  EXPECT_EQ(by(".git/objects", true), std::nullopt);
+  // A bare repository's directory, judged by the same allow-list.
+  EXPECT_TRUE(protected_in_git_dir(default_protected_paths(), "config").has_value());
+  EXPECT_TRUE(protected_in_git_dir(default_protected_paths(), "hooks/post-update").has_value());
+  EXPECT_FALSE(protected_in_git_dir(default_protected_paths(), "objects/ab/cd").has_value());
+  EXPECT_FALSE(protected_in_git_dir(default_protected_paths(), "HEAD").has_value());
   EXPECT_EQ(by("sub/.git", false), ".git") << "a .git file (gitdir:) is";
 }
 

@@ -1,0 +1,49 @@
+// What the fuzz targets share: a scratch directory, a check that aborts with a message, and a
+// broker session (host executor, development profile) over a small workspace.
+#pragma once
+
+#include <stdlib.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "base/fs.h"
+#include "base/json_util.h"
+
+namespace airlock::fuzz {
+
+inline std::string_view as_text(const uint8_t* data, size_t size) {
+  return {reinterpret_cast<const char*>(data), size};
+}
+
+// A property that must hold for every input: a broken one is a crash libFuzzer keeps.
+#define FUZZ_CHECK(cond, what)                                           \
+  do {                                                                   \
+    if (!(cond)) {                                                       \
+      std::fprintf(stderr, "fuzz check failed: %s (%s)\n", what, #cond); \
+      std::abort();                                                      \
+    }                                                                    \
+  } while (0)
+
+// A directory made once per process beneath TMPDIR; libFuzzer runs one process per target.
+inline const std::string& scratch_dir() {
+  static const std::string dir = [] {
+    std::string templ = (std::filesystem::temp_directory_path() / "airlock-fuzz-XXXXXX").string();
+    if (::mkdtemp(templ.data()) == nullptr) std::abort();
+    return templ;
+  }();
+  return dir;
+}
+
+// A value built from untrusted input must always serialise once repaired, and the repair must be
+// the only thing needed: canonical_json is strict and throws otherwise.
+inline void check_serialisable(Json j) {
+  (void)repair_utf8(j);
+  (void)canonical_json(j);
+}
+
+}  // namespace airlock::fuzz
