@@ -29,13 +29,16 @@ inline std::string_view as_text(const uint8_t* data, size_t size) {
     }                                                                    \
   } while (0)
 
-// A directory made once per process beneath TMPDIR; libFuzzer runs one process per target.
+// A directory made once per process beneath TMPDIR; libFuzzer runs one process per target. It is
+// removed when the process exits normally (the run's time is up), so a fuzz run leaves nothing.
 inline const std::string& scratch_dir() {
   static const std::string dir = [] {
     std::string templ = (std::filesystem::temp_directory_path() / "airlock-fuzz-XXXXXX").string();
     if (::mkdtemp(templ.data()) == nullptr) std::abort();
     return templ;
   }();
+  static const bool removed_at_exit = [] { return std::atexit([] { (void)remove_tree(scratch_dir()); }) == 0; }();
+  (void)removed_at_exit;
   return dir;
 }
 

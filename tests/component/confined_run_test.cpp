@@ -633,6 +633,14 @@ TEST_P(ConfinedRun, NoDaemonOutlivesAnAirlockKilledOutright) {
   }
   EXPECT_TRUE(left.empty()) << "a double-forked daemon outlived an airlock killed with SIGKILL";
   for (int pid : left) ::kill(pid, SIGKILL);
+  // What the killed airlock left (its view, its cgroups) the next start in the same state
+  // directory sweeps: nothing of this test stays on the host.
+  auto next = fx_->run({"run", "-q", "--policy", policy_, "--workspace", fx_->workspace(), "--", "/bin/true"});
+  EXPECT_EQ(next.status, 0) << next.err;
+  std::error_code ec;
+  size_t views = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(fx_->state_dir() + "/sessions", ec)) ++views;
+  EXPECT_EQ(views, 0u) << "the next start did not sweep the killed airlock's session";
 }
 
 TEST_P(ConfinedRun, TerminalModesAreRestoredAfterTheRun) {
