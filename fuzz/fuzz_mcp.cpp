@@ -7,21 +7,16 @@ using namespace airlock;
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::SessionHarness& harness = fuzz::session_harness();
   std::string_view text = fuzz::as_text(data, size);
-  size_t pos = 0;
-  for (int n = 0; pos <= text.size() && n < 16; ++n) {
-    size_t nl = text.find('\n', pos);
-    std::string_view line =
-        text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos);
-    pos = nl == std::string_view::npos ? text.size() + 1 : nl + 1;
+  fuzz::for_each_line(text, [&](std::string_view line) {
     broker::Session& s = harness.session();
     auto msg = parse_json(line, Code::ProtocolError, "the message");
     if (!msg) {
       (void)canonical_json(server::rpc_error(nullptr, server::kParseError, msg.error().message));
-      continue;
+      return;
     }
     server::McpServer mcp(s, harness.policy());
     // emit_line writes replies lossy where a name from the view is not UTF-8; nothing may throw.
     if (auto reply = mcp.handle(*msg)) (void)reply->dump(-1, ' ', false, Json::error_handler_t::replace);
-  }
+  });
   return 0;
 }

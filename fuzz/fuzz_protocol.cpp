@@ -8,21 +8,16 @@ using namespace airlock;
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::SessionHarness& harness = fuzz::session_harness();
   std::string_view text = fuzz::as_text(data, size);
-  size_t pos = 0;
-  for (int n = 0; pos <= text.size() && n < 16; ++n) {
-    size_t nl = text.find('\n', pos);
-    std::string_view line =
-        text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos);
-    pos = nl == std::string_view::npos ? text.size() + 1 : nl + 1;
+  fuzz::for_each_line(text, [&](std::string_view line) {
     broker::Session& s = harness.session();
     auto req = parse_json(line, Code::ProtocolError, "the request");
     if (!req) {
       (void)s.note_refusal("protocol.refused", Json{{"line_bytes", line.size()}}, req.error());
       fuzz::check_serialisable(req.error().to_json());
-      continue;
+      return;
     }
     // The response is repaired by the adapter: strict serialisation must hold as it is.
     (void)canonical_json(broker::handle_request(s, *req));
-  }
+  });
   return 0;
 }

@@ -29,6 +29,17 @@ inline std::string_view as_text(const uint8_t* data, size_t size) {
     }                                                                    \
   } while (0)
 
+// Calls `each` with the input's first 16 lines: a session target reads a stream of requests.
+template <class F>
+void for_each_line(std::string_view text, F&& each) {
+  size_t pos = 0;
+  for (int n = 0; pos <= text.size() && n < 16; ++n) {
+    size_t nl = text.find('\n', pos);
+    each(text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos));
+    pos = nl == std::string_view::npos ? text.size() + 1 : nl + 1;
+  }
+}
+
 // A directory made once per process beneath TMPDIR; libFuzzer runs one process per target. It is
 // removed when the process exits normally (the run's time is up), so a fuzz run leaves nothing.
 inline const std::string& scratch_dir() {

@@ -151,6 +151,13 @@ void CliFixture::put(const std::string& rel, const std::string& content) {
     (void)!::chown(q.c_str(), uid(), uid());
 }
 
+size_t CliFixture::session_dirs() const {
+  size_t n = 0;
+  std::error_code ec;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(state_ + "/sessions", ec)) ++n;
+  return n;
+}
+
 std::vector<std::string> CliFixture::receipts() const {
   std::vector<std::string> out;
   std::error_code ec;

@@ -92,6 +92,8 @@ class CliFixture {
   // `airlock vm verify` that CTest's vm_verified fixture ran on this host with this image
   // ($AIRLOCK_CACHE_DIR/verify/vm-verified.json). False, with why, when there is none.
   bool adopt_vm_verification(std::string* why);
+  // How many session directories the state directory holds (a view left behind is one).
+  size_t session_dirs() const;
   // The receipts files in the state directory.
   std::vector<std::string> receipts() const;
   // When >= 0 (and still open), what run() and run_program() give as stdin instead of `input`

@@ -367,9 +367,7 @@ TEST_P(ConfinedRun, StopSignalKillsTheCommandAndWritesNothingBack) {
 TEST_P(ConfinedRun, SessionViewIsRemovedAfterTheRun) {
   auto r = run_sh("true");
   ASSERT_EQ(r.status, 0) << r.err;
-  std::error_code ec;
-  size_t left = 0;
-  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(fx_->state_dir() + "/sessions", ec)) ++left;
+  size_t left = fx_->session_dirs();
   EXPECT_EQ(left, 0u);
 }
 
@@ -637,9 +635,7 @@ TEST_P(ConfinedRun, NoDaemonOutlivesAnAirlockKilledOutright) {
   // directory sweeps: nothing of this test stays on the host.
   auto next = fx_->run({"run", "-q", "--policy", policy_, "--workspace", fx_->workspace(), "--", "/bin/true"});
   EXPECT_EQ(next.status, 0) << next.err;
-  std::error_code ec;
-  size_t views = 0;
-  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(fx_->state_dir() + "/sessions", ec)) ++views;
+  size_t views = fx_->session_dirs();
   EXPECT_EQ(views, 0u) << "the next start did not sweep the killed airlock's session";
 }
 

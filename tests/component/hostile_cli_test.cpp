@@ -42,9 +42,7 @@ std::vector<Json> lines_of(const std::string& out) {
 }
 
 size_t views_left(const CliFixture& f) {
-  std::error_code ec;
-  size_t n = 0;
-  for ([[maybe_unused]] const auto& e : fs::directory_iterator(f.state_dir() + "/sessions", ec)) ++n;
+  size_t n = f.session_dirs();
   return n;
 }
 

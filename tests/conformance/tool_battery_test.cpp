@@ -129,9 +129,7 @@ class ToolBattery : public ::testing::TestWithParam<std::tuple<Identity, std::st
   void TearDown() override {
     if (!fx_) return;
     EXPECT_EQ(live_processes_mentioning(marker_), std::vector<std::string>{}) << "tool processes are left behind";
-    std::error_code ec;
-    size_t views = 0;
-    for ([[maybe_unused]] const auto& e : fs::directory_iterator(fx_->state_dir() + "/sessions", ec)) ++views;
+    size_t views = fx_->session_dirs();
     EXPECT_EQ(views, 0u) << "session directories are left behind";
   }
   Identity identity() const { return std::get<0>(GetParam()); }

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <string>
 
+#include "scratch_dir.h"
 #include "base/encoding.h"
 #include "base/fs.h"
 #include "base/json_util.h"
@@ -19,21 +20,7 @@ namespace {
 
 std::string nested(size_t depth) { return std::string(depth, '[') + std::string(depth, ']'); }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string templ = (std::filesystem::temp_directory_path() / "airlock-hostile-test-XXXXXX").string();
-    if (::mkdtemp(templ.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed";
-    path_ = templ;
-  }
-  ~TempDir() { (void)remove_tree(path_); }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using TempDir = airlock::testing::ScratchDir;
 
 // ---- parse_json: the one parser of untrusted JSON ---------------------------------------------
 

@@ -1,4 +1,5 @@
 // Unit tests for the hash-chained receipt log: appending, verifying, and detecting tampering.
+#include "scratch_dir.h"
 #include "ledger/receipts.h"
 
 #include <gtest/gtest.h>
@@ -18,22 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A scratch directory per test, removed when the test ends.
-class TempDir {
- public:
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "airlock-receipts-test-XXXXXX").string();
-    if (::mkdtemp(templ.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed";
-    path_ = templ;
-  }
-  ~TempDir() { (void)remove_tree(path_); }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using TempDir = airlock::testing::ScratchDir;
 
 std::string read_text(const std::string& path) {
   auto t = read_file(path);
