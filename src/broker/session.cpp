@@ -308,7 +308,11 @@ Result<T> Session::record(std::string_view kind, const Json& args, Result<T> r,
     body["result"] = summary(*r);
   else
     body["error"] = r.error().to_json();
-  auto appended = flush_suppressed().and_then([&] { return receipts_.append(kind, std::move(body)); });
+  Result<Json> appended = Json();
+  if (auto flushed = flush_suppressed(); !flushed)
+    appended = std::unexpected(flushed.error());
+  else
+    appended = receipts_.append(kind, std::move(body));
   if (killed_ && !ended_) (void)finish("killed", {{"write_back", false}, {"reason", kill_reason_}});
   if (!appended) return std::unexpected(appended.error());
   return r;

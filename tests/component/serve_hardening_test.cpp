@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -374,7 +375,9 @@ TEST_F(ServeHardening, SoakUnderMixedHostileLoad) {
           HttpClient c(srv->unix_endpoint());
           auto r = c.request("POST", "/v1/sessions", deep);
           counted(r);
-          if (r) EXPECT_EQ(r->status, 400) << r->body.substr(0, 200);
+          if (r) {
+            EXPECT_EQ(r->status, 400) << r->body.substr(0, 200);
+          }
           continue;
         }
         case 1: {
@@ -410,9 +413,9 @@ TEST_F(ServeHardening, SoakUnderMixedHostileLoad) {
   for (auto& t : workers) t.join();
   done = true;
   sampler.join();
-  EXPECT_EQ(unanswered, 0) << "of " << requests;
-  EXPECT_GT(opened, 3);
-  EXPECT_LT(peak_kib, 200 * 1024) << "peak RSS " << peak_kib << " KiB";
+  EXPECT_EQ(unanswered.load(), 0) << "of " << requests.load();
+  EXPECT_GT(opened.load(), 3);
+  EXPECT_LT(peak_kib.load(), 200 * 1024) << "peak RSS " << peak_kib.load() << " KiB";
   // The abandoned sessions end by themselves.
   HttpClient c(srv->unix_endpoint());
   for (int i = 0; i < 200 && must(c.get("/v1/health")).json()["sessions_open"] != 0; ++i)
