@@ -198,6 +198,7 @@ class AdoptingServer : public httplib::Server {
             status, reason_phrase(status), body.size());
         (void)strm.send_all(head.data(), head.size());
         (void)strm.send_all(body.data(), body.size());
+        linger(sock);
         break;
       }
       // A body httplib left unread (a refusal before routing) would be read as the next request.
@@ -206,6 +207,22 @@ class AdoptingServer : public httplib::Server {
     ::shutdown(sock, SHUT_RDWR);
     ::close(sock);
     return ret;
+  }
+  // Closing with unread bytes resets the connection, and a reset can discard the refusal before
+  // the client reads it: stop sending, then read and drop what is still coming, for at most
+  // 1 s and 4 MiB, so the refusal costs no more than that.
+  static void linger(int sock) {
+    ::shutdown(sock, SHUT_WR);
+    char sink[4096];
+    size_t drained = 0;
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    while (drained < (4u << 20) && std::chrono::steady_clock::now() < until) {
+      pollfd p{sock, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      ssize_t n = ::recv(sock, sink, sizeof sink, 0);
+      if (n <= 0) break;
+      drained += static_cast<size_t>(n);
+    }
   }
   // Waits for the next request, up to the keep-alive timeout, while the server runs.
   bool keep_alive(const GuardedStream& strm) {
