@@ -285,7 +285,8 @@ TEST_F(ServeHardening, RefusalsPastTheThresholdAreCountedInOneReceipt) {
 
 // A per-session and a total disk budget: spent, they refuse by name.
 TEST_F(ServeHardening, DiskBudgetsRefuseByName) {
-  start({"--max-session-receipt-bytes", "8192", "--max-state-bytes", "16384"});
+  // session.open alone is about 15 KB (the plan and what was enforced).
+  start({"--max-session-receipt-bytes", "32768", "--max-state-bytes", "65536"});
   HttpClient c(srv->unix_endpoint());
   std::string id = open(c, policy_json(*f));
   if (skipped) GTEST_SKIP() << "no executor for the policy here";
@@ -299,8 +300,8 @@ TEST_F(ServeHardening, DiskBudgetsRefuseByName) {
   EXPECT_EQ(r.json()["error"]["code"], "AIRLOCK_CAPACITY_EXHAUSTED");
   for (int i = 0; i < 100; ++i) must(c.post(base + "/read_file", {{"path", "src/app.py"}}));
   std::string path = must(c.get(base + "/receipts")).json()["path"];
-  EXPECT_LT(fs::file_size(path), 8192u + 4096u);
-  // More sessions fill the state directory past 16 KiB; then a new session is refused by name.
+  EXPECT_LT(fs::file_size(path), 32768u + 4096u);
+  // More sessions fill the state directory past 64 KiB; then a new session is refused by name.
   HttpReply refused;
   for (int n = 0; n < 8 && refused.status == 0; ++n) {
     auto o = must(c.request("POST", "/v1/sessions", policy_json(*f)));
@@ -314,7 +315,7 @@ TEST_F(ServeHardening, DiskBudgetsRefuseByName) {
   }
   EXPECT_EQ(refused.status, 503) << refused.body;
   EXPECT_EQ(refused.json()["error"]["code"], "AIRLOCK_CAPACITY_EXHAUSTED");
-  EXPECT_EQ(refused.json()["error"]["facts"]["max_state_bytes"], 16384);
+  EXPECT_EQ(refused.json()["error"]["facts"]["max_state_bytes"], 65536);
   EXPECT_EQ(f->run({"receipts", "verify", path}).status, 0);
 }
 
