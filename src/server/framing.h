@@ -55,4 +55,10 @@ class RequestFramer {
   std::optional<Error> refused_;
 };
 
+// Pure: how deep `json` nests arrays and objects, counted outside strings, stopping once past
+// `max_depth`. A parser builds every level before it can refuse: a megabyte of "[" costs the
+// daemon over 100 MiB, so depth is checked before anything parses a body.
+size_t json_depth(std::string_view json, size_t max_depth);
+inline constexpr size_t kMaxJsonDepth = 64;
+
 }  // namespace airlock::server

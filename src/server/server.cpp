@@ -88,6 +88,9 @@ void reply_error(httplib::Response& res, const Error& e) {
 // The request body as a JSON object; an empty body is an empty object.
 Result<Json> body_object(const httplib::Request& req) {
   if (req.body.find_first_not_of(" \t\r\n") == std::string::npos) return Json::object();
+  if (size_t depth = json_depth(req.body, kMaxJsonDepth); depth > kMaxJsonDepth)
+    return fail(Code::ProtocolError, fmt::format("the request body nests deeper than {} levels", kMaxJsonDepth),
+                {{"max_depth", kMaxJsonDepth}});
   auto j = TRY(parse_json(req.body, Code::ProtocolError, "the request body"));
   if (!j.is_object()) return fail(Code::ProtocolError, "the request body must be a JSON object", {{"path", "$"}});
   return j;

@@ -70,5 +70,12 @@ TEST(RequestFramer, OnceRefusedEverythingAfterIsRefused) {
   ASSERT_TRUE(f.refused());
 }
 
+TEST(JsonDepth, CountsNestingOutsideStringsAndStopsPastTheBound) {
+  EXPECT_EQ(json_depth(R"({"a": [1, {"b": "[[[["}]})", 64), 3u);
+  EXPECT_EQ(json_depth(R"({"a": "\"[[["})", 64), 1u);
+  EXPECT_EQ(json_depth(std::string(1000000, '['), 64), 65u);
+  EXPECT_EQ(json_depth("", 64), 0u);
+}
+
 }  // namespace
 }  // namespace airlock::server
