@@ -275,7 +275,7 @@ TEST_F(ServeHardening, RefusalsPastTheThresholdAreCountedInOneReceipt) {
       counted += r["count"].get<uint64_t>();
       for (const auto& [k, v] : r["codes"].items()) codes[k] = codes.value(k, 0) + v.get<int>();
     }
-    recorded += r["decision"] == "refused" && r["kind"] != "refusals.suppressed";
+    recorded += r.value("decision", "") == "refused" && r["kind"] != "refusals.suppressed";
   }
   EXPECT_EQ(counted + recorded, 398u);
   EXPECT_EQ(codes.value("AIRLOCK_RATE_LIMITED", 0) + codes.value("AIRLOCK_PROTOCOL_ERROR", 0), counted);
