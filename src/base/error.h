@@ -52,7 +52,9 @@ namespace airlock {
   X(StoreSchemaNewer, "AIRLOCK_STORE_SCHEMA_NEWER",                                         \
     "the run store's schema is newer than this build knows")                                \
   X(SessionUnknown, "AIRLOCK_SESSION_UNKNOWN", "no session has this id")                  \
-  X(RequestTooLarge, "AIRLOCK_REQUEST_TOO_LARGE", "the request body is larger than allowed")
+  X(RequestTooLarge, "AIRLOCK_REQUEST_TOO_LARGE", "the request body is larger than allowed") \
+  X(RequestHeadTooLarge, "AIRLOCK_REQUEST_HEAD_TOO_LARGE",                                  \
+    "the request line or headers are larger than allowed")
 
 enum class Code {
 #define AIRLOCK_X(e, name, meaning) e,

@@ -123,6 +123,8 @@ Result<std::unique_ptr<Session>> Session::open(const policy::TaskPolicy& pol, co
   s->resolver_ = opts.resolver;
   s->ca_file_ = opts.ca_file;
   s->opened_at_ = s->clock_();
+  s->refusal_window_ = s->opened_at_;
+  s->max_receipt_bytes_ = opts.max_receipt_bytes;
   *door_record = [raw = s.get()](Json body) { raw->record_door(std::move(body)); };
   return s;
 }
@@ -150,15 +152,21 @@ Result<void> Session::admit(std::string_view kind, const Json& args) {
   std::unique_lock lk(mu_);
   auto refuse = [&](Error e) -> Result<void> {
     // A receipt that cannot be written is itself the refusal: nothing unrecorded happens.
-    TRY(receipts_.append(kind, {{"args_digest", sha256_hex(lossless_canonical_json(args))},
-                                {"args", args},
-                                {"decision", "refused"},
-                                {"error", e.to_json()}}));
+    TRY(append_refusal(kind,
+                       {{"args_digest", sha256_hex(lossless_canonical_json(args))},
+                        {"args", args},
+                        {"decision", "refused"},
+                        {"error", e.to_json()}},
+                       e.code));
     return std::unexpected(std::move(e));
   };
   if (killed_)
     return refuse(Error{Code::SessionKilled, fmt::format("the session was killed ({})", kill_reason_), {}});
   if (ended_) return refuse(Error{Code::SessionClosed, "the session is closed", {}});
+  if (max_receipt_bytes_ && receipts_.bytes() >= max_receipt_bytes_)
+    return refuse(Error{Code::CapacityExhausted,
+                        fmt::format("the session's receipts hold {} bytes, the most allowed", receipts_.bytes()),
+                        {{"receipt_bytes", receipts_.bytes()}, {"max_receipt_bytes", max_receipt_bytes_}}});
   uint64_t budget = static_cast<uint64_t>(policy_.limits.session_budget_seconds) * 1000;
   if (uint64_t spent = spent_ms(); budget && spent >= budget) {
     Error e{Code::BudgetExhausted, fmt::format("the session's budget of {} s is spent", budget / 1000),
@@ -176,6 +184,39 @@ Result<void> Session::admit(std::string_view kind, const Json& args) {
                         {{"limit_per_minute", per_minute}}});
   recent_.push_back(now);
   in_flight_ = true;
+  return {};
+}
+
+Result<void> Session::append_refusal(std::string_view kind, Json body, Code code) {
+  auto now = clock_();
+  if (now - refusal_window_ >= std::chrono::minutes(1)) {
+    TRY(flush_suppressed());
+    refusal_window_ = now;
+    refusals_in_window_ = 0;
+  }
+  bool over_bound = max_receipt_bytes_ && receipts_.bytes() >= max_receipt_bytes_;
+  if (++refusals_in_window_ > kRefusalReceiptsPerMinute || over_bound) {
+    ++suppressed_;
+    ++suppressed_codes_[std::string(to_name(code))];
+    ++suppressed_kinds_[std::string(kind)];
+    return {};
+  }
+  TRY(receipts_.append(kind, std::move(body)));
+  return {};
+}
+
+Result<void> Session::flush_suppressed() {
+  if (!suppressed_) return {};
+  Json body = {{"decision", "refused"},
+               {"count", suppressed_},
+               {"codes", suppressed_codes_},
+               {"kinds", suppressed_kinds_},
+               {"receipts_per_minute", kRefusalReceiptsPerMinute}};
+  if (max_receipt_bytes_) body["max_receipt_bytes"] = max_receipt_bytes_;
+  suppressed_ = 0;
+  suppressed_codes_.clear();
+  suppressed_kinds_.clear();
+  TRY(receipts_.append("refusals.suppressed", std::move(body)));
   return {};
 }
 
@@ -268,7 +309,11 @@ Result<T> Session::record(std::string_view kind, const Json& args, Result<T> r,
     body["result"] = summary(*r);
   else
     body["error"] = r.error().to_json();
-  auto appended = receipts_.append(kind, std::move(body));
+  Result<Json> appended = Json();
+  if (auto flushed = flush_suppressed(); !flushed)
+    appended = std::unexpected(flushed.error());
+  else
+    appended = receipts_.append(kind, std::move(body));
   if (killed_ && !ended_) (void)finish("killed", {{"write_back", false}, {"reason", kill_reason_}});
   if (!appended) return std::unexpected(appended.error());
   return r;
@@ -409,10 +454,8 @@ void Session::record_door(Json body) {
 
 Result<void> Session::note_refusal(std::string_view kind, const Json& args, const Error& e) {
   std::unique_lock lk(mu_);
-  TRY(receipts_.append(kind, {{"args_digest", sha256_hex(lossless_canonical_json(args))},
-                              {"decision", "refused"},
-                              {"error", e.to_json()}}));
-  return {};
+  return append_refusal(kind, {{"args_digest", sha256_hex(lossless_canonical_json(args))}, {"decision", "refused"}, {"error", e.to_json()}},
+                        e.code);
 }
 
 Result<std::vector<Json>> Session::receipts() const {
@@ -472,6 +515,7 @@ Result<void> Session::finish(std::string_view how, Json body) {
   // pooled guests, which share the view) ends before the view is removed.
   executor_->stop();
   body["how"] = how;
+  (void)flush_suppressed();  // the count goes into the log before its last receipt
   auto removed = exec::remove_session_dirs(dirs_);
   body["view_removed"] = removed.has_value();
   TRY(receipts_.append("session.close", std::move(body)));

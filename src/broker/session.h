@@ -5,6 +5,7 @@
 #include <chrono>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -40,7 +41,16 @@ struct SessionOptions {
   Json agent;
   // The microvm tier's pool: guests booted ahead, each used for one command (plan.microvm.pool).
   size_t vm_pool = 0;
+  // The receipts file's bound: past it, refusals are only counted (refusals.suppressed) and no
+  // action is admitted (AIRLOCK_CAPACITY_EXHAUSTED). 0: unbounded.
+  uint64_t max_receipt_bytes = 0;
 };
+
+// Refusals before an action is admitted (rate limit, killed, closed, budget, malformed
+// requests) each get a receipt up to this many per minute; past it they are counted, and one
+// refusals.suppressed receipt carries the count, the codes and the kinds (written when the
+// minute ends, before the next action's receipt, and before session.close).
+inline constexpr size_t kRefusalReceiptsPerMinute = 20;
 
 // Where an action's changes stand (write_file, run_tool). Under write_back "immediate" they
 // were written back to the workspace as the action completed: `landed` says what crossed and
@@ -177,6 +187,11 @@ class Session {
   // moves the manifest on so that later landings (and close) see only later changes. Runs
   // while the action is in flight, so a kill waits for it before the view goes.
   Landing land(std::string_view after);
+  // Records a refusal, or counts it when past kRefusalReceiptsPerMinute or the receipts bound
+  // (mu_ held).
+  Result<void> append_refusal(std::string_view kind, Json body, Code code);
+  // Writes the refusals.suppressed receipt for what was counted, if anything was (mu_ held).
+  Result<void> flush_suppressed();
   // The budget as kill switch (mu_ held): marks the session killed and ends it.
   Error exhaust_budget(uint64_t budget_ms, uint64_t spent);
 
@@ -200,6 +215,11 @@ class Session {
   bool in_flight_ = false;
   std::atomic<bool> killed_ = false;
   std::string kill_reason_;
+  uint64_t max_receipt_bytes_ = 0;
+  std::chrono::steady_clock::time_point refusal_window_;
+  size_t refusals_in_window_ = 0;
+  uint64_t suppressed_ = 0;
+  std::map<std::string, uint64_t> suppressed_codes_, suppressed_kinds_;
 };
 
 }  // namespace airlock::broker

@@ -13,6 +13,8 @@ namespace {
 struct ServeOptions {
   std::optional<std::string> defaults, socket, listen, token_file;
   size_t threads = 64, max_sessions = 256, max_body_bytes = 8u << 20, vm_pool = 0;
+  size_t max_headers = 100, max_head_bytes = 64u << 10;
+  uint64_t idle_seconds = 900, max_state_bytes = 0, max_session_receipt_bytes = 16u << 20;
 };
 
 Result<int> serve(Globals& g, ServeOptions& o) {
@@ -23,6 +25,11 @@ Result<int> serve(Globals& g, ServeOptions& o) {
   so.threads = o.threads;
   so.max_sessions = o.max_sessions;
   so.max_body_bytes = o.max_body_bytes;
+  so.max_headers = o.max_headers;
+  so.max_head_bytes = o.max_head_bytes;
+  so.idle_seconds = o.idle_seconds;
+  so.max_state_bytes = o.max_state_bytes;
+  so.max_session_receipt_bytes = o.max_session_receipt_bytes;
   so.vm_pool = o.vm_pool;
   so.executors_report = [profile = so.profile] { return doctor_report(profile, linux::probe_host()); };
   std::optional<server::ListenAddress> tcp;
@@ -74,7 +81,21 @@ void add_serve(CLI::App& app, Globals& g, Action& run) {
   cmd->add_option("--vm-pool", o.vm_pool,
                   "microvm sessions keep N guests booted ahead, each used for one tool call (default 0: off)")
       ->check(CLI::Range(0, 16));
-  cmd->add_option("--max-body-bytes", o.max_body_bytes, "largest request body")->check(CLI::Range(1024, 1 << 30));
+  cmd->add_option("--max-body-bytes", o.max_body_bytes, "largest request body, whatever its transfer encoding")
+      ->check(CLI::Range(1024, 1 << 30));
+  cmd->add_option("--max-headers", o.max_headers, "most headers in a request (default 100)")->check(CLI::Range(8, 10000));
+  cmd->add_option("--max-head-bytes", o.max_head_bytes,
+                  "largest request line and headers together (default 65536; a line is at most 8192)")
+      ->check(CLI::Range(1024, 1 << 24));
+  cmd->add_option("--idle-seconds", o.idle_seconds,
+                  "kill a session no request touched for this long (default 900; 0: never)")
+      ->check(CLI::Range(0, 1 << 30));
+  cmd->add_option("--max-state-bytes", o.max_state_bytes,
+                  "refuse new sessions while receipts and views in the state directory hold this much (default 0: "
+                  "no bound)");
+  cmd->add_option("--max-session-receipt-bytes", o.max_session_receipt_bytes,
+                  "a session's receipts past this stop admitting actions; refusals are only counted (default 16 MiB; "
+                  "0: no bound)");
   cmd->callback([&g, &run] {
     run = [&g] {
       auto r = serve(g, o);

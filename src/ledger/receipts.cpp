@@ -57,6 +57,7 @@ Result<Json> ReceiptLog::append(std::string_view kind, Json body) {
   }
   prev_ = std::move(hash);
   ++seq_;
+  bytes_ += line.size();
   return r;
 }
 

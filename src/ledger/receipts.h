@@ -35,6 +35,8 @@ class ReceiptLog {
 
   const std::string& path() const { return path_; }
   uint64_t count() const { return seq_; }
+  // Bytes this log has appended (its file's size: a log is never appended to by another).
+  uint64_t bytes() const { return bytes_; }
 
  private:
   ReceiptLog(std::string path, std::string session, UniqueFd fd)
@@ -43,6 +45,7 @@ class ReceiptLog {
   std::string session_;
   UniqueFd fd_;
   uint64_t seq_ = 0;
+  uint64_t bytes_ = 0;
   bool broken_ = false;  // a failed write may have left a torn line: no more appends
   std::string prev_ = std::string(kGenesis);
 };

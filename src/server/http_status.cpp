@@ -26,6 +26,8 @@ int http_status(Code code) {
       return 409;  // the session's state refuses the action
     case Code::RequestTooLarge:
       return 413;
+    case Code::RequestHeadTooLarge:
+      return 431;
     case Code::PolicyInvalid:
     case Code::IsolationPolicyInvalid:
     case Code::LimitExceeded:

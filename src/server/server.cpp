@@ -2,16 +2,21 @@
 #include "server/server.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <openssl/crypto.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -24,6 +29,7 @@
 #include "broker/session.h"
 #include "exec/vm_image.h"
 #include "linux/probe.h"
+#include "server/framing.h"
 #include "server/http_status.h"
 
 namespace airlock::server {
@@ -84,10 +90,150 @@ Result<Json> body_object(const httplib::Request& req) {
   return parse_request_body(req.body);
 }
 
-// An AdoptingServer serves a listening socket made elsewhere: httplib 0.11 binds only TCP.
+// A connection's bytes as httplib reads them, each checked by a RequestFramer first: httplib
+// 0.11 bounds neither the header count nor a chunked body (CVE-2025-46728), so nothing it has
+// not been allowed to see reaches it. Buffered like httplib's SocketStream, which its line
+// reader reads one byte at a time.
+class GuardedStream final : public httplib::Stream {
+ public:
+  GuardedStream(int fd, const FramingLimits& limits, int read_timeout_ms, int write_timeout_ms)
+      : fd_(fd), framer_(limits), read_ms_(read_timeout_ms), write_ms_(write_timeout_ms) {}
+
+  bool is_readable() const override { return pos_ < len_ || wait(POLLIN, read_ms_); }
+  bool is_writable() const override { return wait(POLLOUT, write_ms_); }
+  ssize_t read(char* ptr, size_t size) override {
+    if (framer_.refused()) return -1;
+    if (pos_ == len_) {
+      if (!wait(POLLIN, read_ms_)) return -1;
+      ssize_t n;
+      do n = ::recv(fd_, buf_, sizeof buf_, 0);
+      while (n < 0 && errno == EINTR);
+      if (n <= 0) return n;
+      pos_ = 0;
+      len_ = static_cast<size_t>(n);
+    }
+    size_t take = std::min(size, len_ - pos_);
+    if (!framer_.feed(std::string_view(buf_ + pos_, take))) return -1;
+    std::memcpy(ptr, buf_ + pos_, take);
+    pos_ += take;
+    return static_cast<ssize_t>(take);
+  }
+  ssize_t write(const char* ptr, size_t size) override {
+    if (framer_.refused()) return static_cast<ssize_t>(size);  // our refusal replaces httplib's answer
+    return send_all(ptr, size);
+  }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override { ip.clear(), port = 0; }
+  void get_local_ip_and_port(std::string& ip, int& port) const override { ip.clear(), port = 0; }
+  int socket() const override { return fd_; }
+
+  const RequestFramer& framer() const { return framer_; }
+  bool buffered() const { return pos_ < len_; }
+  ssize_t send_all(const char* ptr, size_t size) {
+    size_t sent = 0;
+    while (sent < size) {
+      if (!wait(POLLOUT, write_ms_)) return -1;
+      ssize_t n = ::send(fd_, ptr + sent, size - sent, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return -1;
+      sent += static_cast<size_t>(n);
+    }
+    return static_cast<ssize_t>(sent);
+  }
+
+ private:
+  bool wait(short events, int ms) const {
+    pollfd p{fd_, events, 0};
+    int rc;
+    do rc = ::poll(&p, 1, ms);
+    while (rc < 0 && errno == EINTR);
+    return rc > 0;
+  }
+  int fd_;
+  RequestFramer framer_;
+  int read_ms_, write_ms_;
+  char buf_[4096];
+  size_t pos_ = 0, len_ = 0;
+};
+
+std::string_view reason_phrase(int status) {
+  switch (status) {
+    case 413:
+      return "Payload Too Large";
+    case 431:
+      return "Request Header Fields Too Large";
+    default:
+      return "Bad Request";
+  }
+}
+
+// An AdoptingServer serves a listening socket made elsewhere (httplib 0.11 binds only TCP),
+// and serves each connection through a GuardedStream.
 class AdoptingServer : public httplib::Server {
  public:
   void adopt(int fd) { svr_sock_ = fd; }
+  void set_framing(FramingLimits limits) { limits_ = limits; }
+
+ private:
+  // httplib's keep-alive loop (detail::process_server_socket_core), over a GuardedStream.
+  bool process_and_close_socket(int sock) override {
+    // Headers and body go out in separate writes: without TCP_NODELAY, Nagle and delayed ACKs
+    // add ~40 ms to every kept-alive request (a no-op on the unix socket).
+    int one = 1;
+    (void)::setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    GuardedStream strm(sock, limits_, static_cast<int>(read_timeout_sec_ * 1000 + read_timeout_usec_ / 1000),
+                       static_cast<int>(write_timeout_sec_ * 1000 + write_timeout_usec_ / 1000));
+    bool ret = false;
+    for (size_t count = keep_alive_max_count_; count > 0 && svr_sock_ != INVALID_SOCKET && keep_alive(strm); --count) {
+      bool closed = false;
+      ret = process_request(strm, count == 1, closed, [](httplib::Request&) {});
+      if (strm.framer().refused()) {
+        const Error& e = *strm.framer().refused();
+        int status = http_status(e.code);
+        std::string body = Json{{"error", e.to_json()}}.dump(-1, ' ', false, Json::error_handler_t::replace);
+        std::string head = fmt::format(
+            "HTTP/1.1 {} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            status, reason_phrase(status), body.size());
+        (void)strm.send_all(head.data(), head.size());
+        (void)strm.send_all(body.data(), body.size());
+        linger(sock);
+        break;
+      }
+      // A body httplib left unread (a refusal before routing) would be read as the next request.
+      if (!ret || closed || !strm.framer().idle()) break;
+    }
+    ::shutdown(sock, SHUT_RDWR);
+    ::close(sock);
+    return ret;
+  }
+  // Closing with unread bytes resets the connection, and a reset can discard the refusal before
+  // the client reads it: stop sending, then read and drop what is still coming, for at most
+  // 1 s and 4 MiB, so the refusal costs no more than that.
+  static void linger(int sock) {
+    ::shutdown(sock, SHUT_WR);
+    char sink[4096];
+    size_t drained = 0;
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    while (drained < (4u << 20) && std::chrono::steady_clock::now() < until) {
+      pollfd p{sock, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      ssize_t n = ::recv(sock, sink, sizeof sink, 0);
+      if (n <= 0) break;
+      drained += static_cast<size_t>(n);
+    }
+  }
+  // Waits for the next request, up to the keep-alive timeout, while the server runs.
+  bool keep_alive(const GuardedStream& strm) {
+    if (strm.buffered()) return true;
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(keep_alive_timeout_sec_);
+    while (svr_sock_ != INVALID_SOCKET && std::chrono::steady_clock::now() < until) {
+      pollfd p{strm.socket(), POLLIN, 0};
+      int rc = ::poll(&p, 1, 50);
+      if (rc > 0) return true;
+      if (rc < 0 && errno != EINTR) return false;
+    }
+    return false;
+  }
+  FramingLimits limits_;
 };
 
 struct Listener {
@@ -166,7 +312,11 @@ struct Server::Impl {
     std::unique_ptr<broker::Session> session;
     std::mutex ops;  // actions and close, one at a time; kill and receipts never wait for it
     bool ended = false;
+    std::atomic<std::chrono::steady_clock::rep> last_used{std::chrono::steady_clock::now().time_since_epoch().count()};
+    void touch() { last_used = std::chrono::steady_clock::now().time_since_epoch().count(); }
   };
+  std::thread reaper;
+  std::condition_variable reaper_cv;
 
   ServerOptions opts;
   std::mutex mu;  // sessions, ended, stopping
@@ -202,13 +352,77 @@ struct Server::Impl {
     auto it = sessions.find(id);
     if (it == sessions.end())
       return fail(Code::SessionUnknown, fmt::format("no session has the id \"{}\"", id), {{"session", id}});
+    it->second->touch();
     return it->second;
+  }
+
+  // Ends what has ended in fact: a spent budget pulls its kill switch, an idle session is killed,
+  // and every killed or closed session leaves the count of open ones. A session running an
+  // action is left to that action (its budget bounds the run).
+  void reap() {
+    std::vector<std::pair<std::string, std::shared_ptr<Entry>>> open;
+    {
+      std::lock_guard lk(mu);
+      for (auto& [id, e] : sessions)
+        if (!e->ended) open.emplace_back(id, e);
+    }
+    auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+    auto idle_after = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                          std::chrono::seconds(opts.idle_seconds))
+                          .count();
+    for (auto& [id, e] : open) {
+      broker::Session& s = *e->session;
+      if (!s.ended() && e->ops.try_lock()) {
+        std::lock_guard one(e->ops, std::adopt_lock);
+        (void)s.enforce_budget();
+        if (!s.ended() && opts.idle_seconds && now - e->last_used.load() >= idle_after)
+          (void)s.kill(fmt::format("idle for {} s", opts.idle_seconds));
+      }
+      if (s.ended() || s.killed()) mark_ended(id, *e);
+    }
+  }
+
+  void reap_loop() {
+    std::unique_lock lk(mu);
+    while (!stopping) {
+      reaper_cv.wait_for(lk, std::chrono::milliseconds(opts.reap_interval_ms));
+      if (stopping) break;
+      lk.unlock();
+      reap();
+      lk.lock();
+    }
+  }
+
+  // Bytes under the state directory's receipts/ and sessions/ (bounded walk: errors end it).
+  uint64_t state_bytes() const {
+    namespace fs = std::filesystem;
+    uint64_t total = 0;
+    for (const char* sub : {"receipts", "sessions"}) {
+      std::error_code ec;
+      fs::recursive_directory_iterator it(fs::path(opts.state_dir) / sub, fs::directory_options::skip_permission_denied,
+                                          ec);
+      for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+        std::error_code ec2;
+        if (it->is_regular_file(ec2) && !it->is_symlink(ec2)) total += it->file_size(ec2);
+      }
+    }
+    return total;
   }
 
   Result<std::pair<int, Json>> open_session(const httplib::Request& req) {
     // Duplicate keys are refused here as in a policy file (parse_json), as a malformed body: 400.
     auto doc = TRY(body_object(req));
     auto pol = TRY(policy::parse_layer(doc, opts.base_policy));
+    reap();
+    if (opts.max_state_bytes) {
+      uint64_t used = state_bytes();
+      if (used >= opts.max_state_bytes)
+        return fail(Code::CapacityExhausted,
+                    fmt::format("the state directory holds {} bytes of receipts and sessions, the most this server "
+                                "allows (--max-state-bytes {})",
+                                used, opts.max_state_bytes),
+                    {{"state_bytes", used}, {"max_state_bytes", opts.max_state_bytes}});
+    }
     {
       std::lock_guard lk(mu);
       if (stopping) return fail(Code::CapacityExhausted, "the server is shutting down");
@@ -222,6 +436,7 @@ struct Server::Impl {
     }();
     broker::SessionOptions so(opts.state_dir, opts.profile);
     so.vm_pool = opts.vm_pool;
+    so.max_receipt_bytes = opts.max_session_receipt_bytes;
     auto s = TRY(broker::Session::open(pol, facts, so));
     auto receipts = TRY(s->receipts());
     Json out = {{"session", s->id()},
@@ -268,8 +483,8 @@ struct Server::Impl {
       std::lock_guard one(e->ops);
       resp = broker::handle_request(s, *body);
     }
+    if (s.ended() || s.killed()) mark_ended(id, *e);  // closed, killed, or its budget ran out
     if (!resp["ok"].get<bool>()) return std::unexpected(answer_error(resp["error"]));
-    if (action == "close" || action == "kill") mark_ended(id, *e);
     return std::pair{200, resp["result"]};
   }
 
@@ -326,6 +541,7 @@ struct Server::Impl {
       return httplib::Server::HandlerResponse::Handled;
     }));
     http.set_payload_max_length(opts.max_body_bytes);
+    http.set_framing(opts.framing());
     http.set_keep_alive_max_count(1000);
     http.set_keep_alive_timeout(2);  // an idle kept-alive connection holds a worker; shutdown waits for it
     size_t n = opts.threads;
@@ -419,6 +635,7 @@ Result<int> Server::bind_tcp(const ListenAddress& at, std::string token) {
 }
 
 void Server::start() {
+  impl_->reaper = std::thread([impl = impl_.get()] { impl->reap_loop(); });
   for (auto& l : impl_->listeners) {
     Listener* p = l.get();
     p->thread = std::thread([p] {
@@ -435,6 +652,8 @@ void Server::shutdown(std::string_view why) {
     impl_->stopping = true;
     for (auto& [id, e] : impl_->sessions) open.push_back(e);
   }
+  impl_->reaper_cv.notify_all();
+  if (impl_->reaper.joinable()) impl_->reaper.join();
   // Kill first: a running tool ends now, its handler answers, and the pools can drain.
   for (auto& e : open) (void)e->session->kill(why);
   for (auto& l : impl_->listeners) {

@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "base/json_util.h"
 #include "plan/plan.h"
+#include "server/framing.h"
 #include "policy/task_policy.h"
 
 namespace airlock::server {
@@ -33,10 +34,32 @@ struct ServerOptions {
   // GET /v1/executors: the doctor report, supplied by the caller (the CLI owns the doctor).
   std::function<Json()> executors_report;
   size_t max_body_bytes = 8u << 20;
+  // Every connection is held to these before httplib reads it (server/framing.h); the body
+  // bound is max_body_bytes, whatever the transfer encoding.
+  size_t max_headers = 100;
+  size_t max_head_bytes = 64u << 10;
+  FramingLimits framing() const {
+    FramingLimits l;
+    l.max_headers = max_headers;
+    l.max_head_bytes = max_head_bytes;
+    l.max_body_bytes = max_body_bytes;
+    return l;
+  }
   // Worker threads per listener. A running tool holds one for its whole run, so this bounds
   // how many requests are served at once; kill and other sessions need a free one.
   size_t threads = 64;
   size_t max_sessions = 256;
+  // A session no request has touched for this long is killed (reason "idle"); 0: never.
+  // Sessions whose budget is spent, killed or closed stop counting against max_sessions as
+  // soon as the reaper sees them (every reap_interval_ms, and before each open).
+  uint64_t idle_seconds = 900;
+  uint64_t reap_interval_ms = 1000;
+  // New sessions are refused (AIRLOCK_CAPACITY_EXHAUSTED) while the state directory's receipts
+  // and session views hold more than this; 0: no bound.
+  uint64_t max_state_bytes = 0;
+  // A session's receipts file stops growing with refusals past this many bytes (they are
+  // counted into refusals.suppressed instead), and admits no action; 0: no bound.
+  uint64_t max_session_receipt_bytes = 16u << 20;
   // Guests each microvm session keeps booted ahead (SessionOptions::vm_pool).
   size_t vm_pool = 0;
 };
