@@ -5,17 +5,20 @@
 // a control directory in it on the kernel command line (airlock_ctl=NAME, which the kernel hands
 // to init as an environment variable). The request lives there as NUL-terminated
 // "key\0value\0" pairs: argv (repeated, in order), env (repeated), cwd, workdir (where the
-// workspace share is mounted), cpu_seconds, nofile, fsize (0: no limit), fd3 (present: the file
-// "fd3" beside it is the command's fd 3). stdin is the file "stdin" beside it. The agent reads
-// them once the host writes a byte to the go port (/dev/vport0p4): a guest may boot before its
-// request exists (the executor's pool). Once read, the
-// control directory is removed. The agent writes "exit N" or "signal N" to the status port
-// (/dev/vport0p3), then every process of the guest dies with it: the kernel's reboot=t and
+// workspace share is mounted), cpu_seconds, nofile, fsize (0: no limit), max_processes (the
+// command's pids.max, required), fd3 (present: the file "fd3" beside it is the command's fd 3).
+// stdin is the file "stdin" beside it. The agent reads them once the host writes a byte to the go
+// port (/dev/vport0p4): a guest may boot before its request exists (the executor's pool). Once
+// read, the control directory is removed. The agent writes "exit N" or "signal N" to the status
+// port (/dev/vport0p3), or "agent_error WHAT: WHY" if it failed before the command ran,
+// then every process of the guest dies with it: the kernel's reboot=t and
 // QEMU's -no-reboot end the VM.
 // Built -static: the guest has no libc of its own until /usr is mounted.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/sched.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -25,6 +28,7 @@
 #include <sys/reboot.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -45,10 +49,11 @@ static void die(const char* fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  dprintf(2, "airlock-guest-agent: %s: %s\n", msg, strerror(errno));
+  const char* why = strerror(errno);
+  dprintf(2, "airlock-guest-agent: %s: %s\n", msg, why);
   int fd = open("/dev/vport0p3", O_WRONLY);
   if (fd >= 0) {
-    dprintf(fd, "agent_error %s\n", msg);
+    dprintf(fd, "agent_error %s: %s\n", msg, why);
     close(fd);
   }
   power_off();
@@ -90,6 +95,45 @@ static char* read_all(const char* path, size_t* len) {
   return buf;
 }
 
+// The policy's process limit. The command runs as the guest's root, which RLIMIT_NPROC does not
+// bind, so it gets a cgroup of its own with pids.max (every task of the command and its
+// descendants, threads too). Mounted with nsdelegate and entered with a cgroup namespace rooted
+// at that cgroup: from inside, the command cannot write its own pids.max nor move out of it
+// (the kernel refuses both at a delegation boundary); only setns into pid 1's cgroup namespace,
+// which needs CAP_SYS_ADMIN, would. Returns the cgroup's directory, for CLONE_INTO_CGROUP.
+// Any failure ends the VM before the command exists: no limit, no command.
+static int prepare_process_limit(unsigned long long max_processes) {
+  static const char root[] = "/sys/fs/cgroup";
+  char value[32];
+  if (max_processes == 0) {
+    errno = EINVAL;
+    die("process limit: the request names no max_processes");
+  }
+  mkdirs(root);
+  if (mount("cgroup2", root, "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, "nsdelegate") < 0)
+    die("process limit: mount cgroup2 at %s", root);
+  int fd = open("/sys/fs/cgroup/cgroup.subtree_control", O_WRONLY);
+  if (fd < 0 || write(fd, "+pids", 5) != 5) die("process limit: enable the pids controller");
+  close(fd);
+  if (mkdir("/sys/fs/cgroup/command", 0755) < 0) die("process limit: mkdir /sys/fs/cgroup/command");
+  int len = snprintf(value, sizeof value, "%llu", max_processes);
+  fd = open("/sys/fs/cgroup/command/pids.max", O_WRONLY);
+  if (fd < 0 || write(fd, value, (size_t)len) != len) die("process limit: write pids.max %s", value);
+  close(fd);
+  // Read back: what binds is what the kernel holds.
+  char back[32] = {0};
+  fd = open("/sys/fs/cgroup/command/pids.max", O_RDONLY);
+  if (fd < 0 || read(fd, back, sizeof back - 1) <= 0) die("process limit: read pids.max");
+  close(fd);
+  if (strtoull(back, NULL, 10) != max_processes) {
+    errno = EINVAL;
+    die("process limit: pids.max reads %s, not %s", back, value);
+  }
+  int dir = open("/sys/fs/cgroup/command", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) die("process limit: open /sys/fs/cgroup/command");
+  return dir;
+}
+
 static void set_limit(int resource, unsigned long long v) {
   if (v == 0) return;
   struct rlimit r = {v, v};
@@ -129,7 +173,7 @@ int main(void) {
   char* envp[MAX_ITEMS + 1];
   int argc = 0, envc = 0;
   const char *cwd = "/", *workdir = NULL;
-  unsigned long long cpu = 0, nofile = 0, fsize = 0;
+  unsigned long long cpu = 0, nofile = 0, fsize = 0, max_processes = 0;
   int pass_fd3 = 0;
   for (char* p = req; p < req + len;) {
     char* key = p;
@@ -144,6 +188,7 @@ int main(void) {
     else if (!strcmp(key, "cpu_seconds")) cpu = strtoull(val, NULL, 10);
     else if (!strcmp(key, "nofile")) nofile = strtoull(val, NULL, 10);
     else if (!strcmp(key, "fsize")) fsize = strtoull(val, NULL, 10);
+    else if (!strcmp(key, "max_processes")) max_processes = strtoull(val, NULL, 10);
     else if (!strcmp(key, "fd3")) pass_fd3 = 1;
     else die("unknown request key %s", key);
   }
@@ -162,14 +207,20 @@ int main(void) {
   int err = open("/dev/vport0p2", O_WRONLY);
   if (in < 0 || out < 0 || err < 0) die("open stdin, stdout or stderr");
 
-  pid_t child = fork();
-  if (child < 0) die("fork");
+  int cgroup = prepare_process_limit(max_processes);
+  // Born in its cgroup (no moment outside it) and in a cgroup namespace rooted there. clone3 with
+  // fork's semantics: a new address space, SIGCHLD at its end.
+  struct clone_args ca = {.flags = CLONE_INTO_CGROUP | CLONE_NEWCGROUP,
+                          .exit_signal = SIGCHLD,
+                          .cgroup = (unsigned long long)cgroup};
+  pid_t child = (pid_t)syscall(SYS_clone3, &ca, sizeof ca);
+  if (child < 0) die("process limit: clone3 into /sys/fs/cgroup/command");
   if (child == 0) {
     dup2(in, 0);
     dup2(out, 1);
     dup2(err, 2);
     if (fd3 >= 0) dup2(fd3, 3);
-    for (int fd = fd3 >= 0 ? 4 : 3; fd < 64; ++fd) close(fd);  // the control directory too
+    for (int fd = fd3 >= 0 ? 4 : 3; fd < 64; ++fd) close(fd);  // the control directory and cgroup too
     set_limit(RLIMIT_CPU, cpu);
     set_limit(RLIMIT_NOFILE, nofile);
     set_limit(RLIMIT_FSIZE, fsize);
@@ -181,6 +232,9 @@ int main(void) {
     dprintf(2, "airlock-guest-agent: cannot execute %s: %s\n", argv[0], strerror(errno));
     _exit(errno == ENOENT ? 127 : 126);
   }
+  // The command needs none of the hierarchy: it leaves the guest's view (the cgroup stays).
+  close(cgroup);
+  umount2("/sys/fs/cgroup", MNT_DETACH);
   // As pid 1 the agent reaps every orphan; the command's own end is what is recorded.
   int status = 0;
   for (;;) {

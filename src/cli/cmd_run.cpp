@@ -33,6 +33,8 @@ std::string enforced_summary(const Json& e) {
   parts.push_back("rlimits");
   if (e.contains("process_limit") && (!e.contains("cgroup") || e["cgroup"].is_null()))
     parts.push_back(fmt::format("processes by {}", e["process_limit"].get<std::string>()));
+  if (e.contains("microvm") && e["microvm"].is_object() && e["microvm"].contains("guest_processes"))
+    parts.push_back(fmt::format("guest pids.max {}", e["microvm"]["guest_processes"].value("pids_max", 0)));
   parts.push_back(fmt::format("network {}", e.value("network", "?")));
   return fmt::format("{}", fmt::join(parts, ", "));
 }

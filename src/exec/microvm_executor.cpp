@@ -163,6 +163,9 @@ class MicrovmExecutor final : public Executor {
   Result<void> prepare() {
     if (!plan_.microvm) return fail(Code::ExecutorUnavailable, "a microvm plan without its guest");
     const auto& vm = *plan_.microvm;
+    // The guest agent refuses a request without a process limit; refused here first, before a guest boots.
+    if (vm.max_processes == 0)
+      return fail(Code::ExecutorUnavailable, "a microvm plan without the guest's process limit");
     // QEMU's own confinement: the same plan as the namespaces tier (the planner sized its cgroup
     // and limits for QEMU). Prepared once here so a tier that cannot prepare is refused now;
     // every guest then gets a sandbox of its own.
@@ -179,6 +182,11 @@ class MicrovmExecutor final : public Executor {
                             {"qemu_sandbox", "-sandbox on (obsolete, elevateprivileges, spawn, resourcecontrol denied)"},
                             {"qemu_confined_by", "the namespaces tier (the rest of this record), one sandbox per guest"},
                             {"pool", vm.pool},
+                            {"guest_processes",
+                             {{"mechanism", "cgroup v2 pids in the guest (nsdelegate; the command in a cgroup "
+                                            "namespace rooted at its cgroup, born into it by clone3)"},
+                              {"pids_max", vm.max_processes},
+                              {"setup_failure", "the guest ends before the command runs"}}},
                             {"teardown", "one guest per run, never reused; QEMU is killed with the namespace's init"}};
     enforced_["network"] = "none (no network device in the guest)";
     if (vm.pool > 0) refill_ = std::thread([this] { refill(); });
@@ -208,6 +216,7 @@ class MicrovmExecutor final : public Executor {
     put("cwd", cwd);
     put("workdir", inside_);
     put("cpu_seconds", std::to_string(plan_.microvm->cpu_seconds));
+    put("max_processes", std::to_string(plan_.microvm->max_processes));
     put("nofile", std::to_string(plan_.limits.max_open_files));
     put("fsize", std::to_string(plan_.limits.max_file_bytes));
     // stdin crosses as a file; a terminal never ends, and the guest gets none of the host's

@@ -484,6 +484,7 @@ Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& p, const HostFact
       vm.initramfs_sha256 = f.microvm.initramfs_sha256;
       vm.tsc_khz = f.microvm.tsc_khz;
       vm.cpu_seconds = plan.limits.cpu_seconds;
+      vm.max_processes = plan.limits.max_processes;
       if (vm.acceleration == "kvm") {
         plan.namespaces->dev_nodes.push_back("/dev/kvm");
         if (plan.landlock) plan.landlock->fs_rules.push_back({Anchor::Host, "/dev/kvm", Access::DevWrite, false});
@@ -613,6 +614,7 @@ Json to_json(const ExecutionPlan& p) {
                     {"initramfs_sha256", p.microvm->initramfs_sha256},
                     {"tsc_khz", p.microvm->tsc_khz},
                     {"cpu_seconds", p.microvm->cpu_seconds},
+                    {"max_processes", p.microvm->max_processes},
                     {"pool", p.microvm->pool},
                     {"network_devices", Json::array()}};
   } else {

@@ -111,6 +111,9 @@ struct MicrovmPlan {
   std::string kernel, kernel_sha256, initramfs, initramfs_sha256;
   uint64_t tsc_khz = 0;
   uint64_t cpu_seconds = 0;  // RLIMIT_CPU of the command inside the guest
+  // pids.max of the command's cgroup inside the guest (the guest agent's cgroup v2): the command
+  // runs as the guest's root, which RLIMIT_NPROC does not bind.
+  uint64_t max_processes = 0;
   // Guests booted ahead and kept waiting, each used for exactly one command (0: every command
   // boots its own). The operator's setting (`airlock serve --vm-pool N`), not the policy's.
   size_t pool = 0;

@@ -151,6 +151,33 @@ TEST_P(MicrovmTier, WriteBackRefusesWhatTheGuestPlanted) {
   EXPECT_EQ(st.st_nlink, 1u) << "a hard link to a host file was made";
 }
 
+// The policy's process limit binds inside the guest, where the command is the guest's root and
+// RLIMIT_NPROC would not: a shell that forks sleepers without end is stopped at the limit (the
+// shell itself and limit - 1 children), and airlock says the guest's pids.max is in force.
+TEST_P(MicrovmTier, TheGuestStopsForksAtTheProcessLimit) {
+  constexpr int kLimit = 16;
+  std::string limit = std::to_string(kLimit);
+  std::string policy = fx_->write_policy(
+      R"({"schema_version": "airlock.task_policy.v1", "workload": "untrusted_code", "readable": ["src"],
+          "write_back_paths": ["out"], "limits": {"memory_mb": 256, "command_timeout_seconds": 120,
+          "max_processes": )" + limit + "}}",
+      "forks.json");
+  // dash ends with "Cannot fork" at the first fork refused; each sleeper counted before the next.
+  auto r = fx_->run({"run", "--policy", policy, "--workspace", fx_->workspace(), "--", "/bin/sh", "-c",
+                     "i=0; while [ $i -lt " + std::to_string(kLimit * 8) +
+                         " ]; do sleep 600 & i=$((i+1)); echo $i; done; echo UNBOUNDED"},
+                    {}, 300);
+  ASSERT_EQ(r.err.find("AIRLOCK_EXECUTOR_UNAVAILABLE"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("guest pids.max " + limit), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("UNBOUNDED"), std::string::npos) << "the guest forked past its limit: " << r.out;
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_NE(r.err.find("fork"), std::string::npos) << r.err;
+  // Stopped exactly at the limit: not before it (the limit is the policy's, not something smaller).
+  std::string out = r.out;
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  EXPECT_EQ(out.substr(out.rfind('\n') + 1), std::to_string(kLimit - 1)) << r.out;
+}
+
 // QEMU, its cgroups, its mounts and the session's files are gone when airlock returns, even with
 // a daemon left running inside the guest.
 std::atomic<int> g_airlock_pid = 0;

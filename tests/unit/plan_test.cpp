@@ -360,6 +360,9 @@ TEST(PlanSelection, MicrovmPlanRecordsTheGuestAndSizesQemusWall) {
   EXPECT_EQ(r->microvm->acceleration, "kvm");
   ASSERT_TRUE(r->namespaces && r->seccomp && r->cgroup);
   EXPECT_EQ(r->cgroup->memory_bytes, (r->microvm->memory_mb + kMicrovmOverheadMb) << 20);
+  // The policy's process limit binds the command inside the guest; QEMU's own cgroup has its own.
+  EXPECT_EQ(r->microvm->max_processes, 256u);
+  EXPECT_EQ(r->limits.max_processes, r->cgroup->pids_max);
   EXPECT_FALSE(r->network);
   auto argv = airlock::exec::qemu_argv(*r->microvm, "/workspace", ".airlock-vm-1");
   auto has = [&](const std::string& a, const std::string& b) {
