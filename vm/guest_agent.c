@@ -153,8 +153,14 @@ int main(void) {
     errno = EINVAL;
     die("no control directory named on the kernel command line");
   }
-  // The host says go (one byte on the fourth port, QEMU's stdin) once the request is in place: a
-  // pooled guest boots before there is one.
+  // Ready (one byte on the status port: the host starts the command's clock here, not at boot),
+  // then the host says go (one byte on the fourth port, QEMU's stdin) once the request is in
+  // place: a pooled guest boots before there is one.
+  const char* delay = getenv("airlock_boot_delay_ms");  // a test seam: a slow boot
+  if (delay) usleep((useconds_t)strtoul(delay, NULL, 10) * 1000);
+  int ready = open("/dev/vport0p3", O_WRONLY);
+  if (ready < 0 || write(ready, "r", 1) != 1) die("tell the host the agent is ready");
+  close(ready);
   int go = open("/dev/vport0p4", O_RDONLY);
   if (go < 0) die("open the go port");
   char byte;

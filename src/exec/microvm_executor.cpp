@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <charconv>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <future>
@@ -38,6 +39,9 @@ namespace {
 // What the guest gets of stdin and fd 3 at most: they are copied into the control directory.
 constexpr size_t kMaxStdinBytes = 64u << 20;
 constexpr size_t kMaxStatusBytes = 256;
+// How long a guest may take from QEMU's start to its agent's ready byte (TCG on a loaded host
+// boots in seconds; a guest past this is stopped and refused by name).
+constexpr std::chrono::seconds kBootLimit{120};
 
 // QEMU's option syntax separates with commas; a comma in a value is written twice.
 std::string qemu_escape(const std::string& v) {
@@ -249,10 +253,17 @@ class MicrovmExecutor final : public Executor {
     TRY(write_file_atomic(g->ctl + "/stdin", stdin_data, 0600));
     TRY(write_file_atomic(g->ctl + "/request", request, 0600));
 
+    // The agent says ready (one byte on the status port) before it waits for go: the command's
+    // wall time never counts a boot. What else the port held (an agent that failed first) is the
+    // start of the status.
+    std::string early = TRY(await_ready(*g));
+    bool ready = early.starts_with('r');
+    if (ready) early.erase(0, 1);
+
     auto t0 = std::chrono::steady_clock::now();
     Relay relay(g->out.get(), g->err.get(), cmd.stdout_fd >= 0 ? cmd.stdout_fd : 1,
                 cmd.stderr_fd >= 0 ? cmd.stderr_fd : 2);
-    TRY(write_all(g->go.get(), "g", Code::ExecutorUnavailable, "the guest's go port"));
+    if (ready) TRY(write_all(g->go.get(), "g", Code::ExecutorUnavailable, "the guest's go port"));
     g->go.reset();
     // The command's wall time, from now (a pooled guest's QEMU started long before): past it, QEMU
     // is killed from the host.
@@ -275,12 +286,12 @@ class MicrovmExecutor final : public Executor {
     }
     if (out.timed_out || out.stopped || out.budget_exhausted) return out;
 
-    std::string status;
+    std::string status = std::move(early);
     {
       (void)::fcntl(g->status.get(), F_SETFL, O_NONBLOCK);
       char buf[kMaxStatusBytes];
       ssize_t n = ::read(g->status.get(), buf, sizeof buf);
-      if (n > 0) status.assign(buf, n);
+      if (n > 0) status.append(buf, n);
     }
     auto number = [](std::string_view s) -> std::optional<int> {
       int v = 0;
@@ -356,6 +367,29 @@ class MicrovmExecutor final : public Executor {
       return sandbox->run(q);
     });
     return g;
+  }
+
+  // Waits for the agent's ready byte, bounded by kBootLimit; returns what the status port held
+  // (empty if QEMU ended first). A guest that never gets ready is stopped and refused by name.
+  Result<std::string> await_ready(Guest& g) {
+    auto deadline = std::chrono::steady_clock::now() + kBootLimit;
+    for (;;) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      pollfd p{g.status.get(), POLLIN, 0};
+      int rc = left.count() > 0 ? ::poll(&p, 1, static_cast<int>(left.count())) : 0;
+      if (rc < 0 && errno == EINTR) continue;
+      if (rc < 0) return fail_errno(Code::ExecutorUnavailable, "poll the guest's status port", errno);
+      if (rc == 0) {
+        g.sandbox->stop_run();
+        return fail(Code::ExecutorUnavailable,
+                    fmt::format("the guest did not get ready within {} s", kBootLimit.count()),
+                    {{"boot_limit_seconds", kBootLimit.count()}});
+      }
+      char buf[kMaxStatusBytes];
+      ssize_t n = ::read(g.status.get(), buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      return std::string(buf, n > 0 ? static_cast<size_t>(n) : 0);
+    }
   }
 
   std::unique_ptr<Guest> take_pooled() {
@@ -445,6 +479,7 @@ std::vector<std::string> qemu_argv(const plan::MicrovmPlan& vm, const std::strin
   bool kvm = vm.acceleration == "kvm";
   std::string append = "console=ttyS0 quiet reboot=t panic=-1 rdinit=/init airlock_ctl=" + ctl_name;
   if (!kvm && vm.tsc_khz) append += fmt::format(" tsc_early_khz={}", vm.tsc_khz);
+  if (vm.test_boot_delay_ms) append += fmt::format(" airlock_boot_delay_ms={}", vm.test_boot_delay_ms);
   std::vector<std::string> a = {
       vm.qemu, "-M", "microvm,acpi=off", "-accel", kvm ? "kvm" : "tcg,tb-size=64", "-cpu", kvm ? "host" : "max",
       "-m", std::to_string(vm.memory_mb), "-smp", std::to_string(vm.vcpus), "-nodefaults", "-no-user-config",

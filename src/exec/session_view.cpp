@@ -330,6 +330,8 @@ void apply_test_seams(plan::ExecutionPlan& plan) {
     plan.protected_first_wall = false;
     plan.relaxations.push_back("protected paths: first wall off (test seam AIRLOCK_TEST_NO_PROTECTED_FIRST_WALL)");
   }
+  const char* delay = std::getenv("AIRLOCK_TEST_GUEST_BOOT_DELAY_MS");
+  if (delay && plan.microvm) plan.microvm->test_boot_delay_ms = std::strtoull(delay, nullptr, 10);
 }
 
 Json ViewCopy::to_json() const {

@@ -117,6 +117,9 @@ struct MicrovmPlan {
   // Guests booted ahead and kept waiting, each used for exactly one command (0: every command
   // boots its own). The operator's setting (`airlock serve --vm-pool N`), not the policy's.
   size_t pool = 0;
+  // Test seam (AIRLOCK_TEST_GUEST_BOOT_DELAY_MS): the guest agent waits this long before it says
+  // ready, as a slow boot would.
+  uint64_t test_boot_delay_ms = 0;
 };
 
 // What QEMU may use on top of the guest's RAM (its own code, TCG's translation cache, 9p).

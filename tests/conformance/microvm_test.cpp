@@ -178,6 +178,20 @@ TEST_P(MicrovmTier, TheGuestStopsForksAtTheProcessLimit) {
   EXPECT_EQ(out.substr(out.rfind('\n') + 1), std::to_string(kLimit - 1)) << r.out;
 }
 
+// The command's wall time starts when the guest's agent is ready, never at QEMU's start: a boot
+// made three seconds slow (the test seam) costs the one-second command nothing.
+TEST_P(MicrovmTier, TheCommandsClockStartsWhenTheGuestIsReady) {
+  std::string policy = fx_->write_policy(
+      R"({"schema_version": "airlock.task_policy.v1", "workload": "untrusted_code", "readable": ["src"],
+          "write_back_paths": ["out"], "limits": {"memory_mb": 256, "command_timeout_seconds": 1}})",
+      "one-second.json");
+  auto r = fx_->run({"run", "--policy", policy, "--workspace", fx_->workspace(), "--", "/bin/sh", "-c", "echo ran"},
+                    {{"AIRLOCK_TEST_GUEST_BOOT_DELAY_MS", "3000"}}, 300);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "ran\n") << r.err;
+  EXPECT_EQ(r.err.find("AIRLOCK_TOOL_TIMEOUT"), std::string::npos) << r.err;
+}
+
 // QEMU, its cgroups, its mounts and the session's files are gone when airlock returns, even with
 // a daemon left running inside the guest.
 std::atomic<int> g_airlock_pid = 0;
