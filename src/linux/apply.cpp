@@ -269,6 +269,11 @@ void signal_group(pid_t command, int sig) noexcept {
   pid_t airlock_pid = ::getppid();
   if (::prctl(PR_SET_PDEATHSIG, SIGTERM) < 0) finish(Step::ParentDeath, errno);
   if (::getppid() != airlock_pid) ::_exit(0);  // airlock died before the prctl: nobody to report to
+  // Nothing of airlock's but what this run needs: a daemon starts supervisors for many runs at
+  // once, and one holding another run's pipe would keep that run's reader from its end of file.
+  int keep[] = {report_fd,    s.landlock_ruleset, s.door_channel,    s.stdin_fd,        s.stdout_fd,
+                s.stderr_fd,  s.fd3,              s.cgroup_procs[0], s.cgroup_procs[1], s.cgroup_procs[2]};
+  if (int e = close_all_but(keep, std::size(keep))) finish(Step::Fds, e);
   // Join the cgroup before the command exists, so nothing it starts escapes the count.
   for (int fd : s.cgroup_procs)
     if (fd >= 0)

@@ -25,4 +25,22 @@ int apply_fds(int in, int out, int err, int fd3) noexcept {
   return 0;
 }
 
+int close_all_but(int* keep, size_t n) noexcept {
+  for (size_t i = 1; i < n; ++i)  // insertion sort: a handful of descriptors, no allocation
+    for (size_t j = i; j > 0 && keep[j - 1] > keep[j]; --j) {
+      int t = keep[j];
+      keep[j] = keep[j - 1];
+      keep[j - 1] = t;
+    }
+  unsigned next = 3;
+  for (size_t i = 0; i < n; ++i) {
+    if (keep[i] < static_cast<int>(next)) continue;
+    unsigned k = static_cast<unsigned>(keep[i]);
+    if (k > next && ::syscall(SYS_close_range, next, k - 1, 0) < 0) return errno;
+    next = k + 1;
+  }
+  if (::syscall(SYS_close_range, next, ~0U, 0) < 0) return errno;
+  return 0;
+}
+
 }  // namespace airlock::linux
