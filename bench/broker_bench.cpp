@@ -13,7 +13,7 @@
 
 #include "base/fs.h"
 #include "broker/session.h"
-#include "linux/probe.h"
+#include "exec/planner.h"
 
 namespace {
 
@@ -36,7 +36,7 @@ struct Fixture {
                     root),
         policy::builtin_default(), "bench");
     broker::SessionOptions so(root + "/state", plan::Profile::Development);
-    auto s = broker::Session::open(*pol, linux::probe_host(plan::fact_needs(*pol)), so);
+    auto s = broker::Session::open(*pol, exec::facts_for(*pol, exec::HostProbe(root + "/state")), so);
     if (!s) std::abort();
     session = std::move(*s);
   }

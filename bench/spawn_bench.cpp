@@ -22,6 +22,7 @@
 
 #include "base/json_util.h"
 #include "exec/owned_executor.h"
+#include "exec/planner.h"
 #include "exec/vm_image.h"
 #include "linux/probe.h"
 #include "policy/task_policy.h"
@@ -186,7 +187,7 @@ int main(int argc, char** argv) {
       }
       auto opened = [&]() -> Result<exec::OwnedExecutor> {
         auto pol = TRY(policy::load_effective(std::nullopt, policy_file));
-        auto facts = exec::probe_host_facts(plan::fact_needs(pol), state_dir);
+        auto facts = exec::facts_for(pol, exec::HostProbe(state_dir));
         return exec::open_owned_executor(pol, facts, plan::Profile::Development, state_dir, std::nullopt, vm_pool);
       }();
       if (opened)

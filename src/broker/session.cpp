@@ -12,6 +12,7 @@
 #include "base/hash.h"
 #include "egress/door.h"
 #include "exec/captured_run.h"
+#include "exec/planner.h"
 #include "linux/cgroup.h"
 
 namespace airlock::broker {
@@ -48,11 +49,8 @@ Result<std::unique_ptr<Session>> Session::open(const policy::TaskPolicy& pol, co
                {"workspace", workspace ? Json(*workspace) : Json(nullptr)}};
   if (!opts.agent.is_null()) base["agent"] = opts.agent;
 
-  auto planned = plan::plan_execution(pol, facts, opts.profile);
+  auto planned = exec::plan_session(pol, facts, {opts.profile, workspace.value_or(""), opts.vm_pool});
   if (!planned) return std::unexpected(record_refusal(planned.error(), opts.state_dir, id, base));
-  if (planned->microvm) planned->microvm->pool = opts.vm_pool;
-  exec::apply_test_seams(*planned);
-  exec::protect_git_config_targets(workspace.value_or(""), *planned);
   base["plan"] = plan::to_json(*planned);
 
   if (workspace) {

@@ -3,7 +3,7 @@
 
 #include "broker/attack_suite.h"
 #include "cli/verbs.h"
-#include "linux/probe.h"
+#include "exec/planner.h"
 
 namespace airlock::cli {
 namespace {
@@ -11,7 +11,7 @@ namespace {
 int suite_verb(Globals& g) {
   auto state = resolve_state_dir(g.state_dir);
   if (!state) return refuse(state.error(), g.json);
-  broker::AttackSuiteOptions o{*state, linux::probe_host()};
+  broker::AttackSuiteOptions o{*state, exec::HostProbe(*state).facts(plan::FactNeeds::all())};
   auto results = broker::run_attack_suite(o);
   if (!results) return refuse(results.error(), g.json);
   bool all = true;

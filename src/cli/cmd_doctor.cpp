@@ -6,7 +6,7 @@
 #include <fmt/ranges.h>
 
 #include "cli/verbs.h"
-#include "linux/probe.h"
+#include "exec/planner.h"
 
 namespace airlock::cli {
 namespace {
@@ -80,7 +80,9 @@ void add_doctor(CLI::App& app, Globals& g, Action& run) {
     run = [&g] {
       auto profile = parse_profile(g.profile);
       if (!profile) return refuse(profile.error(), g.json);
-      plan::HostFacts facts = linux::probe_host();
+      auto state = resolve_state_dir(g.state_dir);
+      if (!state) return refuse(state.error(), g.json);
+      plan::HostFacts facts = exec::HostProbe(*state).facts(plan::FactNeeds::all());
       Json report = doctor_report(*profile, facts);
       if (g.json) {
         std::printf("%s\n", report.dump(2).c_str());

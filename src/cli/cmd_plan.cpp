@@ -5,9 +5,8 @@
 #include <fmt/ranges.h>
 
 #include "cli/verbs.h"
-#include "exec/vm_image.h"
+#include "exec/planner.h"
 #include "egress/door.h"
-#include "linux/probe.h"
 
 namespace airlock::cli {
 
@@ -34,15 +33,12 @@ void add_plan(CLI::App& app, Globals& g, Action& run) {
         if (!f) return refuse(f.error(), g.json);
         facts = *f;
       } else {
-        auto needs = plan::fact_needs(*p);
-        facts = linux::probe_host(needs);
-        if (needs.kvm) {
-          auto state = resolve_state_dir(g.state_dir);
-          if (!state) return refuse(state.error(), g.json);
-          exec::probe_microvm(facts, *state);
-        }
+        auto state = resolve_state_dir(g.state_dir);
+        if (!state) return refuse(state.error(), g.json);
+        facts = exec::facts_for(*p, exec::HostProbe(*state));
       }
-      auto planned = plan::plan_execution(*p, facts, *profile);
+      // The plan a session of this policy would run under (its workspace's git targets included).
+      auto planned = exec::plan_session(*p, facts, {*profile, p->workspace ? absolute_path(*p->workspace) : "", 0});
       if (!planned) return refuse(planned.error(), g.json);
       Json j = plan::to_json(*planned);
       if (g.json) {

@@ -3,7 +3,7 @@
 
 #include <cstdio>
 
-#include "linux/probe.h"
+#include "exec/planner.h"
 #include "server/server.h"
 #include "cli/verbs.h"
 
@@ -31,7 +31,9 @@ Result<int> serve(Globals& g, ServeOptions& o) {
   so.max_state_bytes = o.max_state_bytes;
   so.max_session_receipt_bytes = o.max_session_receipt_bytes;
   so.vm_pool = o.vm_pool;
-  so.executors_report = [profile = so.profile] { return doctor_report(profile, linux::probe_host()); };
+  so.executors_report = [profile = so.profile, host = std::make_shared<exec::HostProbe>(so.state_dir)] {
+    return doctor_report(profile, host->facts(plan::FactNeeds::all()));
+  };
   std::optional<server::ListenAddress> tcp;
   std::string token;
   if (o.listen) {

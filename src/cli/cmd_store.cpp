@@ -7,7 +7,7 @@
 
 #include "cli/store_support.h"
 #include "cli/verbs.h"
-#include "linux/probe.h"
+#include "exec/planner.h"
 
 namespace airlock::cli {
 namespace {
@@ -126,7 +126,9 @@ int machine_probe(Globals& g) {
   auto st = open_store(g);
   if (!st) return refuse(st.error(), g.json);
   // Every fact measured here; none can be typed in.
-  plan::HostFacts facts = linux::probe_host();
+  auto state = resolve_state_dir(g.state_dir);
+  if (!state) return refuse(state.error(), g.json);
+  plan::HostFacts facts = exec::HostProbe(*state).facts(plan::FactNeeds::all());
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
   store::MachineRecord m{machine_identity(g), host, facts.landlock_abi, plan::to_json(facts),

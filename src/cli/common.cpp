@@ -10,8 +10,7 @@
 #include "base/custody.h"
 #include "base/encoding.h"
 #include "base/fs.h"
-#include "exec/vm_image.h"
-#include "linux/probe.h"
+#include "exec/planner.h"
 
 namespace airlock::cli {
 
@@ -75,7 +74,7 @@ Result<SessionStart> prepare_session(const Globals& g, const std::optional<std::
   auto profile = TRY(parse_profile(g.profile));
   auto pol = TRY(load_policy(defaults_file, policy_file, agent_run));
   auto state = TRY(resolve_state_dir(g.state_dir));
-  plan::HostFacts facts = exec::probe_host_facts(plan::fact_needs(pol), state);
+  plan::HostFacts facts = exec::facts_for(pol, exec::HostProbe(state));
   return SessionStart{profile, std::move(state), std::move(pol), std::move(facts)};
 }
 

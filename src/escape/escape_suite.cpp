@@ -22,8 +22,7 @@
 #include "base/unique_fd.h"
 #include "broker/session.h"
 #include "escape/canaries.h"
-#include "exec/vm_image.h"
-#include "linux/probe.h"
+#include "exec/planner.h"
 
 namespace airlock::escape {
 
@@ -1186,7 +1185,7 @@ Result<TierResult> Suite::run_tier(ExecutorKind executor, bool requested, const 
   t.expect_breach = executor == ExecutorKind::Host;
   t.requested = requested;
   auto pol = TRY(suite_policy(executor));
-  if (auto planned = plan::plan_execution(pol, facts, opts_.profile); !planned) {
+  if (auto planned = exec::plan_session(pol, facts, {opts_.profile, "", 0}); !planned) {
     t.refusal = planned.error();
     t.status =
         !requested && only_not_in_build(planned.error()) ? TierStatus::Skipped : TierStatus::Unavailable;
@@ -1200,7 +1199,7 @@ Result<TierResult> Suite::run_tier(ExecutorKind executor, bool requested, const 
   // two policies differ in code_network alone, so a refusal here is the door's.
   auto door_pol = TRY(suite_policy(executor, &canaries->bait().door));
   std::optional<Error> door_refusal;
-  if (auto planned = plan::plan_execution(door_pol, facts, opts_.profile); !planned)
+  if (auto planned = exec::plan_session(door_pol, facts, {opts_.profile, "", 0}); !planned)
     door_refusal = planned.error();
   TierContext ctx{pol,
                   door_refusal ? nullptr : &door_pol,
@@ -1246,11 +1245,11 @@ Result<SuiteReport> Suite::run() {
     needs.cgroups |= n.cgroups;
     needs.kvm |= n.kvm;
   }
-  plan::HostFacts facts = linux::probe_host(needs);
-  if (needs.kvm) {
-    if (opts_.microvm) facts.microvm = *opts_.microvm;
-    else exec::probe_microvm(facts, opts_.state_dir);
-  }
+  // `airlock vm verify` hands over the guest it is verifying: only the rest is measured.
+  bool pinned_vm = needs.kvm && opts_.microvm;
+  if (pinned_vm) needs.kvm = false;
+  plan::HostFacts facts = exec::HostProbe(opts_.state_dir).facts(needs);
+  if (pinned_vm) facts.microvm = *opts_.microvm;
   rep.kernel = facts.kernel_release;
 
   // A child subreaper for the run: what a probe leaves behind after its supervisor is gone comes

@@ -3,6 +3,7 @@
 
 #include "base/fs.h"
 #include "base/hash.h"
+#include "exec/planner.h"
 #include "linux/cgroup.h"
 
 namespace airlock::exec {
@@ -20,11 +21,8 @@ Result<OwnedExecutor> open_owned_executor(const policy::TaskPolicy& policy, cons
                                           plan::Profile profile, const std::string& state_dir,
                                           const std::optional<std::string>& workspace, size_t vm_pool) {
   OwnedExecutor o;
-  o.plan = TRY(plan::plan_execution(policy, facts, profile));
-  if (o.plan.microvm) o.plan.microvm->pool = vm_pool;
-  apply_test_seams(o.plan);
   std::string ws = workspace ? absolute_path(*workspace) : std::string();
-  protect_git_config_targets(ws, o.plan);
+  o.plan = TRY(plan_session(policy, facts, {profile, ws, vm_pool}));
   TRY(make_dirs(state_dir, 0700));
   linux::release_abandoned_cgroups(sweep_abandoned_sessions(state_dir));
   o.id = random_id();

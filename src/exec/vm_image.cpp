@@ -19,7 +19,6 @@
 #include "base/fs.h"
 #include "base/hash.h"
 #include "base/unique_fd.h"
-#include "linux/probe.h"
 
 extern char** environ;
 
@@ -356,12 +355,6 @@ void probe_microvm(plan::HostFacts& f, const std::string& state_dir) {
   } catch (const Json::exception& e) {
     why(fmt::format("{} is unreadable ({}): run `airlock vm verify` again", vm_verification_path(state_dir), e.what()));
   }
-}
-
-plan::HostFacts probe_host_facts(const plan::FactNeeds& needs, const std::string& state_dir) {
-  plan::HostFacts f = linux::probe_host(needs);
-  if (needs.kvm) probe_microvm(f, state_dir);
-  return f;
 }
 
 }  // namespace airlock::exec

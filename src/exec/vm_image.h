@@ -71,8 +71,4 @@ uint64_t probe_tsc_khz();
 // on this host with this very image, with what acceleration. Why not: facts.reasons["microvm"].
 void probe_microvm(plan::HostFacts& facts, const std::string& state_dir);
 
-// The host's facts for a policy's needs: linux::probe_host, and the microvm tier's when it needs
-// it (its verification lives in `state_dir`).
-plan::HostFacts probe_host_facts(const plan::FactNeeds& needs, const std::string& state_dir);
-
 }  // namespace airlock::exec

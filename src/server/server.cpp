@@ -1,4 +1,5 @@
 // The HTTP API: routes, the session table, listeners (unix socket, loopback TCP with a bearer token), shutdown.
+#include "exec/planner.h"
 #include "server/server.h"
 
 #include <fcntl.h>
@@ -27,8 +28,6 @@
 #include "base/unique_fd.h"
 #include "broker/protocol.h"
 #include "broker/session.h"
-#include "exec/vm_image.h"
-#include "linux/probe.h"
 #include "server/framing.h"
 #include "server/http_status.h"
 
@@ -323,7 +322,7 @@ struct Server::Impl {
   std::map<std::string, std::shared_ptr<Entry>> sessions;
   std::deque<std::string> ended;
   bool stopping = false;
-  std::mutex probe_mu;  // one host probe at a time
+  std::optional<exec::HostProbe> host;  // the facts each session is planned on
   std::vector<std::unique_ptr<Listener>> listeners;
   std::string socket_path;
   dev_t socket_dev = 0;
@@ -430,10 +429,7 @@ struct Server::Impl {
         return fail(Code::CapacityExhausted, fmt::format("{} sessions are open, the most this server runs", live()),
                     {{"max_sessions", opts.max_sessions}});
     }
-    plan::HostFacts facts = [&] {
-      std::lock_guard lk(probe_mu);
-      return exec::probe_host_facts(plan::fact_needs(pol), opts.state_dir);
-    }();
+    plan::HostFacts facts = exec::facts_for(pol, *host);
     broker::SessionOptions so(opts.state_dir, opts.profile);
     so.vm_pool = opts.vm_pool;
     so.max_receipt_bytes = opts.max_session_receipt_bytes;
@@ -558,7 +554,10 @@ struct Server::Impl {
   }
 };
 
-Server::Server(ServerOptions opts) : impl_(std::make_unique<Impl>()) { impl_->opts = std::move(opts); }
+Server::Server(ServerOptions opts) : impl_(std::make_unique<Impl>()) {
+  impl_->opts = std::move(opts);
+  impl_->host.emplace(impl_->opts.state_dir);
+}
 
 Server::~Server() { shutdown("server destroyed"); }
 
