@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 # The layering check (scripts/check-layers against src/layers.txt): the tree as it is passes, and an
-# upward or sideways include, a stale exception, a folder missing from the table each fail by name.
+# upward or sideways include, a stale exception, a folder missing from the table each fail by name;
+# docs/architecture.md shows the table as it is.
 # BuildTest proves the build itself stops: a copy of the repository with an upward include is
 # configured, and building its first library fails in check_layers, before anything compiles.
 # Usage: check_layers_test.py [CheckerTest|BuildTest] (BuildTest reads AIRLOCK_CMAKE, AIRLOCK_GENERATOR
@@ -57,6 +58,17 @@ class CheckerTest(unittest.TestCase):
         self.assertTrue(os.path.exists(stamp))
         code, out = self.check()
         self.assertEqual(code, 0, out)
+
+    def test_the_architecture_doc_shows_the_table_as_it_is(self):
+        code, table = self.check(ROOT, "--markdown")
+        self.assertEqual(code, 0, table)
+        with open(os.path.join(ROOT, "docs", "architecture.md"), encoding="utf-8") as f:
+            doc = f.read()
+        begin = doc.index("<!-- begin layers: scripts/check-layers --markdown -->\n")
+        start = doc.index("\n", begin) + 1
+        shown = doc[start:doc.index("<!-- end layers -->", start)]
+        self.assertEqual(shown, table, "docs/architecture.md differs from src/layers.txt: paste the output of "
+                                       "scripts/check-layers --markdown between its markers")
 
     def test_an_upward_include_fails_naming_the_file_and_the_rule(self):
         n = add_include(self.src("base/error.h"), UPWARD)
