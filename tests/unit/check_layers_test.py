@@ -132,9 +132,13 @@ class BuildTest(unittest.TestCase):
         tmp = tempfile.mkdtemp(prefix="airlock-layers-build-")
         self.addCleanup(shutil.rmtree, tmp)
         tree = os.path.join(tmp, "tree")
-        # The repository as it is on disk, without build trees and git.
-        top = lambda d, names: [n for n in names if d == ROOT and (n.startswith("build") or n == ".git")]
-        shutil.copytree(ROOT, tree, ignore=top, symlinks=True)
+        # The repository as it is on disk, but for what configuring without tests never reads: build
+        # trees, git, caches (.cache holds the agent CLIs) and tests/ (node_modules among them).
+        def skip(d, names):
+            top = os.path.samefile(d, ROOT)
+            return [n for n in names if n == "node_modules" or (top and (n[0] == "." or n.startswith("build")
+                                                                          or n == "tests"))]
+        shutil.copytree(ROOT, tree, ignore=skip, symlinks=True)
         n = add_include(os.path.join(tree, "src", "base", "fs.h"), UPWARD)
         configure = [cmake, "-S", tree, "-B", os.path.join(tmp, "build"), "-DBUILD_TESTING=OFF",
                      "-G", os.environ.get("AIRLOCK_GENERATOR", "Ninja")]
