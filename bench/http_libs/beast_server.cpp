@@ -1,7 +1,7 @@
 // Boost.Beast (Boost 1.74, Debian, header-only): an asynchronous server on 2 threads. Each request
 // is read by an http::request_parser with header_limit 64 KiB and body_limit 8 MiB (for every
 // transfer encoding), within a 5 s deadline for the whole request (beast::tcp_stream). Beast has
-// no connection limit of its own: the 64 here is a counter of ours. Prints its port on stdout,
+// no connection limit of its own: the 64 here (or argv[1]) is a counter of ours. Prints its port on stdout,
 // serves until SIGTERM.
 #include <utility>
 #include <atomic>
@@ -10,6 +10,7 @@
 #include <boost/beast/http.hpp>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,7 +24,7 @@ using tcp = net::ip::tcp;
 
 namespace {
 
-constexpr int kMaxConnections = 64;
+int g_max_connections = 64;
 std::atomic<int> g_connections{0};
 
 class Session : public std::enable_shared_from_this<Session> {
@@ -93,7 +94,7 @@ class Session : public std::enable_shared_from_this<Session> {
 void accept(tcp::acceptor& acc) {
   acc.async_accept([&acc](beast::error_code ec, tcp::socket s) {
     if (!ec) {
-      if (++g_connections > kMaxConnections) {
+      if (++g_connections > g_max_connections) {
         --g_connections;
         s.close(ec);
       } else {
@@ -107,7 +108,8 @@ void accept(tcp::acceptor& acc) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc > 1) g_max_connections = std::atoi(argv[1]);
   net::io_context ioc{2};
   tcp::acceptor acc(ioc, {net::ip::make_address("127.0.0.1"), 0});
   std::printf("%d\n", acc.local_endpoint().port());

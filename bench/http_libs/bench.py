@@ -45,7 +45,8 @@ class Server:
             cmd = [args.airlock, "--state-dir", state, "serve", "--listen", "127.0.0.1:0", "--token-file", token,
                    "--threads", "64"]
         else:
-            cmd = [os.path.join(args.bin_dir, f"{kind}_server")]
+            name, _, conns = kind.partition("@")  # "mhd@1024": the same server, 1024 connections
+            cmd = [os.path.join(args.bin_dir, f"{name}_server")] + ([conns] if conns else [])
         self.err = tempfile.TemporaryFile()
         self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.err, text=True)
         line = self.p.stdout.readline()
@@ -184,13 +185,35 @@ def t_chunked(srv, a):
     return {"sent": sent, "status": status, "seconds": round(secs, 2), "hwm_mib": srv.status().get("VmHWM", 0) / 1024}
 
 
+def dial_many(port, n, timeout):
+    """n connections dialled at once (a listen backlog of 5 would make one-by-one dialling take minutes)."""
+    pending = {}
+    for _ in range(n):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setblocking(False)
+        s.connect_ex(("127.0.0.1", port))
+        pending[s.fileno()] = s
+    done, deadline = [], time.monotonic() + timeout
+    poller = select.poll()
+    for fd in pending:
+        poller.register(fd, select.POLLOUT)
+    while pending and time.monotonic() < deadline:
+        for fd, ev in poller.poll(100):
+            s = pending.pop(fd)
+            poller.unregister(fd)
+            if s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0:
+                done.append(s)
+            else:
+                s.close()
+    for s in pending.values():
+        s.close()
+    return done
+
+
 def t_idle(srv, a):
-    socks = []
-    for _ in range(a.idle):
-        try:
-            socks.append(dial(srv.port, 5))
-        except OSError:
-            break
+    t0 = time.monotonic()
+    socks = dial_many(srv.port, a.idle, 20)
+    dial_s = time.monotonic() - t0
     time.sleep(1.0)
     st = srv.status()
     held = srv.sockets()
@@ -198,7 +221,7 @@ def t_idle(srv, a):
     hwm = srv.status().get("VmHWM", 0) / 1024
     for s in socks:
         s.close()
-    return {"opened": len(socks), "server_sockets": held, "rss_mib": st.get("VmRSS", 0) / 1024, "hwm_mib": hwm,
+    return {"opened": len(socks), "dial_s": round(dial_s, 2), "server_sockets": held, "rss_mib": st.get("VmRSS", 0) / 1024, "hwm_mib": hwm,
             "threads": st.get("Threads", 0), "first_answer_s": answered}
 
 
@@ -279,8 +302,13 @@ def summarize(results, kinds, a):
         vs = [str(r[test][key]) for r in results[k] if test in r]
         return "/".join(sorted(set(vs), key=vs.index)) if vs else None
 
+    def both(k, test):
+        return None if modes(k, test, "status") is None else f'{modes(k, test, "status")} / {modes(k, test, "sent")}'
+
     def never(k, test, key, limit):
         vs = [r[test][key] for r in results[k] if test in r]
+        if not vs:
+            return None
         got = [v for v in vs if v is not None]
         if not got:
             return f"none in {limit:g} s"
@@ -293,29 +321,32 @@ def summarize(results, kinds, a):
     row("load: errors", lambda k: m(k, "load", "errors"), 0, False)
     row("RSS at start, MiB", lambda k: med([r["start_rss_mib"] for r in results[k]]))
     row(f"{a.headers:,} headers, no token: peak RSS MiB", lambda k: m(k, "headers", "hwm_mib"))
-    row("  … status / sent", lambda k: f'{modes(k, "headers", "status")} / {modes(k, "headers", "sent")}', rat=False)
+    row("  … status / sent", lambda k: both(k, "headers"), rat=False)
     row("  … seconds", lambda k: m(k, "headers", "seconds"), 2, False)
     row(f"{a.chunked_mib} MiB chunked body: peak RSS MiB", lambda k: m(k, "chunked", "hwm_mib"))
-    row("  … status / sent", lambda k: f'{modes(k, "chunked", "status")} / {modes(k, "chunked", "sent")}', rat=False)
+    row("  … status / sent", lambda k: both(k, "chunked"), rat=False)
     row("  … seconds", lambda k: m(k, "chunked", "seconds"), 2, False)
     row(f"{a.idle} idle connections: RSS MiB", lambda k: m(k, "idle", "rss_mib"))
+    row("  … seconds to connect them all", lambda k: m(k, "idle", "dial_s"), 2, False)
     row("  … threads", lambda k: m(k, "idle", "threads"), 0)
     row("  … sockets open in the server after 1 s", lambda k: m(k, "idle", "server_sockets"), 0, False)
     row("  … a new request first answered after", lambda k: never(k, "idle", "first_answer_s", a.probe_seconds),
         rat=False)
-    row(f"slowloris ({a.slow_conns} conn., 1 B/100 ms): cut", lambda k: f'{m(k, "slowloris", "cut")}/{a.slow_conns}',
+    row(f"slowloris ({a.slow_conns} conn., 1 B/100 ms): cut", lambda k: None if m(k, "slowloris", "cut") is None else f'{m(k, "slowloris", "cut")}/{a.slow_conns}',
         rat=False)
     row("  … cut after (median)", lambda k: never(k, "slowloris", "cut_median_s", a.slow_seconds), rat=False)
     row("  … status sent when cut", lambda k: modes(k, "slowloris", "cut_statuses"), rat=False)
     row("  … a new request first answered after", lambda k: never(k, "slowloris", "first_answer_s", a.slow_seconds),
         rat=False)
     names = {"httplib": "cpp-httplib plain", "mhd": "libmicrohttpd", "beast": "Boost.Beast", "airlock": "airlock serve"}
+    names.update({f"{k}@{a.wide}": f"{names[k]}, {a.wide} conn." for k in ("mhd", "beast")})
     out = ["| " + " | ".join([""] + [names[k] for k in kinds]) + " |", "|" + "---|" * len(cols)]
     out += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(out)
 
 
 def main():
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # so every server started is stopped
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin-dir", required=True, help="where run.sh built httplib_server, mhd_server, beast_server, loadgen")
     ap.add_argument("--airlock", help="the airlock binary (airlock serve is measured too)")
@@ -328,17 +359,22 @@ def main():
     ap.add_argument("--probe-seconds", type=float, default=15)
     ap.add_argument("--slow-conns", type=int, default=64)
     ap.add_argument("--slow-seconds", type=float, default=15)
+    ap.add_argument("--wide", type=int, default=1024,
+                    help="also run idle and slowloris against libmicrohttpd and Beast allowed this many connections (0: no)")
     ap.add_argument("--tests", default=",".join(TESTS))
     ap.add_argument("--out", help="write every run as JSON here")
     a = ap.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)), hard))
     kinds = ["httplib", "mhd", "beast"] + (["airlock"] if a.airlock else [])
-    results = {k: [] for k in kinds}
+    wide = [f"{k}@{a.wide}" for k in ("mhd", "beast")] if a.wide else []  # idle and slowloris only
+    results = {k: [] for k in kinds + wide}
     for rep in range(a.reps):
-        for k in kinds:
+        for k in kinds + wide:
             run = {}
             for name in a.tests.split(","):
+                if k in wide and name not in ("idle", "slowloris"):
+                    continue
                 srv = Server(k, a)
                 try:
                     run["start_rss_mib"] = srv.start_rss / 1024
@@ -352,7 +388,7 @@ def main():
         with open(a.out, "w") as f:
             json.dump({"args": {k: v for k, v in vars(a).items() if k not in ("bin_dir", "airlock", "out")},
                        "results": results}, f, indent=1)
-    print(summarize(results, kinds, a))
+    print(summarize(results, kinds + wide, a))
 
 
 if __name__ == "__main__":

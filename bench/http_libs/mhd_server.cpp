@@ -1,4 +1,5 @@
-// GNU libmicrohttpd 0.9.75 (Debian): one epoll thread per core (a pool of 2), 64 connections,
+// GNU libmicrohttpd 0.9.75 (Debian): one epoll thread per core (a pool of 2), 64 connections
+// (or argv[1]),
 // 64 KiB of memory per connection (request line, headers and read buffer all live in it), an
 // idle timeout of 5 s. The 8 MiB body bound is the handler's: MHD hands the body over in pieces
 // and never buffers it; past the bound on a chunked body the connection is closed without a
@@ -65,7 +66,8 @@ void done(void*, MHD_Connection*, void** state, MHD_RequestTerminationCode) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  unsigned max_connections = argc > 1 ? static_cast<unsigned>(std::atoi(argv[1])) : 64u;
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
@@ -79,7 +81,7 @@ int main() {
       MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0, nullptr, nullptr, &handle, nullptr,
       MHD_OPTION_SOCK_ADDR, reinterpret_cast<sockaddr*>(&addr),
       MHD_OPTION_THREAD_POOL_SIZE, 2u,
-      MHD_OPTION_CONNECTION_LIMIT, 64u,
+      MHD_OPTION_CONNECTION_LIMIT, max_connections,
       MHD_OPTION_CONNECTION_MEMORY_LIMIT, static_cast<size_t>(64u << 10),
       MHD_OPTION_CONNECTION_TIMEOUT, 5u,
       MHD_OPTION_NOTIFY_COMPLETED, &done, nullptr,
