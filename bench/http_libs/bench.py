@@ -8,8 +8,9 @@ RSS (VmHWM) from /proc afterwards:
   chunked   POST with a chunked body of C MiB (limit 8 MiB): status, peak RSS
   idle      I connections opened and held: RSS, sockets the server holds, and when a new
             request is first answered (tried until --probe-seconds)
-  slowloris S connections sending their headers one byte per 100 ms: when they are cut, and
-            when a new request is first answered meanwhile (up to --slow-seconds)
+  slowloris S connections, opened one per 100 ms, each sending its headers one byte per 100 ms:
+            when each is cut (from its own start), and when a new request is first answered after
+            the last one opened (up to --slow-seconds)
 Prints a Markdown table of medians (and ratios to cpp-httplib plain) and writes all runs as JSON.
 Usage: bench.py --bin-dir DIR [--airlock PATH] [--reps 3] [--out FILE] (see --help)
 """
@@ -45,8 +46,9 @@ class Server:
             cmd = [args.airlock, "--state-dir", state, "serve", "--listen", "127.0.0.1:0", "--token-file", token,
                    "--threads", "64"]
         else:
-            name, _, conns = kind.partition("@")  # "mhd@1024": the same server, 1024 connections
-            cmd = [os.path.join(args.bin_dir, f"{name}_server")] + ([conns] if conns else [])
+            # "mhd@1024": the same server given the argument 1024 (connections); "mhd@64+tpc": 64 tpc
+            name, _, rest = kind.partition("@")
+            cmd = [os.path.join(args.bin_dir, f"{name}_server")] + (rest.split("+") if rest else [])
         self.err = tempfile.TemporaryFile()
         self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.err, text=True)
         line = self.p.stdout.readline()
@@ -226,26 +228,34 @@ def t_idle(srv, a):
 
 
 def t_slowloris(srv, a):
-    socks, cut = [], {}
-    for _ in range(a.slow_conns):
-        s = dial(srv.port, 5)
-        s.sendall(b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
-        s.setblocking(False)
-        socks.append(s)
+    """Opens one connection per 100 ms tick until S are open (a ramp), and every tick sends each open
+    one the next byte of its headers; a connection is cut when the server closes it or answers."""
+    socks, begun, first_tick, cut, refused = [], [], [], {}, 0
     dribble = b"X-Slow: " + b"a" * 10**6
     t0 = time.monotonic()
-    i = 0
-    answered, next_probe = None, t0 + 1.0
-    while time.monotonic() - t0 < a.slow_seconds and len(cut) < len(socks):
+    tick, answered, next_probe = 0, None, t0 + 1.0
+    while time.monotonic() - t0 < a.slow_seconds + a.slow_conns * 0.1:
+        if len(socks) + refused < a.slow_conns:
+            try:
+                s = dial(srv.port, 2)
+                s.sendall(b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+                s.setblocking(False)
+                socks.append(s)
+                begun.append(time.monotonic())
+                first_tick.append(tick)
+            except OSError:
+                refused += 1
+        elif len(cut) == len(socks) or time.monotonic() - begun[-1] >= a.slow_seconds:
+            break
         for k, s in enumerate(socks):
             if k in cut:
                 continue
             try:
-                s.send(dribble[i:i + 1])
+                s.send(dribble[tick - first_tick[k]:tick - first_tick[k] + 1])
             except (BlockingIOError, InterruptedError):
                 pass
             except OSError:
-                cut[k] = (time.monotonic() - t0, 0)
+                cut[k] = (time.monotonic() - begun[k], 0)
         r, _, _ = select.select([s for k, s in enumerate(socks) if k not in cut], [], [], 0)
         for s in r:
             k = socks.index(s)
@@ -254,18 +264,19 @@ def t_slowloris(srv, a):
             except OSError:
                 data = b""
             status = int(data.split(b" ", 2)[1]) if data.startswith(b"HTTP/") else 0
-            cut[k] = (time.monotonic() - t0, status)
-        i += 1
-        if answered is None and time.monotonic() >= next_probe:
+            cut[k] = (time.monotonic() - begun[k], status)
+        tick += 1
+        if answered is None and time.monotonic() >= next_probe and len(socks) + refused >= a.slow_conns:
             if probe(srv.port, 0.5) == 200:
-                answered = round(time.monotonic() - t0, 2)
+                answered = round(time.monotonic() - begun[-1], 2) if begun else 0.0
             next_probe = time.monotonic() + 0.5
-        time.sleep(max(0.0, t0 + (i * 0.1) - time.monotonic()))
+        time.sleep(max(0.0, t0 + tick * 0.1 - time.monotonic()))
     for s in socks:
         s.close()
     times = sorted(t for t, _ in cut.values())
     statuses = sorted({st for _, st in cut.values()})
-    return {"cut": len(cut), "of": len(socks), "cut_median_s": round(statistics.median(times), 2) if times else None,
+    return {"cut": len(cut), "of": len(socks), "refused": refused,
+            "cut_median_s": round(statistics.median(times), 2) if times else None,
             "cut_statuses": statuses, "first_answer_s": answered}
 
 
@@ -332,14 +343,17 @@ def summarize(results, kinds, a):
     row("  … sockets open in the server after 1 s", lambda k: m(k, "idle", "server_sockets"), 0, False)
     row("  … a new request first answered after", lambda k: never(k, "idle", "first_answer_s", a.probe_seconds),
         rat=False)
-    row(f"slowloris ({a.slow_conns} conn., 1 B/100 ms): cut", lambda k: None if m(k, "slowloris", "cut") is None else f'{m(k, "slowloris", "cut")}/{a.slow_conns}',
+    row(f"slowloris ({a.slow_conns} conn., 1 B/100 ms each): cut", lambda k: None if m(k, "slowloris", "cut") is None else f'{m(k, "slowloris", "cut")}/{a.slow_conns}',
         rat=False)
     row("  … cut after (median)", lambda k: never(k, "slowloris", "cut_median_s", a.slow_seconds), rat=False)
     row("  … status sent when cut", lambda k: modes(k, "slowloris", "cut_statuses"), rat=False)
+    row("  … refused at connect", lambda k: m(k, "slowloris", "refused"), 0, False)
     row("  … a new request first answered after", lambda k: never(k, "slowloris", "first_answer_s", a.slow_seconds),
         rat=False)
     names = {"httplib": "cpp-httplib plain", "mhd": "libmicrohttpd", "beast": "Boost.Beast", "airlock": "airlock serve"}
     names.update({f"{k}@{a.wide}": f"{names[k]}, {a.wide} conn." for k in ("mhd", "beast")})
+    names["mhd@64+tpc"] = "libmicrohttpd, thread per conn."
+    names = {k: names.get(k, k) for k in kinds}
     out = ["| " + " | ".join([""] + [names[k] for k in kinds]) + " |", "|" + "---|" * len(cols)]
     out += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(out)
@@ -359,6 +373,8 @@ def main():
     ap.add_argument("--probe-seconds", type=float, default=15)
     ap.add_argument("--slow-conns", type=int, default=64)
     ap.add_argument("--slow-seconds", type=float, default=15)
+    ap.add_argument("--servers", default="httplib,mhd,beast,airlock,mhd@64+tpc",
+                    help="which to measure; KIND@ARG+ARG passes arguments (mhd@64+tpc: a thread per connection)")
     ap.add_argument("--wide", type=int, default=1024,
                     help="also run idle and slowloris against libmicrohttpd and Beast allowed this many connections (0: no)")
     ap.add_argument("--tests", default=",".join(TESTS))
@@ -366,7 +382,7 @@ def main():
     a = ap.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)), hard))
-    kinds = ["httplib", "mhd", "beast"] + (["airlock"] if a.airlock else [])
+    kinds = [k for k in a.servers.split(",") if k != "airlock" or a.airlock]
     wide = [f"{k}@{a.wide}" for k in ("mhd", "beast")] if a.wide else []  # idle and slowloris only
     results = {k: [] for k in kinds + wide}
     for rep in range(a.reps):

@@ -1,5 +1,5 @@
-// GNU libmicrohttpd 0.9.75 (Debian): one epoll thread per core (a pool of 2), 64 connections
-// (or argv[1]),
+// GNU libmicrohttpd 0.9.75 (Debian): one epoll thread per core (a pool of 2) or, given argv[2]
+// "tpc", a thread per connection; 64 connections (or argv[1]),
 // 64 KiB of memory per connection (request line, headers and read buffer all live in it), an
 // idle timeout of 5 s. The 8 MiB body bound is the handler's: MHD hands the body over in pieces
 // and never buffers it; past the bound on a chunked body the connection is closed without a
@@ -77,15 +77,22 @@ int main(int argc, char** argv) {
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   addr.sin_port = 0;
-  MHD_Daemon* d = MHD_start_daemon(
-      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0, nullptr, nullptr, &handle, nullptr,
-      MHD_OPTION_SOCK_ADDR, reinterpret_cast<sockaddr*>(&addr),
-      MHD_OPTION_THREAD_POOL_SIZE, 2u,
-      MHD_OPTION_CONNECTION_LIMIT, max_connections,
-      MHD_OPTION_CONNECTION_MEMORY_LIMIT, static_cast<size_t>(64u << 10),
-      MHD_OPTION_CONNECTION_TIMEOUT, 5u,
-      MHD_OPTION_NOTIFY_COMPLETED, &done, nullptr,
-      MHD_OPTION_END);
+  // "tpc": a thread per connection (poll), the mode whose handlers may block, as airlock's do.
+  bool tpc = argc > 2 && std::strcmp(argv[2], "tpc") == 0;
+  auto* sa = reinterpret_cast<sockaddr*>(&addr);
+  size_t memory = 64u << 10;
+  MHD_Daemon* d =
+      tpc ? MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
+                                 MHD_USE_ERROR_LOG,
+                             0, nullptr, nullptr, &handle, nullptr, MHD_OPTION_SOCK_ADDR, sa,
+                             MHD_OPTION_CONNECTION_LIMIT, max_connections, MHD_OPTION_CONNECTION_MEMORY_LIMIT, memory,
+                             MHD_OPTION_CONNECTION_TIMEOUT, 5u, MHD_OPTION_NOTIFY_COMPLETED, &done, nullptr,
+                             MHD_OPTION_END)
+          : MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0, nullptr, nullptr,
+                             &handle, nullptr, MHD_OPTION_SOCK_ADDR, sa, MHD_OPTION_THREAD_POOL_SIZE, 2u,
+                             MHD_OPTION_CONNECTION_LIMIT, max_connections, MHD_OPTION_CONNECTION_MEMORY_LIMIT, memory,
+                             MHD_OPTION_CONNECTION_TIMEOUT, 5u, MHD_OPTION_NOTIFY_COMPLETED, &done, nullptr,
+                             MHD_OPTION_END);
   if (!d) return 1;
   const MHD_DaemonInfo* info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_LISTEN_FD);
   sockaddr_in bound{};
