@@ -49,13 +49,21 @@ class Server:
             # "mhd@1024": the same server given the argument 1024 (connections); "mhd@64+tpc": 64 tpc
             name, _, rest = kind.partition("@")
             cmd = [os.path.join(args.bin_dir, f"{name}_server")] + (rest.split("+") if rest else [])
-        self.err = tempfile.TemporaryFile()
-        self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.err, text=True)
-        line = self.p.stdout.readline()
-        if not line:
-            self.stop()
+        for attempt in range(3):
+            self.err = tempfile.TemporaryFile()
+            self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.err, text=True)
+            line = self.p.stdout.readline()
+            if line:
+                break
+            self.p.wait()
             self.err.seek(0)
-            raise RuntimeError(f"{kind}: server did not start: {self.err.read().decode(errors='replace')}")
+            why = self.err.read().decode(errors="replace")
+            print(f"{kind}: server did not start (attempt {attempt + 1}): {why}", file=sys.stderr)
+            time.sleep(2)
+        else:
+            if self.work:
+                self.work.cleanup()
+            raise RuntimeError(f"{kind}: server did not start")
         self.port = int(json.loads(line)["listening"]["tcp"].rsplit(":", 1)[1]) if kind == "airlock" else int(line)
         self.pid = self.p.pid
         time.sleep(0.2)
@@ -400,10 +408,10 @@ def main():
                     srv.stop()
                 print(f"rep {rep + 1} {k} {name}: {json.dumps(run[name])}", file=sys.stderr, flush=True)
             results[k].append(run)
-    if a.out:
-        with open(a.out, "w") as f:
-            json.dump({"args": {k: v for k, v in vars(a).items() if k not in ("bin_dir", "airlock", "out")},
-                       "results": results}, f, indent=1)
+            if a.out:  # after every server, so that an interrupted run keeps what it measured
+                with open(a.out, "w") as f:
+                    json.dump({"args": {k: v for k, v in vars(a).items() if k not in ("bin_dir", "airlock", "out")},
+                               "results": results}, f, indent=1)
     print(summarize(results, kinds + wide, a))
 
 

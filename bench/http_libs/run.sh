@@ -21,4 +21,11 @@ build httplib_server httplib_server.cpp $(pkg-config --cflags --libs cpp-httplib
 build mhd_server mhd_server.cpp $(pkg-config --cflags --libs libmicrohttpd) -pthread
 build beast_server beast_server.cpp -pthread
 build loadgen loadgen.cpp -pthread
+# airlock serve runs from a copy (airlock and the airlock-serve beside it): a rebuild of the tree
+# it came from must not change or break it halfway through the run.
+if [ -n "$airlock" ]; then
+  mkdir -p "$out/airlock"
+  cp "$airlock" "$(dirname "$airlock")/airlock-serve" "$out/airlock/"
+  airlock=$out/airlock/$(basename "$airlock")
+fi
 exec python3 "$here/bench.py" --bin-dir "$out" ${airlock:+--airlock "$airlock"} "$@"
