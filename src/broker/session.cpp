@@ -13,7 +13,6 @@
 #include "egress/door.h"
 #include "exec/captured_run.h"
 #include "exec/planner.h"
-#include "linux/cgroup.h"
 
 namespace airlock::broker {
 
@@ -39,7 +38,7 @@ Result<std::unique_ptr<Session>> Session::open(const policy::TaskPolicy& pol, co
   std::string id = random_id();
   TRY(make_dirs(receipts_dir(opts.state_dir)));
   // What an airlock killed with SIGKILL left behind: its view, its cgroups.
-  linux::release_abandoned_cgroups(exec::sweep_abandoned_sessions(opts.state_dir));
+  (void)exec::sweep_abandoned_sessions(opts.state_dir);
   std::optional<std::string> workspace = opts.workspace ? opts.workspace : pol.workspace;
   if (workspace) workspace = absolute_path(*workspace);
   Json base = {{"policy_digest", policy::digest(pol)},

@@ -4,7 +4,6 @@
 #include "base/fs.h"
 #include "base/hash.h"
 #include "exec/planner.h"
-#include "linux/cgroup.h"
 
 namespace airlock::exec {
 
@@ -24,7 +23,7 @@ Result<OwnedExecutor> open_owned_executor(const policy::TaskPolicy& policy, cons
   std::string ws = workspace ? absolute_path(*workspace) : std::string();
   o.plan = TRY(plan_session(policy, facts, {profile, ws, vm_pool}));
   TRY(make_dirs(state_dir, 0700));
-  linux::release_abandoned_cgroups(sweep_abandoned_sessions(state_dir));
+  (void)sweep_abandoned_sessions(state_dir);
   o.id = random_id();
   o.dirs = TRY(make_session_dirs(state_dir, o.id));
   auto copy = TRY(create_view(ws, o.dirs.view, view_rules(o.plan)));

@@ -20,6 +20,7 @@
 #include "base/relpath.h"
 #include "base/unique_fd.h"
 #include "base/beneath.h"
+#include "linux/cgroup.h"
 
 namespace airlock::exec {
 namespace fs = std::filesystem;
@@ -113,6 +114,7 @@ std::vector<std::string> sweep_abandoned_sessions(const std::string& state_dir) 
     if (process_identity(pid) == *owner) continue;  // its owner still runs
     if (remove_tree(e.path().string())) swept.push_back(id);
   }
+  linux::release_abandoned_cgroups(swept);
   return swept;
 }
 

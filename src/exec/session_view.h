@@ -30,8 +30,8 @@ Result<SessionDirs> make_session_dirs(const std::string& state_dir, const std::s
 Result<void> remove_session_dirs(const SessionDirs& dirs);
 
 // Removes the directories of sessions whose owning process is gone (an airlock that was
-// SIGKILLed leaves its view behind) and returns their ids, so the caller can release what
-// else they held (their cgroups). Never touches a session whose owner is alive.
+// SIGKILLed leaves its view behind) and releases their cgroups; returns their ids. Never
+// touches a session whose owner is alive.
 std::vector<std::string> sweep_abandoned_sessions(const std::string& state_dir);
 
 // The pid of the process that owns the session directory `root` (its owner file), when that
