@@ -178,6 +178,21 @@ TEST_P(MicrovmTier, TheGuestStopsForksAtTheProcessLimit) {
   EXPECT_EQ(out.substr(out.rfind('\n') + 1), std::to_string(kLimit - 1)) << r.out;
 }
 
+// Every verb takes its facts from the one probe: doctor, like run and plan, sees the verification
+// (it once probed without the microVM's facts and called a verified tier unverified).
+TEST_P(MicrovmTier, DoctorSeesTheVerificationAsRunDoes) {
+  auto r = fx_->run({"doctor", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  Json report = Json::parse(r.out);
+  bool found = false;
+  for (const auto& e : report["executors"])
+    if (e["executor"] == "microvm") {
+      found = true;
+      EXPECT_TRUE(e["available"].get<bool>()) << e.dump();
+    }
+  EXPECT_TRUE(found) << r.out;
+}
+
 // The command's wall time starts when the guest's agent is ready, never at QEMU's start: a boot
 // made three seconds slow (the test seam) costs the one-second command nothing.
 TEST_P(MicrovmTier, TheCommandsClockStartsWhenTheGuestIsReady) {
