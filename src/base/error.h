@@ -54,7 +54,8 @@ namespace airlock {
   X(SessionUnknown, "AIRLOCK_SESSION_UNKNOWN", "no session has this id")                  \
   X(RequestTooLarge, "AIRLOCK_REQUEST_TOO_LARGE", "the request body is larger than allowed") \
   X(RequestHeadTooLarge, "AIRLOCK_REQUEST_HEAD_TOO_LARGE",                                  \
-    "the request line or headers are larger than allowed")
+    "the request line or headers are larger than allowed")                                  \
+  X(RequestTimeout, "AIRLOCK_REQUEST_TIMEOUT", "the request did not arrive in the time allowed")
 
 enum class Code {
 #define AIRLOCK_X(e, name, meaning) e,

@@ -14,7 +14,7 @@ struct ServeOptions {
   std::optional<std::string> defaults, socket, listen, token_file;
   size_t threads = 64, max_sessions = 256, max_body_bytes = 8u << 20, vm_pool = 0;
   size_t max_headers = 100, max_head_bytes = 64u << 10;
-  uint64_t idle_seconds = 900, max_state_bytes = 0, max_session_receipt_bytes = 16u << 20;
+  uint64_t request_seconds = 30, idle_seconds = 900, max_state_bytes = 0, max_session_receipt_bytes = 16u << 20;
 };
 
 Result<int> serve(Globals& g, ServeOptions& o) {
@@ -28,6 +28,7 @@ Result<int> serve(Globals& g, ServeOptions& o) {
   so.max_headers = o.max_headers;
   so.max_head_bytes = o.max_head_bytes;
   so.idle_seconds = o.idle_seconds;
+  so.request_seconds = o.request_seconds;
   so.max_state_bytes = o.max_state_bytes;
   so.max_session_receipt_bytes = o.max_session_receipt_bytes;
   so.vm_pool = o.vm_pool;
@@ -89,6 +90,9 @@ void add_serve(CLI::App& app, Globals& g, Action& run) {
   cmd->add_option("--max-head-bytes", o.max_head_bytes,
                   "largest request line and headers together (default 65536; a line is at most 8192)")
       ->check(CLI::Range(1024, 1 << 24));
+  cmd->add_option("--request-seconds", o.request_seconds,
+                  "a request must arrive whole within this long of its first byte, else 408 (default 30; 0: no bound)")
+      ->check(CLI::Range(0, 86400));
   cmd->add_option("--idle-seconds", o.idle_seconds,
                   "kill a session no request touched for this long (default 900; 0: never)")
       ->check(CLI::Range(0, 1 << 30));

@@ -20,6 +20,9 @@ struct FramingLimits {
   size_t max_headers = 100;
   size_t max_head_bytes = 64u << 10;  // request line, headers and chunked trailers together
   size_t max_body_bytes = 8u << 20;   // Content-Length, or the sum of chunk sizes
+  // From a request's first byte to its last (0: no bound). A client dribbling a byte at a time
+  // would otherwise hold a worker for as long as it likes.
+  uint64_t request_ms = 30'000;
 };
 
 // Pure: fed the bytes of a connection in order, it says whether they stay within the limits.

@@ -28,6 +28,8 @@ int http_status(Code code) {
       return 413;
     case Code::RequestHeadTooLarge:
       return 431;
+    case Code::RequestTimeout:
+      return 408;
     case Code::PolicyInvalid:
     case Code::IsolationPolicyInvalid:
     case Code::LimitExceeded:

@@ -96,14 +96,23 @@ Result<Json> body_object(const httplib::Request& req) {
 class GuardedStream final : public httplib::Stream {
  public:
   GuardedStream(int fd, const FramingLimits& limits, int read_timeout_ms, int write_timeout_ms)
-      : fd_(fd), framer_(limits), read_ms_(read_timeout_ms), write_ms_(write_timeout_ms) {}
+      : fd_(fd), framer_(limits), request_ms_(limits.request_ms), read_ms_(read_timeout_ms),
+        write_ms_(write_timeout_ms) {}
 
   bool is_readable() const override { return pos_ < len_ || wait(POLLIN, read_ms_); }
   bool is_writable() const override { return wait(POLLOUT, write_ms_); }
   ssize_t read(char* ptr, size_t size) override {
-    if (framer_.refused()) return -1;
+    if (refused()) return -1;
     if (pos_ == len_) {
-      if (!wait(POLLIN, read_ms_)) return -1;
+      int ms = read_ms_;
+      bool by_deadline = false;  // the wait ends at the deadline, not at the read timeout
+      if (deadline_) {
+        auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline_ - Clock::now()).count();
+        if (left <= 0) return expire();
+        by_deadline = left <= ms;
+        ms = static_cast<int>(std::min<int64_t>(ms, left));
+      }
+      if (!wait(POLLIN, ms)) return by_deadline ? expire() : -1;
       ssize_t n;
       do n = ::recv(fd_, buf_, sizeof buf_, 0);
       while (n < 0 && errno == EINTR);
@@ -111,21 +120,26 @@ class GuardedStream final : public httplib::Stream {
       pos_ = 0;
       len_ = static_cast<size_t>(n);
     }
+    // A request's clock starts at its first byte and stops once the framer has seen its last.
+    if (!deadline_ && request_ms_ && framer_.idle()) deadline_ = Clock::now() + std::chrono::milliseconds(request_ms_);
     size_t take = std::min(size, len_ - pos_);
     if (!framer_.feed(std::string_view(buf_ + pos_, take))) return -1;
+    if (framer_.idle()) deadline_.reset();
     std::memcpy(ptr, buf_ + pos_, take);
     pos_ += take;
     return static_cast<ssize_t>(take);
   }
   ssize_t write(const char* ptr, size_t size) override {
-    if (framer_.refused()) return static_cast<ssize_t>(size);  // our refusal replaces httplib's answer
+    if (refused()) return static_cast<ssize_t>(size);  // our refusal replaces httplib's answer
     return send_all(ptr, size);
   }
   void get_remote_ip_and_port(std::string& ip, int& port) const override { ip.clear(), port = 0; }
   void get_local_ip_and_port(std::string& ip, int& port) const override { ip.clear(), port = 0; }
   int socket() const override { return fd_; }
 
-  const RequestFramer& framer() const { return framer_; }
+  // Why the connection is refused: a bound of the framer's, or the request's deadline.
+  const std::optional<Error>& refused() const { return late_ ? late_ : framer_.refused(); }
+  bool idle() const { return framer_.idle(); }
   bool buffered() const { return pos_ < len_; }
   ssize_t send_all(const char* ptr, size_t size) {
     size_t sent = 0;
@@ -147,8 +161,18 @@ class GuardedStream final : public httplib::Stream {
     while (rc < 0 && errno == EINTR);
     return rc > 0;
   }
+  using Clock = std::chrono::steady_clock;
+  ssize_t expire() {
+    late_ = Error{Code::RequestTimeout,
+                  fmt::format("the request did not arrive within {} ms of its first byte", request_ms_),
+                  {{"request_ms", request_ms_}}};
+    return -1;
+  }
   int fd_;
   RequestFramer framer_;
+  uint64_t request_ms_;
+  std::optional<Clock::time_point> deadline_;
+  std::optional<Error> late_;
   int read_ms_, write_ms_;
   char buf_[4096];
   size_t pos_ = 0, len_ = 0;
@@ -185,8 +209,8 @@ class AdoptingServer : public httplib::Server {
     for (size_t count = keep_alive_max_count_; count > 0 && svr_sock_ != INVALID_SOCKET && keep_alive(strm); --count) {
       bool closed = false;
       ret = process_request(strm, count == 1, closed, [](httplib::Request&) {});
-      if (strm.framer().refused()) {
-        const Error& e = *strm.framer().refused();
+      if (strm.refused()) {
+        const Error& e = *strm.refused();
         int status = http_status(e.code);
         std::string body = Json{{"error", e.to_json()}}.dump(-1, ' ', false, Json::error_handler_t::replace);
         std::string head = fmt::format(
@@ -198,7 +222,7 @@ class AdoptingServer : public httplib::Server {
         break;
       }
       // A body httplib left unread (a refusal before routing) would be read as the next request.
-      if (!ret || closed || !strm.framer().idle()) break;
+      if (!ret || closed || !strm.idle()) break;
     }
     ::shutdown(sock, SHUT_RDWR);
     ::close(sock);

@@ -38,8 +38,10 @@ struct ServerOptions {
   // bound is max_body_bytes, whatever the transfer encoding.
   size_t max_headers = 100;
   size_t max_head_bytes = 64u << 10;
+  uint64_t request_seconds = 30;  // from a request's first byte to its last; 0: no bound
   FramingLimits framing() const {
     FramingLimits l;
+    l.request_ms = request_seconds * 1000;
     l.max_headers = max_headers;
     l.max_head_bytes = max_head_bytes;
     l.max_body_bytes = max_body_bytes;

@@ -186,6 +186,30 @@ TEST_F(ServeHardening, TooManyHeadersAreRefusedBeforeTheTokenWithBoundedMemory) 
   EXPECT_EQ(must(authorized.get("/v1/health")).status, 200);
 }
 
+// A client dribbling its head a byte at a time (slowloris) held a worker for as long as it
+// liked: every read came within the read timeout. The whole request has a deadline, checked
+// before the token.
+TEST_F(ServeHardening, ARequestDribbledPastItsDeadlineIsCutWith408) {
+  start({"--listen", "127.0.0.1:0", "--token-file", token_file, "--request-seconds", "1"});
+  Raw r("", srv->tcp_port());
+  ASSERT_TRUE(r.send("GET /v1/health HTTP/1.1\r\nHost: x\r\nX-Slow: "));
+  std::string a;
+  for (int i = 0; i < 100 && a.empty(); ++i) {  // a byte every 150 ms, for at most 15 s
+    pollfd p{r.fd, POLLIN, 0};
+    if (::poll(&p, 1, 150) > 0) {
+      a = r.answer();
+      break;
+    }
+    if (!r.send("a")) break;
+  }
+  if (a.empty()) a = r.answer(2000);
+  EXPECT_EQ(status_of(a), 408) << a.substr(0, 300);
+  EXPECT_EQ(code_of(a), "AIRLOCK_REQUEST_TIMEOUT") << a.substr(0, 300);
+  // A request that arrives whole is served as before.
+  HttpClient authorized(srv->tcp_endpoint(token));
+  EXPECT_EQ(must(authorized.get("/v1/health")).status, 200);
+}
+
 // Finding 11: --max-body-bytes held for Content-Length only; a chunked body was read whole.
 TEST_F(ServeHardening, ChunkedBodiesAreHeldToTheBodyLimit) {
   start({"--max-body-bytes", "4096"});
