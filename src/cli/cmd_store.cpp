@@ -181,6 +181,7 @@ int slot_list(Globals& g) {
   if (!st) return refuse(st.error(), g.json);
   auto slots = (*st)->slots();
   if (!slots) return refuse(slots.error(), g.json);
+  if (auto reaped = (*st)->finalise_dead_holders(machine_identity(g)); !reaped) return refuse(reaped.error(), g.json);
   auto live = (*st)->runs(true);
   if (!live) return refuse(live.error(), g.json);
   Json arr = Json::array();
@@ -197,6 +198,7 @@ int slot_list(Globals& g) {
 int runs_list(Globals& g, const StoreOptionsCli& o) {
   auto st = open_store(g);
   if (!st) return refuse(st.error(), g.json);
+  if (auto reaped = (*st)->finalise_dead_holders(machine_identity(g)); !reaped) return refuse(reaped.error(), g.json);
   auto runs = (*st)->runs(o.live);
   if (!runs) return refuse(runs.error(), g.json);
   Json arr = Json::array();

@@ -384,6 +384,18 @@ Result<std::vector<RunRecord>> Store::runs(bool live_only) {
       live_only ? "WHERE finished_at IS NULL ORDER BY started_at, id" : "ORDER BY started_at, id", {});
 }
 
+Result<size_t> Store::finalise_dead_holders(const std::string& self_machine) {
+  std::lock_guard lock(mu_);
+  size_t n = 0;
+  for (const auto& r : TRY(select_runs("WHERE finished_at IS NULL ORDER BY started_at, id", {}))) {
+    if (holder_alive(r, self_machine, now_ms(), options_.heartbeat_expiry_ms)) continue;
+    auto up = TRY(exec("UPDATE runs SET finished_at = ?, outcome = ? WHERE id = ? AND finished_at IS NULL",
+                       {now_ms(), std::string("holder_dead"), r.id}));
+    n += up.affected;
+  }
+  return n;
+}
+
 Result<std::optional<RunRecord>> Store::run(const std::string& id) {
   std::lock_guard lock(mu_);
   auto runs = TRY(select_runs("WHERE id = ?", {id}));

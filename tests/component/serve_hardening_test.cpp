@@ -117,6 +117,15 @@ std::string chunked(size_t chunks, size_t each) {
   return out + "0\r\n\r\n";
 }
 
+// The soak's memory bound. Under AddressSanitizer freed memory sits in its quarantine (256 MiB by
+// default) and every allocation carries redzones, so the daemon's RSS says little there: the
+// bound that means something is the plain build's.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr long kSoakPeakKib = 1024 * 1024;
+#else
+constexpr long kSoakPeakKib = 200 * 1024;
+#endif
+
 class ServeHardening : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -443,7 +452,7 @@ TEST_F(ServeHardening, SoakUnderMixedHostileLoad) {
   sampler.join();
   EXPECT_EQ(unanswered.load(), 0) << "of " << requests.load();
   EXPECT_GT(opened.load(), 3);
-  EXPECT_LT(peak_kib.load(), 200 * 1024) << "peak RSS " << peak_kib.load() << " KiB";
+  EXPECT_LT(peak_kib.load(), kSoakPeakKib) << "peak RSS " << peak_kib.load() << " KiB";
   // The abandoned sessions end by themselves.
   HttpClient c(srv->unix_endpoint());
   for (int i = 0; i < 200 && must(c.get("/v1/health")).json()["sessions_open"] != 0; ++i)

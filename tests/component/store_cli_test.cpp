@@ -100,9 +100,11 @@ TEST(StoreCli, ADeclaredSlotRefusesPastCapacityAndAKilledHolderIsFinalised) {
   EXPECT_NE(refused.err.find("carries 1 of 1 runs"), std::string::npos) << refused.err;
   EXPECT_NE(refused.err.find(held), std::string::npos) << "the current holder is named: " << refused.err;
 
-  // airlock dies outright: it releases nothing; the next reservation finds it dead.
+  // airlock dies outright: it releases nothing. A listing finds it dead (it once showed it live
+  // until a reservation collided with it), and so does the next reservation.
   ::kill(holder, SIGKILL);
   ::waitpid(holder, nullptr, 0);
+  EXPECT_EQ(runs_json(fx, {}, true)["runs"].size(), 0u) << "a dead holder is listed as live";
   auto next = fx.run({"run", "-q", "--slot", "one", "--", "true"});
   EXPECT_EQ(next.status, 0) << next.err;
   auto show = fx.run({"runs", "show", "--json", held});
