@@ -132,7 +132,7 @@ int machine_probe(Globals& g) {
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
   store::MachineRecord m{machine_identity(g), host, facts.landlock_abi, plan::to_json(facts),
-                         store::now_ms()};
+                         now_ms()};
   if (auto r = (*st)->put_machine(m); !r) return refuse(r.error(), g.json);
   Judgement j = judge(m);
   if (g.json) {

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "base/clock.h"
 #include "base/encoding.h"
 #include "base/fs.h"
 #include "base/hash.h"
@@ -23,11 +24,6 @@ extern char** environ;
 
 namespace airlock::exec {
 namespace {
-
-int64_t epoch_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // Runs the host's credential command and returns its stdout.
 Result<std::string> run_credential_command(const std::string& command, const ToolCall& call) {
@@ -222,7 +218,7 @@ Result<ToolCallResult> call_tool_program(Executor& executor, const SessionDirs& 
   }
 
   // Phase one, before anything runs: no record, no effect.
-  intent.started_at = epoch_ms();
+  intent.started_at = now_ms();
   if (auto r = recorder.intent(intent); !r) {
     Error e = with_where(std::move(r).error());
     e.code = Code::LedgerWriteFailed;
@@ -240,7 +236,7 @@ Result<ToolCallResult> call_tool_program(Executor& executor, const SessionDirs& 
   out.key = intent.key;
   out.ok = result.has_value();
   if (!result) out.error = result.error();
-  out.finished_at = epoch_ms();
+  out.finished_at = now_ms();
   out.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   auto recorded = recorder.outcome(intent, out);
   if (!result) {

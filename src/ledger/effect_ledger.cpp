@@ -18,11 +18,6 @@
 
 namespace airlock::ledger {
 
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 namespace {
 
 // The key beside a record's fields that lists strings written lossy, with their exact bytes.

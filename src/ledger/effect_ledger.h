@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/effect_record.h"
 #include "base/error.h"
 #include "base/json_util.h"
@@ -138,6 +139,5 @@ Json intent_record(const EffectIntent& i);
 Json outcome_record(const EffectOutcome& o);
 Json single_record(const EffectIntent& i, const EffectOutcome& o);
 
-int64_t now_ms();
 
 }  // namespace airlock::ledger

@@ -9,14 +9,14 @@
 #include <chrono>
 #include <ctime>
 
+#include "base/clock.h"
 #include "base/fs.h"
 #include "base/hash.h"
 
 namespace airlock::ledger {
 
 std::string now_rfc3339() {
-  auto now = std::chrono::system_clock::now();
-  auto us = std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count();
+  int64_t us = now_us();
   std::time_t secs = static_cast<std::time_t>(us / 1000000);
   std::tm tm{};
   ::gmtime_r(&secs, &tm);

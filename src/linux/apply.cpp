@@ -210,7 +210,7 @@ struct CommandStatus {
   }
 }
 
-int64_t now_ms() noexcept {
+int64_t monotonic_ms() noexcept {
   timespec ts{};
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
@@ -294,7 +294,7 @@ void signal_group(pid_t command, int sig) noexcept {
   ::signal(SIGPIPE, SIG_IGN);
   int errpipe[2];
   if (::pipe2(errpipe, O_CLOEXEC) < 0) finish(Step::CloneCommand, errno);
-  int64_t started = now_ms();
+  int64_t started = monotonic_ms();
   // Our own limits as they are before the command exists: the report says if any moved while it
   // ran (a command that reaches them could starve the wall clock of descriptors or CPU).
   rlimit own_limits[RLIMIT_NLIMITS];
@@ -356,7 +356,7 @@ void signal_group(pid_t command, int sig) noexcept {
   siginfo_t info{};
   for (;;) {
     pollfd fds[2] = {{cmd_pidfd, POLLIN, 0}, {sfd, POLLIN, 0}};
-    int64_t now = now_ms();
+    int64_t now = monotonic_ms();
     int64_t next = terminating ? kill_at : deadline;
     int timeout = next < 0 ? -1 : static_cast<int>(next > now ? next - now : 0);
     int r = ::poll(fds, 2, timeout);
@@ -383,21 +383,21 @@ void signal_group(pid_t command, int sig) noexcept {
         orphaned = true;
         terminating = true;
         signal_group(cmd, SIGKILL);
-        kill_at = now_ms() + 1000;
+        kill_at = monotonic_ms() + 1000;
         continue;
       }
     }
-    bool deadline_passed = deadline >= 0 && now_ms() >= deadline;
+    bool deadline_passed = deadline >= 0 && monotonic_ms() >= deadline;
     if (!terminating && (rep.stopped || deadline_passed)) {
       if (deadline_passed && !rep.stopped) rep.timed_out = 1;
       terminating = true;
       signal_group(cmd, SIGTERM);
-      kill_at = now_ms() + static_cast<int64_t>(s.kill_grace_ms);
+      kill_at = monotonic_ms() + static_cast<int64_t>(s.kill_grace_ms);
       continue;
     }
-    if (terminating && now_ms() >= kill_at) {
+    if (terminating && monotonic_ms() >= kill_at) {
       signal_group(cmd, SIGKILL);
-      kill_at = now_ms() + 1000;
+      kill_at = monotonic_ms() + 1000;
     }
   }
   CommandStatus inner{};

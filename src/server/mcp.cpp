@@ -102,8 +102,35 @@ std::string explain_refusal(const Error& e, const policy::TaskPolicy& p, const p
     case Code::BypassRefused:
     case Code::ApprovalRequired:
       break;
-    default:
+    // Not the policy: the session, the host, the caller or airlock itself. Listed, not defaulted,
+    // so a new code is a compile error here until someone says which it is.
+    case Code::PolicyInvalid:
+    case Code::IsolationPolicyInvalid:
+    case Code::ExecutorUnavailable:
+    case Code::ConfinementBelowFloor:
+    case Code::SessionKilled:
+    case Code::SessionClosed:
+    case Code::BudgetExhausted:
+    case Code::ToolTimeout:
+    case Code::OutputLimit:
+    case Code::ToolFailed:
+    case Code::ProtocolError:
+    case Code::LedgerCorrupt:
+    case Code::LedgerWriteFailed:
+    case Code::KeyDerivationUnknown:
+    case Code::CapacityExhausted:
+    case Code::ConfigError:
+    case Code::Unauthorized:
+    case Code::CustodyUnsafe:
+    case Code::WriteBackRefused:
+    case Code::NotFound:
+    case Code::StoreSchemaNewer:
+    case Code::SessionUnknown:
+    case Code::RequestTooLarge:
+    case Code::RequestHeadTooLarge:
+    case Code::RequestTimeout:
       policy_refusal = false;
+      break;
   }
   if (!instead.empty()) text += " " + instead;
   if (!elsewhere.empty()) text += " " + elsewhere;

@@ -64,11 +64,6 @@ std::string redact(const std::string& url) {
 
 }  // namespace
 
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 std::optional<int64_t> process_start_time(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");

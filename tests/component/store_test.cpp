@@ -233,10 +233,15 @@ TEST_P(StoreTest, AHolderOnAnotherMachineIsDeadOnlyOnceItsHeartbeatExpired) {
   EXPECT_EQ(fresh.error().code, Code::CapacityExhausted);
   EXPECT_EQ(fresh.error().facts["holders"][0]["machine"], "m-b");
 
-  // Its heartbeat is older than a short expiry: finalised by id, and the seat is taken.
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  auto impatient = open({.heartbeat_expiry_ms = 100});
-  auto taken = impatient->reserve({"m-a", "one", "digest", Holder::self("m-a")});
+  // Ten minutes on (the clock driven, not waited for), its heartbeat is older than the expiry:
+  // finalised by id, and the seat is taken.
+  set_clock_for_tests([] {
+    return std::chrono::duration_cast<std::chrono::microseconds>(
+               (std::chrono::system_clock::now() + std::chrono::minutes(10)).time_since_epoch())
+        .count();
+  });
+  auto taken = s->reserve({"m-a", "one", "digest", Holder::self("m-a")});
+  set_clock_for_tests(nullptr);
   ASSERT_TRUE(taken.has_value()) << taken.error().to_json().dump();
   auto old = s->run(race.lines[0].substr(3));
   ASSERT_TRUE(old.has_value() && old->has_value());
