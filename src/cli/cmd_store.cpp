@@ -176,14 +176,20 @@ int slot_set(Globals& g, const StoreOptionsCli& o) {
   return 0;
 }
 
+// Whether a run's holder still runs, as a reservation would judge it.
+bool holder_live(store::Store& st, const store::RunRecord& r, const std::string& self_machine) {
+  return store::holder_alive(r, self_machine, now_ms(), st.options().heartbeat_expiry_ms);
+}
+
 int slot_list(Globals& g) {
   auto st = open_store(g);
   if (!st) return refuse(st.error(), g.json);
   auto slots = (*st)->slots();
   if (!slots) return refuse(slots.error(), g.json);
-  if (auto reaped = (*st)->finalise_dead_holders(machine_identity(g)); !reaped) return refuse(reaped.error(), g.json);
   auto live = (*st)->runs(true);
   if (!live) return refuse(live.error(), g.json);
+  // A run whose holder is dead carries nothing, though only a reservation finalises it.
+  std::erase_if(*live, [&](const store::RunRecord& r) { return !holder_live(**st, r, machine_identity(g)); });
   Json arr = Json::array();
   std::vector<std::vector<std::string>> rows = {{"MACHINE", "SLOT", "LIVE", "MAX_SESSIONS"}};
   for (const auto& s : *slots) {
@@ -198,18 +204,24 @@ int slot_list(Globals& g) {
 int runs_list(Globals& g, const StoreOptionsCli& o) {
   auto st = open_store(g);
   if (!st) return refuse(st.error(), g.json);
-  if (auto reaped = (*st)->finalise_dead_holders(machine_identity(g)); !reaped) return refuse(reaped.error(), g.json);
   auto runs = (*st)->runs(o.live);
   if (!runs) return refuse(runs.error(), g.json);
+  // Read-only: a run whose holder is dead is shown as such (and not as live), never finalised
+  // here; the next reservation of its seat does that.
+  std::string self = machine_identity(g);
+  if (o.live) std::erase_if(*runs, [&](const store::RunRecord& r) { return !holder_live(**st, r, self); });
   Json arr = Json::array();
   std::vector<std::vector<std::string>> rows = {
       {"RUN", "MACHINE", "SLOT", "SEAT", "EXECUTOR", "TIER", "HOLDER", "STARTED", "FINISHED", "OUTCOME"}};
   for (const auto& r : *runs) {
-    arr.push_back(r.to_json());
+    bool dead = r.live() && !holder_live(**st, r, self);
+    Json j = r.to_json();
+    if (r.live()) j["holder_alive"] = !dead;
+    arr.push_back(std::move(j));
     rows.push_back({r.id, r.machine_id, r.slot, std::to_string(r.ordinal),
                     r.executor.empty() ? "-" : r.executor, r.tier ? std::to_string(*r.tier) : "-",
                     fmt::format("{}@{}", r.holder.pid, r.holder.machine_id), utc(r.started_at_ms),
-                    r.finished_at_ms ? utc(*r.finished_at_ms) : "live", r.outcome.empty() ? "-" : r.outcome});
+                    r.finished_at_ms ? utc(*r.finished_at_ms) : dead ? "holder dead" : "live", r.outcome.empty() ? "-" : r.outcome});
   }
   return emit(g, "runs", arr, rows);
 }

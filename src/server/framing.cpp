@@ -31,7 +31,7 @@ void RequestFramer::next_request() {
   head_bytes_ = headers_ = 0;
   remaining_ = body_bytes_ = 0;
   content_length_.reset();
-  chunked_ = transfer_encoding_ = false;
+  chunked_ = transfer_encoding_ = body_expected_ = false;
 }
 
 Result<void> RequestFramer::feed(std::string_view bytes) {
@@ -79,11 +79,20 @@ Result<void> RequestFramer::feed(std::string_view bytes) {
 Result<void> RequestFramer::line_done() {
   std::string line = std::move(line_);
   line_.clear();
-  if (!line.empty() && line.back() == '\r') line.pop_back();
+  // Every line ends in CRLF. httplib skips a header line that ends in a bare LF, while a reader
+  // that accepted it would see the head end where httplib does not: the two must never disagree.
+  if (line.empty() || line.back() != '\r')
+    return refuse(Error{Code::ProtocolError, "a line of the request ends in LF without CR", {}});
+  line.pop_back();
   switch (state_) {
-    case State::RequestLine:  // even empty: httplib refuses it, and the connection closes
+    case State::RequestLine: {  // even empty: httplib refuses it, and the connection closes
+      std::string_view method = std::string_view(line).substr(0, line.find(' '));
+      // httplib reads a body for these whatever the headers say (to end of file without a length).
+      body_expected_ = method == "POST" || method == "PUT" || method == "PATCH" || method == "DELETE" ||
+                       method == "PRI";
       state_ = State::Header;
       return {};
+    }
     case State::Header: {
       if (!line.empty()) {
         if (++headers_ > limits_.max_headers)
@@ -92,6 +101,10 @@ Result<void> RequestFramer::line_done() {
                               {{"max_headers", limits_.max_headers}}});
         size_t colon = line.find(':');
         if (colon == std::string::npos) return {};  // httplib skips it
+        // A name httplib would read differently (it does not trim): whitespace in or around it,
+        // or a folded continuation line.
+        if (colon == 0 || line.find_first_of(" \t") < colon)
+          return refuse(Error{Code::ProtocolError, "a header name is empty or holds whitespace", {}});
         std::string name = lower_trimmed(std::string_view(line).substr(0, colon));
         std::string value = lower_trimmed(std::string_view(line).substr(colon + 1));
         if (name == "content-length") {
@@ -114,6 +127,9 @@ Result<void> RequestFramer::line_done() {
         return refuse(Error{Code::RequestTooLarge,
                             fmt::format("the request body is larger than {} bytes", limits_.max_body_bytes),
                             {{"max_body_bytes", limits_.max_body_bytes}}});
+      if (body_expected_ && !chunked_ && !content_length_)
+        return refuse(Error{Code::ProtocolError,
+                            "a request that may carry a body needs Content-Length or chunked Transfer-Encoding", {}});
       if (chunked_) {
         state_ = State::ChunkSize;
       } else if (content_length_ && *content_length_ > 0) {

@@ -55,6 +55,7 @@ class RequestFramer {
   std::optional<uint64_t> content_length_;
   bool chunked_ = false;
   bool transfer_encoding_ = false;
+  bool body_expected_ = false;  // the method is one httplib reads a body for
   std::optional<Error> refused_;
 };
 

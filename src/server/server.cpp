@@ -141,6 +141,9 @@ class GuardedStream final : public httplib::Stream {
   const std::optional<Error>& refused() const { return late_ ? late_ : framer_.refused(); }
   bool idle() const { return framer_.idle(); }
   bool buffered() const { return pos_ < len_; }
+  // A connection carries requests for at most ten request deadlines (none without a deadline):
+  // kept alive past that, it could hold a worker for hours a request at a time.
+  bool too_old() const { return request_ms_ && Clock::now() - opened_ > std::chrono::milliseconds(10 * request_ms_); }
   ssize_t send_all(const char* ptr, size_t size) {
     size_t sent = 0;
     while (sent < size) {
@@ -172,6 +175,7 @@ class GuardedStream final : public httplib::Stream {
   RequestFramer framer_;
   uint64_t request_ms_;
   std::optional<Clock::time_point> deadline_;
+  Clock::time_point opened_ = Clock::now();
   std::optional<Error> late_;
   int read_ms_, write_ms_;
   char buf_[4096];
@@ -246,6 +250,7 @@ class AdoptingServer : public httplib::Server {
   }
   // Waits for the next request, up to the keep-alive timeout, while the server runs.
   bool keep_alive(const GuardedStream& strm) {
+    if (strm.too_old()) return false;
     if (strm.buffered()) return true;
     auto until = std::chrono::steady_clock::now() + std::chrono::seconds(keep_alive_timeout_sec_);
     while (svr_sock_ != INVALID_SOCKET && std::chrono::steady_clock::now() < until) {
@@ -502,6 +507,7 @@ struct Server::Impl {
     } else {
       std::lock_guard one(e->ops);
       resp = broker::handle_request(s, *body);
+      e->touch();  // the end of an action is use too: a long run_tool is not idleness
     }
     if (s.ended() || s.killed()) mark_ended(id, *e);  // closed, killed, or its budget ran out
     if (!resp["ok"].get<bool>()) return std::unexpected(answer_error(resp["error"]));

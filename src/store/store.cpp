@@ -329,8 +329,9 @@ Result<RunRecord> Store::reserve(const RunRequest& req) {
       if (!blocker || attempt == 1) break;
       if (holder_alive(*blocker, req.holder.machine_id, now_ms(), options_.heartbeat_expiry_ms)) break;
       // The holder is gone (a crash releases nothing): finalise its run by id, then retry once.
-      TRY(exec("UPDATE runs SET finished_at = ?, outcome = ? WHERE id = ? AND finished_at IS NULL",
-               {now_ms(), std::string("holder_dead"), blocker->id}));
+      // Only as it was judged: a heartbeat that landed since means it lives after all.
+      TRY(exec("UPDATE runs SET finished_at = ?, outcome = ? WHERE id = ? AND finished_at IS NULL AND heartbeat_at = ?",
+               {now_ms(), std::string("holder_dead"), blocker->id, blocker->heartbeat_at_ms}));
       blocker.reset();
     }
     if (blocker) holders.push_back(std::move(*blocker));
@@ -377,18 +378,6 @@ Result<std::vector<RunRecord>> Store::runs(bool live_only) {
   std::lock_guard lock(mu_);
   return select_runs(
       live_only ? "WHERE finished_at IS NULL ORDER BY started_at, id" : "ORDER BY started_at, id", {});
-}
-
-Result<size_t> Store::finalise_dead_holders(const std::string& self_machine) {
-  std::lock_guard lock(mu_);
-  size_t n = 0;
-  for (const auto& r : TRY(select_runs("WHERE finished_at IS NULL ORDER BY started_at, id", {}))) {
-    if (holder_alive(r, self_machine, now_ms(), options_.heartbeat_expiry_ms)) continue;
-    auto up = TRY(exec("UPDATE runs SET finished_at = ?, outcome = ? WHERE id = ? AND finished_at IS NULL",
-                       {now_ms(), std::string("holder_dead"), r.id}));
-    n += up.affected;
-  }
-  return n;
 }
 
 Result<std::optional<RunRecord>> Store::run(const std::string& id) {

@@ -127,10 +127,6 @@ class Store {
   Result<bool> finish(const std::string& run_id, const std::string& outcome);
 
   Result<std::vector<RunRecord>> runs(bool live_only);
-  // Finishes every live run whose holder is dead (holder_alive, seen from `self_machine`) with
-  // outcome holder_dead; returns how many. A listing calls it first, so it never shows the
-  // dead as live (a reservation finalises only the runs in its way).
-  Result<size_t> finalise_dead_holders(const std::string& self_machine);
   Result<std::optional<RunRecord>> run(const std::string& id);
 
  protected:

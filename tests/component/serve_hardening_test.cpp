@@ -235,6 +235,18 @@ TEST_F(ServeHardening, ChunkedBodiesAreHeldToTheBodyLimit) {
     r.send("POST /v1/sessions HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n");
     EXPECT_EQ(code_of(r.answer()), "AIRLOCK_PROTOCOL_ERROR");
   }
+  {  // A body with no length, which httplib would read to end of file past every limit.
+    Raw r(srv->socket());
+    r.send("POST /v1/sessions HTTP/1.1\r\nHost: x\r\n\r\n\n\n\n\n");
+    std::string a = r.answer();
+    EXPECT_EQ(status_of(a), 400) << a.substr(0, 300);
+    EXPECT_EQ(code_of(a), "AIRLOCK_PROTOCOL_ERROR") << a.substr(0, 300);
+  }
+  {  // A head ending in bare LFs, which httplib skips while it waits for the real end.
+    Raw r(srv->socket());
+    r.send("GET /v1/health HTTP/1.1\r\n\n\n");
+    EXPECT_EQ(code_of(r.answer()), "AIRLOCK_PROTOCOL_ERROR");
+  }
   {  // A chunked body within the limit is read as before.
     Raw r(srv->socket());
     std::string body = R"({"schema_version": "airlock.task_policy.v1", "nope": 1})";

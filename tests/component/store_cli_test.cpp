@@ -100,11 +100,15 @@ TEST(StoreCli, ADeclaredSlotRefusesPastCapacityAndAKilledHolderIsFinalised) {
   EXPECT_NE(refused.err.find("carries 1 of 1 runs"), std::string::npos) << refused.err;
   EXPECT_NE(refused.err.find(held), std::string::npos) << "the current holder is named: " << refused.err;
 
-  // airlock dies outright: it releases nothing. A listing finds it dead (it once showed it live
-  // until a reservation collided with it), and so does the next reservation.
+  // airlock dies outright: it releases nothing. A listing shows it dead, not live (it once showed
+  // it live until a reservation collided with it), and the next reservation finalises it.
   ::kill(holder, SIGKILL);
   ::waitpid(holder, nullptr, 0);
   EXPECT_EQ(runs_json(fx, {}, true)["runs"].size(), 0u) << "a dead holder is listed as live";
+  Json all = runs_json(fx, {}, false);
+  ASSERT_EQ(all["runs"].size(), 1u) << all.dump();
+  EXPECT_EQ(all["runs"][0]["holder_alive"], false) << all.dump();
+  EXPECT_TRUE(all["runs"][0]["finished_at_ms"].is_null()) << "a listing wrote: " << all.dump();
   auto next = fx.run({"run", "-q", "--slot", "one", "--", "true"});
   EXPECT_EQ(next.status, 0) << next.err;
   auto show = fx.run({"runs", "show", "--json", held});

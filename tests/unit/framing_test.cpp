@@ -63,6 +63,24 @@ TEST(RequestFramer, AmbiguousFramingIsRefused) {
   EXPECT_EQ(refusal("POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n"), Code::ProtocolError);
 }
 
+// Where httplib would read the bytes differently from the framer, the framer refuses them: a
+// bare LF (httplib skips such a header line, so the framer would see the head end early), a
+// header name with whitespace (httplib does not trim it), a body with no length (httplib reads
+// it to end of file).
+TEST(RequestFramer, RefusesWhatHttplibWouldReadDifferently) {
+  EXPECT_EQ(refusal("GET / HTTP/1.1\r\nHost: x\n\n"), Code::ProtocolError);
+  EXPECT_EQ(refusal("GET / HTTP/1.1\n"), Code::ProtocolError);
+  EXPECT_EQ(refusal("POST / HTTP/1.1\r\nContent-Length : 5\r\n\r\n"), Code::ProtocolError);
+  EXPECT_EQ(refusal("POST / HTTP/1.1\r\n Content-Length: 5\r\n\r\n"), Code::ProtocolError);
+  EXPECT_EQ(refusal("POST / HTTP/1.1\r\nHost: x\r\n\r\n"), Code::ProtocolError);
+  EXPECT_EQ(refusal("DELETE /v1/x HTTP/1.1\r\n\r\n"), Code::ProtocolError);
+  RequestFramer f(small());
+  EXPECT_TRUE(f.feed("GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
+  EXPECT_TRUE(f.idle());
+  EXPECT_TRUE(f.feed("DELETE /v1/x HTTP/1.1\r\nContent-Length: 0\r\n\r\n"));
+  EXPECT_TRUE(f.idle());
+}
+
 TEST(RequestFramer, OnceRefusedEverythingAfterIsRefused) {
   RequestFramer f(small());
   EXPECT_FALSE(f.feed("GET /" + std::string(100, 'a')));
