@@ -17,6 +17,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <linux/sched.h>
 #include <sched.h>
 #include <signal.h>
@@ -25,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/reboot.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -42,6 +44,10 @@ static void power_off(void) {
   for (;;) pause();
 }
 
+// The status port, held open by the agent from before it says ready until the VM ends: a virtio
+// console port opens once at a time, so nothing the command starts can open it and forge a status.
+static int status_port = -1;
+
 // A failure of the agent itself: told on the console and as the status, then the VM ends.
 static void die(const char* fmt, ...) {
   char msg[512];
@@ -51,11 +57,8 @@ static void die(const char* fmt, ...) {
   va_end(ap);
   const char* why = strerror(errno);
   dprintf(2, "airlock-guest-agent: %s: %s\n", msg, why);
-  int fd = open("/dev/vport0p3", O_WRONLY);
-  if (fd >= 0) {
-    dprintf(fd, "agent_error %s: %s\n", msg, why);
-    close(fd);
-  }
+  int fd = status_port >= 0 ? status_port : open("/dev/vport0p3", O_WRONLY | O_CLOEXEC);
+  if (fd >= 0) dprintf(fd, "agent_error %s: %s\n", msg, why);
   power_off();
 }
 
@@ -158,9 +161,9 @@ int main(void) {
   // place: a pooled guest boots before there is one.
   const char* delay = getenv("airlock_boot_delay_ms");  // a test seam: a slow boot
   if (delay) usleep((useconds_t)strtoul(delay, NULL, 10) * 1000);
-  int ready = open("/dev/vport0p3", O_WRONLY);
-  if (ready < 0 || write(ready, "r", 1) != 1) die("tell the host the agent is ready");
-  close(ready);
+  status_port = open("/dev/vport0p3", O_WRONLY | O_CLOEXEC);
+  if (status_port < 0) die("open the status port");
+  if (write(status_port, "r", 1) != 1) die("tell the host the agent is ready");
   int go = open("/dev/vport0p4", O_RDONLY);
   if (go < 0) die("open the go port");
   char byte;
@@ -230,6 +233,12 @@ int main(void) {
     set_limit(RLIMIT_CPU, cpu);
     set_limit(RLIMIT_NOFILE, nofile);
     set_limit(RLIMIT_FSIZE, fsize);
+    // Guest root keeps its capabilities but these: rebooting (which would end the VM before the
+    // agent reports) and tracing the agent (which holds the status port).
+    if (prctl(PR_CAPBSET_DROP, CAP_SYS_BOOT, 0, 0, 0) < 0 || prctl(PR_CAPBSET_DROP, CAP_SYS_PTRACE, 0, 0, 0) < 0) {
+      dprintf(2, "airlock-guest-agent: drop CAP_SYS_BOOT and CAP_SYS_PTRACE: %s\n", strerror(errno));
+      _exit(126);
+    }
     if (chdir(cwd) < 0) {
       dprintf(2, "airlock-guest-agent: chdir %s: %s\n", cwd, strerror(errno));
       _exit(126);
@@ -253,10 +262,7 @@ int main(void) {
     if (p < 0 && errno != EINTR) die("wait");
   }
   kill(-1, SIGKILL);  // the command's descendants end with it, as on every tier
-  int fd = open("/dev/vport0p3", O_WRONLY);
-  if (fd < 0) die("open the status port");
-  if (WIFEXITED(status)) dprintf(fd, "exit %d\n", WEXITSTATUS(status));
-  else dprintf(fd, "signal %d\n", WTERMSIG(status));
-  close(fd);
+  if (WIFEXITED(status)) dprintf(status_port, "exit %d\n", WEXITSTATUS(status));
+  else dprintf(status_port, "signal %d\n", WTERMSIG(status));
   power_off();
 }

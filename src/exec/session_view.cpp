@@ -333,7 +333,11 @@ void apply_test_seams(plan::ExecutionPlan& plan) {
     plan.relaxations.push_back("protected paths: first wall off (test seam AIRLOCK_TEST_NO_PROTECTED_FIRST_WALL)");
   }
   const char* delay = std::getenv("AIRLOCK_TEST_GUEST_BOOT_DELAY_MS");
-  if (delay && plan.microvm) plan.microvm->test_boot_delay_ms = std::strtoull(delay, nullptr, 10);
+  if (delay && plan.microvm) {
+    plan.microvm->test_boot_delay_ms = std::strtoull(delay, nullptr, 10);
+    plan.relaxations.push_back(fmt::format("microvm: the guest says ready {} ms late (test seam AIRLOCK_TEST_GUEST_BOOT_DELAY_MS)",
+                                           plan.microvm->test_boot_delay_ms));
+  }
 }
 
 Json ViewCopy::to_json() const {

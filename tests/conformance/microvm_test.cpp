@@ -178,6 +178,14 @@ TEST_P(MicrovmTier, TheGuestStopsForksAtTheProcessLimit) {
   EXPECT_EQ(out.substr(out.rfind('\n') + 1), std::to_string(kLimit - 1)) << r.out;
 }
 
+// The command runs as guest root, yet cannot forge its own status: the agent holds the status
+// port open for the whole run (a virtio console port opens once at a time).
+TEST_P(MicrovmTier, TheCommandCannotForgeItsStatus) {
+  auto r = run_sh("if echo 'exit 0' > /dev/vport0p3; then echo forged; else echo refused; fi; exit 3");
+  EXPECT_EQ(r.status, 3) << r.out << r.err;
+  EXPECT_NE(r.out.find("refused"), std::string::npos) << r.out << r.err;
+}
+
 // Every verb takes its facts from the one probe: doctor, like run and plan, sees the verification
 // (it once probed without the microVM's facts and called a verified tier unverified).
 TEST_P(MicrovmTier, DoctorSeesTheVerificationAsRunDoes) {
