@@ -12,10 +12,11 @@ namespace airlock::cli {
 
 void add_plan(CLI::App& app, Globals& g, Action& run) {
   auto* cmd = app.add_subcommand("plan", "print the execution plan for a policy on this host");
-  static std::optional<std::string> policy_file, defaults, facts_file;
+  static std::optional<std::string> policy_file, defaults, facts_file, workspace;
   cmd->add_option("--policy", policy_file, "task policy (JSON); the built-in default when absent");
   cmd->add_option("--defaults", defaults, "worker default policy");
   cmd->add_option("--facts", facts_file, "plan for the host facts in this JSON file instead of probing");
+  cmd->add_option("--workspace", workspace, "plan as `run --workspace DIR` would (overrides the policy's workspace)");
   cmd->add_flag("--json", g.json, "print JSON");
   cmd->callback([&g, &run] {
     run = [&g] {
@@ -38,7 +39,8 @@ void add_plan(CLI::App& app, Globals& g, Action& run) {
         facts = exec::facts_for(*p, exec::HostProbe(*state));
       }
       // The plan a session of this policy would run under (its workspace's git targets included).
-      auto planned = exec::plan_session(*p, facts, {*profile, p->workspace ? absolute_path(*p->workspace) : "", 0});
+      std::optional<std::string> ws = workspace ? workspace : p->workspace;
+      auto planned = exec::plan_session(*p, facts, {*profile, ws ? absolute_path(*ws) : "", 0});
       if (!planned) return refuse(planned.error(), g.json);
       Json j = plan::to_json(*planned);
       if (g.json) {

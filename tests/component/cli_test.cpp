@@ -61,6 +61,22 @@ TEST(CliPlan, PrintsThePlanItWouldRun) {
   EXPECT_EQ(j["limits"]["process_mechanism"], "rlimit_nproc");
 }
 
+// `plan` plans as a session would: with --workspace, that repository's own hooksPath is protected.
+TEST(CliPlan, PlansTheWorkspacesGitConfigTargetsAsRunWould) {
+  CliFixture fx(Identity::Self);
+  fx.put(".git/config", "[core]\n\thooksPath = .husky\n");
+  auto pol = fx.write_policy(R"({"schema_version": "airlock.task_policy.v1", "executor": "landlock"})");
+  auto facts = fx.write_policy(R"({"kernel_release": "synthetic", "landlock_abi": 6, "seccomp_filter": true,
+                                   "no_new_privs": true})",
+                               "facts.json");
+  auto with = fx.run({"plan", "--json", "--policy", pol, "--facts", facts, "--workspace", fx.workspace()});
+  ASSERT_EQ(with.status, 0) << with.err;
+  auto without = fx.run({"plan", "--json", "--policy", pol, "--facts", facts});
+  ASSERT_EQ(without.status, 0) << without.err;
+  EXPECT_NE(with.out.find("\".husky\""), std::string::npos) << with.out;
+  EXPECT_EQ(without.out.find("\".husky\""), std::string::npos) << without.out;
+}
+
 TEST(CliDoctor, ReportsEveryExecutorWithAReason) {
   CliFixture fx(Identity::Self);
   auto r = fx.run({"doctor", "--json"});
