@@ -37,11 +37,6 @@ std::string policy_json(const CliFixture& f, const Json& limits = Json::object()
   return p.dump();
 }
 
-HttpReply must(Result<HttpReply> r) {
-  EXPECT_TRUE(r.has_value()) << (r ? "" : r.error().message);
-  return r ? *r : HttpReply{};
-}
-
 long rss_kib(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   for (std::string line; std::getline(in, line);)
@@ -126,7 +121,7 @@ constexpr long kSoakPeakKib = 1024 * 1024;
 constexpr long kSoakPeakKib = 200 * 1024;
 #endif
 
-class ServeHardening : public ::testing::Test {
+class ServeHardening : public ::testing::Test, protected ServeFixtureBase {
  protected:
   void SetUp() override {
     f = std::make_unique<CliFixture>(Identity::Self);
@@ -135,31 +130,14 @@ class ServeHardening : public ::testing::Test {
     std::ofstream(token_file) << token << "\n";
     ::chmod(token_file.c_str(), 0600);
   }
-  void start(std::vector<std::string> args = {}) {
-    srv = std::make_unique<ServeProcess>(*f, args);
-    ASSERT_TRUE(srv->ready()) << srv->failure();
-  }
-  // Opens a session; "" and `skipped` when no executor can run here.
-  std::string open(HttpClient& c, const std::string& policy) {
-    auto r = must(c.request("POST", "/v1/sessions", policy));
-    if (r.status == 503 && r.json()["error"]["code"] == "AIRLOCK_EXECUTOR_UNAVAILABLE") {
-      if (!require_all_tiers()) skipped = true;
-      return "";
-    }
-    EXPECT_EQ(r.status, 201) << r.body;
-    return r.json().value("session", "");
-  }
   std::vector<std::string> session_dirs() const {
     std::vector<std::string> out;
     std::error_code ec;
     for (const auto& e : fs::directory_iterator(f->state_dir() + "/sessions", ec)) out.push_back(e.path());
     return out;
   }
-  std::unique_ptr<CliFixture> f;
-  std::unique_ptr<ServeProcess> srv;
   std::string token = "hardening-token-0123456789abcdef";
   std::string token_file;
-  bool skipped = false;
 };
 
 // Finding 11: 2 million headers took the daemon from 16 MB to 382 MB before the token was checked.

@@ -1,6 +1,8 @@
 // ServeProcess: fork/exec of the real `airlock serve`, its ready line read from a pipe.
 #include "serve_support.h"
 
+#include <gtest/gtest.h>
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -122,6 +124,26 @@ bool wait_until_gone(const std::vector<std::string>& argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return false;
+}
+
+server::HttpReply must(Result<server::HttpReply> r) {
+  EXPECT_TRUE(r.has_value()) << (r ? "" : r.error().message);
+  return r ? *r : server::HttpReply{};
+}
+
+void ServeFixtureBase::start(const std::vector<std::string>& args) {
+  srv = std::make_unique<ServeProcess>(*f, args);
+  ASSERT_TRUE(srv->ready()) << srv->failure();
+}
+
+std::string ServeFixtureBase::open(server::HttpClient& c, const std::string& policy) {
+  auto r = must(c.request("POST", "/v1/sessions", policy));
+  if (r.status == 503 && r.json()["error"]["code"] == "AIRLOCK_EXECUTOR_UNAVAILABLE") {
+    if (!require_all_tiers()) skipped = true;
+    return "";
+  }
+  EXPECT_EQ(r.status, 201) << r.body;
+  return r.json().value("session", "");
 }
 
 }  // namespace airlock::testing

@@ -3,6 +3,7 @@
 
 #include <sys/types.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,21 @@ class ServeProcess {
   std::string err_path_;
   nlohmann::json listening_;
   std::string failure_;
+};
+
+// A reply that must have come (a transport failure fails the test).
+server::HttpReply must(Result<server::HttpReply> r);
+
+// What serve tests share: a workspace, the server, and opening a session on it.
+struct ServeFixtureBase {
+  // Starts the server with `args`; the test fails if it does not come up.
+  void start(const std::vector<std::string>& args = {});
+  // Opens a session; "" and `skipped` when no executor can run here (a failure when every tier
+  // is required).
+  std::string open(server::HttpClient& c, const std::string& policy);
+  std::unique_ptr<CliFixture> f;
+  std::unique_ptr<ServeProcess> srv;
+  bool skipped = false;
 };
 
 // Pids of processes whose command line is exactly `argv` (a tool the test started).

@@ -34,36 +34,12 @@ std::string policy_json(const CliFixture& f, const std::string& sleep_seconds = 
   return p.dump();
 }
 
-HttpReply must(Result<HttpReply> r) {
-  EXPECT_TRUE(r.has_value()) << (r ? "" : r.error().message);
-  return r ? *r : HttpReply{};
-}
-
-class Serve : public ::testing::Test {
+class Serve : public ::testing::Test, protected ServeFixtureBase {
  protected:
   void SetUp() override {
     f = std::make_unique<CliFixture>(Identity::Self);
     f->put("src/app.py", "print('hi')\n");
   }
-  // Starts the server; false (and a skip, or a failure under AIRLOCK_REQUIRE_ALL_TIERS=1) when
-  // this host cannot open the policy's session.
-  void start(const std::vector<std::string>& args = {}) {
-    srv = std::make_unique<ServeProcess>(*f, args);
-    ASSERT_TRUE(srv->ready()) << srv->failure();
-  }
-  // Opens a session; skips when no executor can run here (a failure when every tier is required).
-  std::string open(HttpClient& c, const std::string& policy) {
-    auto r = must(c.request("POST", "/v1/sessions", policy));
-    if (r.status == 503 && r.json()["error"]["code"] == "AIRLOCK_EXECUTOR_UNAVAILABLE") {
-      if (!require_all_tiers()) skipped = true;
-      return "";
-    }
-    EXPECT_EQ(r.status, 201) << r.body;
-    return r.json().value("session", "");
-  }
-  std::unique_ptr<CliFixture> f;
-  std::unique_ptr<ServeProcess> srv;
-  bool skipped = false;
 };
 
 // `airlock serve` is airlock-serve beside airlock; without it, a named refusal, and --help is its.
