@@ -42,7 +42,7 @@ namespace airlock {
   X(KeyDerivationUnknown, "AIRLOCK_KEY_DERIVATION_UNKNOWN",                                 \
     "the recorded key derivation version is unknown to this build")                        \
   X(CapacityExhausted, "AIRLOCK_CAPACITY_EXHAUSTED", "the slot carries all it may")         \
-  X(ConfigError, "AIRLOCK_CONFIG_ERROR", "airlock's own configuration or environment failed") \
+  X(ConfigError, "AIRLOCK_CONFIG_ERROR", "airlock's configuration (a file, a URL, the host) is unusable") \
   X(Unauthorized, "AIRLOCK_UNAUTHORIZED", "the request carries no valid credentials")       \
   X(CustodyUnsafe, "AIRLOCK_CUSTODY_UNSAFE", "a file airlock trusts could be replaced")     \
   X(ApprovalRequired, "AIRLOCK_APPROVAL_REQUIRED", "the action needs a person's approval")  \
@@ -55,7 +55,11 @@ namespace airlock {
   X(RequestTooLarge, "AIRLOCK_REQUEST_TOO_LARGE", "the request body is larger than allowed") \
   X(RequestHeadTooLarge, "AIRLOCK_REQUEST_HEAD_TOO_LARGE",                                  \
     "the request line or headers are larger than allowed")                                  \
-  X(RequestTimeout, "AIRLOCK_REQUEST_TIMEOUT", "the request did not arrive in the time allowed")
+  X(RequestTimeout, "AIRLOCK_REQUEST_TIMEOUT", "the request did not arrive in the time allowed") \
+  X(IoError, "AIRLOCK_IO_ERROR", "a file, directory or system call airlock needed failed (see errno)") \
+  X(OptionInvalid, "AIRLOCK_OPTION_INVALID", "an option or argument given to airlock is malformed")     \
+  X(ServerUnreachable, "AIRLOCK_SERVER_UNREACHABLE", "no server answers at the address given")       \
+  X(InternalError, "AIRLOCK_INTERNAL_ERROR", "airlock broke one of its own rules: a bug to report")
 
 enum class Code {
 #define AIRLOCK_X(e, name, meaning) e,

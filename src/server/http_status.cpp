@@ -6,7 +6,8 @@ namespace airlock::server {
 int http_status(Code code) {
   switch (code) {
     case Code::ProtocolError:
-      return 400;  // malformed JSON, unknown or mistyped fields
+    case Code::OptionInvalid:
+      return 400;  // malformed JSON, unknown or mistyped fields, a malformed argument
     case Code::Unauthorized:
       return 401;
     case Code::PathDenied:
@@ -43,6 +44,8 @@ int http_status(Code code) {
     case Code::LedgerWriteFailed:
     case Code::KeyDerivationUnknown:
     case Code::ConfigError:
+    case Code::IoError:
+    case Code::InternalError:
     case Code::CustodyUnsafe:
     case Code::StoreSchemaNewer:
       return 500;
@@ -50,6 +53,8 @@ int http_status(Code code) {
     case Code::ConfinementBelowFloor:
     case Code::CapacityExhausted:
       return 503;  // this host cannot, now or ever; another host might
+    case Code::ServerUnreachable:
+      return 502;  // a server airlock relays to does not answer
   }
   return 500;
 }

@@ -129,6 +129,10 @@ std::string explain_refusal(const Error& e, const policy::TaskPolicy& p, const p
     case Code::RequestTooLarge:
     case Code::RequestHeadTooLarge:
     case Code::RequestTimeout:
+    case Code::IoError:
+    case Code::OptionInvalid:
+    case Code::ServerUnreachable:
+    case Code::InternalError:
       policy_refusal = false;
       break;
   }
