@@ -29,7 +29,7 @@ class SessionHarness {
       std::abort();
     }
     policy_ = *pol;
-    facts_ = linux::probe_host(plan::fact_needs(policy_));
+    facts_ = linux::probe_host(plan::fact_needs(policy_, exec::built_tiers()));
   }
   // The live session, opened anew when the last one ended (closed or killed).
   broker::Session& session() {

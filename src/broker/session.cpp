@@ -75,8 +75,9 @@ Result<std::unique_ptr<Session>> Session::open(const policy::TaskPolicy& pol, co
   // session's log (the session exists by the time any run starts).
   auto door_record = std::make_shared<std::function<void(Json)>>();
   exec::DoorStarter door;
-  if (planned->door)
-    door = [rules = planned->door->rules, resolver = opts.resolver,
+  auto* ns_tier = std::get_if<plan::NamespacesTierPlan>(&planned->confinement);
+  if (ns_tier && ns_tier->door)
+    door = [rules = ns_tier->door->rules, resolver = opts.resolver,
             door_record](UniqueFd listener) -> Result<std::shared_ptr<void>> {
       egress::DoorOptions d{rules, resolver, [door_record](Json j) {
                               if (*door_record) (*door_record)(std::move(j));
@@ -95,10 +96,10 @@ Result<std::unique_ptr<Session>> Session::open(const policy::TaskPolicy& pol, co
   }
   Json open_body = base;
   open_body["decision"] = "allowed";
-  open_body["executor"] = policy::to_string(planned->executor);
-  open_body["tier"] = planned->tier;
+  open_body["executor"] = policy::to_string(planned->executor());
+  open_body["tier"] = planned->tier();
   open_body["landlock_abi"] = facts.landlock_abi;
-  open_body["enforced"] = (*executor)->enforced();
+  open_body["enforced"] = exec::to_json((*executor)->enforced());
   open_body["view"] = {{"path", dirs->view}, {"copied", copy->to_json()}};
   if (auto r = log->append("session.open", open_body); !r) {
     cleanup();

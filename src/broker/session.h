@@ -107,7 +107,7 @@ class Session {
   const exec::SessionDirs& dirs() const { return dirs_; }
   const std::string& receipts_path() const { return receipts_.path(); }
   const std::optional<std::string>& workspace() const { return workspace_; }
-  const Json& enforced() const { return executor_->enforced(); }
+  const exec::Enforced& enforced() const { return executor_->enforced(); }
 
   // Runs the operator's command (not a declared tool) under the plan's executor and limits;
   // records tool.run with argv, exit, duration and resource use. The command's wall time is

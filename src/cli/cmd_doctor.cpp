@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include "cli/verbs.h"
+#include "exec/executor.h"
 #include "exec/planner.h"
 
 namespace airlock::cli {
@@ -29,7 +30,7 @@ constexpr Scenario kScenarios[] = {
 };
 
 Json outcome_json(const Result<plan::ExecutionPlan>& r) {
-  if (r) return {{"runs_on", policy::to_string(r->executor)}, {"tier", r->tier}};
+  if (r) return {{"runs_on", policy::to_string(r->executor())}, {"tier", r->tier()}};
   return {{"refused", r.error().to_json()}};
 }
 
@@ -42,12 +43,11 @@ std::string outcome_text(const Json& o) {
 }  // namespace
 
 Json doctor_report(plan::Profile profile, const plan::HostFacts& facts) {
-  using policy::ExecutorKind;
-  const ExecutorKind kinds[] = {ExecutorKind::Host, ExecutorKind::Landlock, ExecutorKind::Namespaces,
-                                ExecutorKind::Container, ExecutorKind::Microvm};
+  // Every tier this build implements (exec's registry); a tier it does not is no executor here.
+  plan::BuiltTiers built = exec::built_tiers();
   Json executors = Json::array();
-  for (auto k : kinds) {
-    auto c = plan::assess(k, facts, profile);
+  for (auto k : built) {
+    auto c = plan::assess(k, facts, profile, built);
     executors.push_back({{"executor", policy::to_string(k)},
                          {"level", plan::isolation_level(k)},
                          {"available", c.available},
@@ -62,12 +62,12 @@ Json doctor_report(plan::Profile profile, const plan::HostFacts& facts) {
     p.code_network.mode = s.network;
     if (s.network == policy::NetworkMode::Allowlist)
       p.code_network.rules = {policy::EgressRule{"example.com", std::nullopt, {443}, {"https"}, false}};
-    scenarios.push_back({{"policy", s.label}, {"outcome", outcome_json(plan::plan_execution(p, facts, profile))}});
+    scenarios.push_back({{"policy", s.label}, {"outcome", outcome_json(plan::plan_execution(p, facts, profile, built))}});
   }
   return {{"profile", plan::to_string(profile)},
           {"host_facts", plan::to_json(facts)},
           {"executors", executors},
-          {"builtin_default", outcome_json(plan::plan_execution(def, facts, profile))},
+          {"builtin_default", outcome_json(plan::plan_execution(def, facts, profile, built))},
           {"protected_paths", policy::to_json(def.protected_paths)},
           {"denied_names", def.denied_names},
           {"scenarios", scenarios}};

@@ -14,6 +14,7 @@
 #include "base/unique_fd.h"
 #include "cli/verbs.h"
 #include "escape/escape_suite.h"
+#include "exec/executor.h"
 
 namespace airlock::cli {
 namespace {
@@ -106,9 +107,11 @@ void add_escape_suite(CLI::App& app, Globals& g, Action& run) {
   auto* cmd = app.add_subcommand(
       "escape-suite",
       "run the escape scenarios in each executor: the host must breach, real tiers must contain");
+  std::vector<std::string> built;  // the executor registry's tiers
+  for (auto k : exec::built_tiers()) built.emplace_back(policy::to_string(k));
   cmd->add_option("--executor", o.executor,
                   "the one executor to test (default: every executor this build applies)")
-      ->check(CLI::IsMember({"host", "landlock", "namespaces", "container", "microvm"}));
+      ->check(CLI::IsMember(built));
   cmd->add_flag("--json", g.json, "print the matrix and the evidence as JSON");
   cmd->callback([&g, &run] { run = [&g] { return escape_verb(g, o); }; });
 }

@@ -68,7 +68,7 @@ int mcp_verb(Globals& g, McpOptions& o) {
                  listening.error().message.c_str());
   // stdout carries only MCP messages; what a person needs goes to stderr (clients log it).
   std::fprintf(stderr, "airlock mcp: session %s on %s (tier %d), write-back %s, receipts %s\n", s.id().c_str(),
-               std::string(policy::to_string(s.plan().executor)).c_str(), s.plan().tier,
+               std::string(policy::to_string(s.plan().executor())).c_str(), s.plan().tier(),
                std::string(policy::to_string(start->policy.write_back)).c_str(), s.receipts_path().c_str());
   server::McpServer mcp(s, start->policy);
 

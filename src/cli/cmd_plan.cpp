@@ -28,7 +28,7 @@ void add_plan(CLI::App& app, Globals& g, Action& run) {
       if (facts_file) {
         auto text = read_file(*facts_file);
         if (!text) return refuse(text.error(), g.json);
-        auto j = parse_json(*text, Code::ConfigError, *facts_file);
+        auto j = parse_json(*text, Code::OptionInvalid, *facts_file);  // as host_facts_from_json refuses it
         if (!j) return refuse(j.error(), g.json);
         auto f = plan::host_facts_from_json(*j);
         if (!f) return refuse(f.error(), g.json);
@@ -47,41 +47,41 @@ void add_plan(CLI::App& app, Globals& g, Action& run) {
         std::printf("%s\n", j.dump(2).c_str());
         return 0;
       }
-      std::printf("executor   %s (level %d; the policy needs %d)\n", std::string(policy::to_string(planned->executor)).c_str(),
-                  planned->tier, planned->required_level);
+      std::printf("executor   %s (level %d; the policy needs %d)\n", std::string(policy::to_string(planned->executor())).c_str(),
+                  planned->tier(), planned->required_level);
       std::printf("why        %s\n", planned->why.c_str());
       for (const auto& c : planned->considered)
         std::printf("  tried    %-10s %s\n", std::string(policy::to_string(c.executor)).c_str(), c.reason.c_str());
       std::printf("policy     sha256 %s\n", planned->policy_digest.c_str());
-      if (planned->landlock) {
+      auto shown_tier = plan::sections_of(planned->confinement);
+      if (const plan::LandlockPlan* landlock = shown_tier.landlock) {
         std::printf("landlock   floor ABI %d, measured ABI %d; tcp bind/connect %s; scoped signals %s, abstract unix %s\n",
-                    planned->landlock->abi_floor, planned->landlock->abi_measured,
-                    planned->landlock->restrict_tcp ? "denied" : "not restricted",
-                    yes_no(planned->landlock->scope_signal).c_str(), yes_no(planned->landlock->scope_abstract_unix).c_str());
-        for (const auto& r : planned->landlock->fs_rules)
+                    landlock->abi_floor, landlock->abi_measured, landlock->restrict_tcp ? "denied" : "not restricted",
+                    yes_no(landlock->scope_signal).c_str(), yes_no(landlock->scope_abstract_unix).c_str());
+        for (const auto& r : landlock->fs_rules)
           std::printf("  %-9s %-8s %s%s\n", std::string(plan::to_string(r.access)).c_str(),
                       std::string(plan::to_string(r.anchor)).c_str(), r.path.c_str(), r.optional ? " (if present)" : "");
       }
-      if (planned->seccomp)
+      if (const plan::SeccompPlan* seccomp = shown_tier.seccomp)
         std::printf("seccomp    denies %zu syscalls (%s, ...); sockets: %s; ioctls denied: %s\n",
-                    planned->seccomp->denied_syscalls.size(),
-                    fmt::format("{}", fmt::join(planned->seccomp->denied_syscalls.begin(),
-                                                planned->seccomp->denied_syscalls.begin() + 6, ", ")).c_str(),
-                    planned->seccomp->no_sockets          ? "none (socketpair only)"
-                    : planned->seccomp->only_unix_sockets ? "AF_UNIX only"
-                                                          : "any family",
-                    fmt::format("{}", fmt::join(planned->seccomp->denied_ioctls, ", ")).c_str());
+                    seccomp->denied_syscalls.size(),
+                    fmt::format("{}", fmt::join(seccomp->denied_syscalls.begin(), seccomp->denied_syscalls.begin() + 6,
+                                                ", ")).c_str(),
+                    seccomp->no_sockets          ? "none (socketpair only)"
+                    : seccomp->only_unix_sockets ? "AF_UNIX only"
+                                                 : "any family",
+                    fmt::format("{}", fmt::join(seccomp->denied_ioctls, ", ")).c_str());
       const auto& l = planned->limits;
       std::printf("limits     memory %llu MiB (RLIMIT_AS), cpu %llu s, processes %llu (%s), wall %llu ms\n",
                   static_cast<unsigned long long>(l.memory_bytes >> 20), static_cast<unsigned long long>(l.cpu_seconds),
                   static_cast<unsigned long long>(l.max_processes), std::string(plan::to_string(l.process_mechanism)).c_str(),
                   static_cast<unsigned long long>(l.wall_timeout_ms));
-      std::printf("network    %s\n", planned->network ? "the host's (no isolation)"
-                                      : planned->door
-                                          ? fmt::format("only the door at {} ({})", planned->door->url(),
-                                                        egress::describe_rules(planned->door->rules))
-                                                .c_str()
-                                          : "none");
+      const plan::DoorPlan* door = shown_tier.door;
+      std::printf("network    %s\n", planned->host_network() ? "the host's (no isolation)"
+                                      : door ? fmt::format("only the door at {} ({})", door->url(),
+                                                           egress::describe_rules(door->rules))
+                                                   .c_str()
+                                             : "none");
       std::printf("view       %s; written back: %s\n", fmt::format("{}", fmt::join(planned->view_paths, ", ")).c_str(),
                   fmt::format("{}", fmt::join(planned->write_back_paths, ", ")).c_str());
       std::vector<std::string> shown;

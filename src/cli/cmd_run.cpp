@@ -22,20 +22,17 @@
 namespace airlock::cli {
 namespace {
 
-std::string enforced_summary(const Json& e) {
+// One line of what enforced, read from the record's fields.
+std::string enforced_summary(const exec::Enforced& e) {
   std::vector<std::string> parts;
-  if (e.contains("namespaces") && !e["namespaces"].is_null()) parts.push_back("namespaces");
-  if (e.contains("cgroup") && !e["cgroup"].is_null())
-    parts.push_back(fmt::format("cgroup v{} memory+pids+cpu", e["cgroup"]["version"].get<int>()));
-  if (e.contains("landlock") && !e["landlock"].is_null())
-    parts.push_back(fmt::format("Landlock ABI {}", e["landlock"]["abi"].get<int>()));
-  if (e.contains("seccomp") && !e["seccomp"].is_null()) parts.push_back("seccomp");
+  if (e.namespaces) parts.push_back("namespaces");
+  if (e.cgroup) parts.push_back(fmt::format("cgroup v{} memory+pids+cpu", e.cgroup->version));
+  if (e.landlock) parts.push_back(fmt::format("Landlock ABI {}", e.landlock->abi));
+  if (e.seccomp) parts.push_back("seccomp");
   parts.push_back("rlimits");
-  if (e.contains("process_limit") && (!e.contains("cgroup") || e["cgroup"].is_null()))
-    parts.push_back(fmt::format("processes by {}", e["process_limit"].get<std::string>()));
-  if (e.contains("microvm") && e["microvm"].is_object() && e["microvm"].contains("guest_processes"))
-    parts.push_back(fmt::format("guest pids.max {}", e["microvm"]["guest_processes"].value("pids_max", 0)));
-  parts.push_back(fmt::format("network {}", e.value("network", "?")));
+  if (!e.cgroup) parts.push_back(fmt::format("processes by {}", plan::to_string(e.process_limit)));
+  if (e.microvm) parts.push_back(fmt::format("guest pids.max {}", e.microvm->guest_pids_max));
+  parts.push_back(fmt::format("network {}", exec::to_string(e.network)));
   return fmt::format("{}", fmt::join(parts, ", "));
 }
 
@@ -64,14 +61,14 @@ int run_confined(Globals& g, RunOptions& o, const std::function<Result<void>(Ses
   auto session = broker::Session::open(start->policy, start->facts, so);
   if (!session) return refuse_run(session.error());
   auto& s = **session;
-  (void)seat.record_enforcement(std::string(policy::to_string(s.plan().executor)), s.plan().tier,
+  (void)seat.record_enforcement(std::string(policy::to_string(s.plan().executor())), s.plan().tier(),
                                 plan::to_json(start->facts));
   if (!o.quiet && !g.json) {
     if (start->policy.confinement == policy::Confinement::Vendor)
       std::fprintf(stderr, "airlock: confinement vendor: %s; session %s\n", kVendorClaim.data(), s.id().c_str());
     else
       std::fprintf(stderr, "airlock: %s tier (%s), session %s\n",
-                   std::string(policy::to_string(s.plan().executor)).c_str(), enforced_summary(s.enforced()).c_str(),
+                   std::string(policy::to_string(s.plan().executor())).c_str(), enforced_summary(s.enforced()).c_str(),
                    s.id().c_str());
   }
 
@@ -130,8 +127,8 @@ int run_confined(Globals& g, RunOptions& o, const std::function<Result<void>(Ses
 
   if (g.json) {
     Json j = {{"session", s.id()},
-              {"executor", policy::to_string(s.plan().executor)},
-              {"tier", s.plan().tier},
+              {"executor", policy::to_string(s.plan().executor())},
+              {"tier", s.plan().tier()},
               {"outcome", outcome->to_json()},
               {"written_back", wb->to_json()},
               {"receipts", s.receipts_path()}};

@@ -44,7 +44,7 @@ int session_verb(Globals& g, SessionVerbOptions& o) {
   }
   auto& s = **session;
   (void)s.listen_for_operator_kill();
-  (void)seat.record_enforcement(std::string(policy::to_string(s.plan().executor)), s.plan().tier,
+  (void)seat.record_enforcement(std::string(policy::to_string(s.plan().executor())), s.plan().tier(),
                                 plan::to_json(start->facts));
   // The first line says what was enforced, before any action is read.
   emit_line({{"id", nullptr},
@@ -52,9 +52,9 @@ int session_verb(Globals& g, SessionVerbOptions& o) {
         {"event", "session.open"},
         {"result",
          {{"session", s.id()},
-          {"executor", policy::to_string(s.plan().executor)},
-          {"tier", s.plan().tier},
-          {"enforced", s.enforced()},
+          {"executor", policy::to_string(s.plan().executor())},
+          {"tier", s.plan().tier()},
+          {"enforced", exec::to_json(s.enforced())},
           {"receipts", s.receipts_path()}}}});
 
   // The reader acts on a "kill" at once (a running tool must not finish first), and on

@@ -62,7 +62,7 @@ int tool_call(Globals& g, const ToolOptions& o) {
   if (!ex) return refuse(ex.error(), g.json);
   if (!o.quiet && !g.json)
     std::fprintf(stderr, "airlock: tool %s on the %s executor, key %s\n", tool->name.c_str(),
-                 std::string(policy::to_string(ex->plan.executor)).c_str(),
+                 std::string(policy::to_string(ex->plan.executor())).c_str(),
                  key->c_str());
 
   std::optional<exec::CredentialProvider> creds;

@@ -22,6 +22,7 @@
 #include "base/unique_fd.h"
 #include "broker/session.h"
 #include "escape/canaries.h"
+#include "exec/executor.h"
 #include "exec/planner.h"
 
 namespace airlock::escape {
@@ -1231,15 +1232,14 @@ Result<SuiteReport> Suite::run() {
   if (opts_.executor) {
     order = {*opts_.executor};
   } else {
-    if (opts_.profile == plan::Profile::Development) order.push_back(ExecutorKind::Host);
-    for (auto e :
-         {ExecutorKind::Landlock, ExecutorKind::Namespaces, ExecutorKind::Container, ExecutorKind::Microvm})
-      order.push_back(e);
+    // Every tier this build implements (exec's registry), the host only in the development profile.
+    for (auto e : exec::built_tiers())
+      if (e != ExecutorKind::Host || opts_.profile == plan::Profile::Development) order.push_back(e);
   }
   plan::FactNeeds needs;
   for (auto e : order) {
     auto pol = TRY(suite_policy(e));
-    auto n = plan::fact_needs(pol);
+    auto n = plan::fact_needs(pol, exec::built_tiers());
     needs.user_namespaces |= n.user_namespaces;
     needs.overlayfs |= n.overlayfs;
     needs.cgroups |= n.cgroups;

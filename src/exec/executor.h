@@ -4,6 +4,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "base/error.h"
 #include "base/json_util.h"
 #include "base/unique_fd.h"
+#include "exec/enforced.h"
 #include "exec/session_view.h"
 #include "plan/plan.h"
 
@@ -56,8 +58,8 @@ struct RunOutcome {
 class Executor {
  public:
   virtual ~Executor() = default;
-  // What this executor enforces, measured when it was prepared (for session.open).
-  virtual const Json& enforced() const = 0;
+  // What this executor enforces, measured when it was prepared (session.open records it).
+  virtual const Enforced& enforced() const = 0;
   // Runs `cmd` to completion under the plan. Setup failures in the child are
   // AIRLOCK_EXECUTOR_UNAVAILABLE naming the step and errno, never a silent unconfined run.
   virtual Result<RunOutcome> run(const Command& cmd) = 0;
@@ -75,10 +77,30 @@ class Executor {
 // a socket needs a server.
 using DoorStarter = std::function<Result<std::shared_ptr<void>>(UniqueFd listener)>;
 
-// Prepares the executor the plan chose for this session. Fails closed: an executor this
-// build cannot apply, or one whose kernel mechanism fails to prepare, is refused.
-// `workspace` is the workspace's host path ("" for none): the namespaces tier shows the view there.
-// A plan with a door needs `door`; without one it is refused, never run with the door missing.
+// Prepares an executor for a plan of its tier: the executor's parent-side steps run now, so a tier
+// whose kernel mechanism cannot prepare is refused here. `workspace` is the workspace's host path
+// ("" for none): the namespaces and microvm tiers show the view there. A plan with a door needs
+// `door`; without one it is refused, never run with the door missing.
+using ExecutorFactory = Result<std::unique_ptr<Executor>> (*)(const plan::ExecutionPlan& plan, const SessionDirs& dirs,
+                                                               const std::string& session_id,
+                                                               const std::string& workspace, DoorStarter door);
+
+// The executor registry: one row per tier this build implements, in order of isolation (host,
+// landlock, namespaces, microvm). Everything that lists the built tiers derives from it:
+// make_executor, built_tiers() (which the planner is given), doctor and GET /v1/executors, the
+// escape suite. A tier the policy format names but no row implements (container) is planned as
+// unavailable, by name.
+struct ExecutorEntry {
+  policy::ExecutorKind kind;
+  ExecutorFactory make;
+};
+std::span<const ExecutorEntry> executors();
+
+// The tiers of the registry, for plan::plan_execution, plan::assess and plan::fact_needs.
+plan::BuiltTiers built_tiers();
+
+// Prepares the executor the plan chose for this session, through the registry. Fails closed: a
+// tier no row implements, or one whose kernel mechanism fails to prepare, is refused.
 Result<std::unique_ptr<Executor>> make_executor(const plan::ExecutionPlan& plan, const SessionDirs& dirs,
                                                 const std::string& session_id, const std::string& workspace,
                                                 DoorStarter door = {});

@@ -5,7 +5,7 @@
 // each over virtio-9p; its agent (vm/guest_agent.c) waits for a go byte on a fourth serial port,
 // reads the request from a control directory in the scratch directory, writes the command's
 // stdout and stderr to two virtio serial ports and its end to a third. Guests may be booted
-// ahead (plan.microvm.pool), so the go byte is what starts a run. Write-back is the view's, as on
+// ahead (the guest plan's pool), so the go byte is what starts a run. Write-back is the view's, as on
 // every tier.
 #include "exec/microvm_executor.h"
 
@@ -26,6 +26,7 @@
 #include <mutex>
 #include <thread>
 #include <tuple>
+#include <variant>
 
 #include <fmt/format.h>
 
@@ -155,18 +156,21 @@ class MicrovmExecutor final : public Executor {
   MicrovmExecutor(const plan::ExecutionPlan& plan, SessionDirs dirs, std::string session_id, std::string workspace)
       : plan_(plan), dirs_(std::move(dirs)), session_id_(std::move(session_id)), workspace_(std::move(workspace)) {
     inside_ = workspace_inside(workspace_);
-    qemu_plan_ = plan_;
-    qemu_plan_.executor = policy::ExecutorKind::Namespaces;
-    qemu_plan_.microvm.reset();
-    // The command's wall time is kept from the host, from the moment the guest is told to go
-    // (run() below): a pooled guest's QEMU started long before its command.
-    qemu_plan_.limits.wall_timeout_ms = 0;
   }
   ~MicrovmExecutor() override { stop_pool(); }
 
   Result<void> prepare() {
-    if (!plan_.microvm) return fail(Code::ExecutorUnavailable, "a microvm plan without its guest");
-    const auto& vm = *plan_.microvm;
+    tier_ = std::get_if<plan::MicrovmTierPlan>(&plan_.confinement);
+    if (!tier_)
+      return fail(Code::InternalError, fmt::format("the microvm executor was given a plan of the {} tier",
+                                                   policy::to_string(plan_.executor())));
+    const plan::MicrovmPlan& vm = tier_->guest;
+    // QEMU's own plan: the namespaces tier with the sandbox the planner sized for QEMU.
+    qemu_plan_ = plan_;
+    qemu_plan_.confinement = plan::NamespacesTierPlan{tier_->qemu, std::nullopt};
+    // The command's wall time is kept from the host, from the moment the guest is told to go
+    // (run() below): a pooled guest's QEMU started long before its command.
+    qemu_plan_.limits.wall_timeout_ms = 0;
     // The guest agent refuses a request without a process limit; refused here first, before a guest boots.
     if (vm.max_processes == 0)
       return fail(Code::ExecutorUnavailable, "a microvm plan without the guest's process limit");
@@ -174,30 +178,24 @@ class MicrovmExecutor final : public Executor {
     // and limits for QEMU). Prepared once here so a tier that cannot prepare is refused now;
     // every guest then gets a sandbox of its own.
     auto probe = TRY(make_executor(qemu_plan_, dirs_, session_id_, workspace_));
+    // QEMU's confinement, and the guest's on top; the command's wall time is kept from the host.
     enforced_ = probe->enforced();
-    enforced_["executor"] = "microvm";
-    enforced_["tier"] = plan_.tier;
-    enforced_["microvm"] = {{"acceleration", vm.acceleration},
-                            {"memory_mb", vm.memory_mb},
-                            {"vcpus", vm.vcpus},
-                            {"kernel_sha256", vm.kernel_sha256},
-                            {"initramfs_sha256", vm.initramfs_sha256},
-                            {"network_devices", "none"},
-                            {"qemu_sandbox", "-sandbox on (obsolete, elevateprivileges, spawn, resourcecontrol denied)"},
-                            {"qemu_confined_by", "the namespaces tier (the rest of this record), one sandbox per guest"},
-                            {"pool", vm.pool},
-                            {"guest_processes",
-                             {{"mechanism", "cgroup v2 pids in the guest (nsdelegate; the command in a cgroup "
-                                            "namespace rooted at its cgroup, born into it by clone3)"},
-                              {"pids_max", vm.max_processes},
-                              {"setup_failure", "the guest ends before the command runs"}}},
-                            {"teardown", "one guest per run, never reused; QEMU is killed with the namespace's init"}};
-    enforced_["network"] = "none (no network device in the guest)";
+    enforced_.executor = plan_.executor();
+    enforced_.tier = plan_.tier();
+    enforced_.wall_timeout_ms = plan_.limits.wall_timeout_ms;
+    enforced_.network = NetworkEnforced::NoGuestDevice;
+    enforced_.microvm = MicrovmEnforced{.acceleration = vm.acceleration,
+                                        .memory_mb = vm.memory_mb,
+                                        .vcpus = vm.vcpus,
+                                        .kernel_sha256 = vm.kernel_sha256,
+                                        .initramfs_sha256 = vm.initramfs_sha256,
+                                        .pool = vm.pool,
+                                        .guest_pids_max = vm.max_processes};
     if (vm.pool > 0) refill_ = std::thread([this] { refill(); });
     return {};
   }
 
-  const Json& enforced() const override { return enforced_; }
+  const Enforced& enforced() const override { return enforced_; }
 
   Result<RunOutcome> run(const Command& cmd) override {
     if (cmd.argv.empty()) return fail(Code::PolicyInvalid, "no command to run");
@@ -219,8 +217,8 @@ class MicrovmExecutor final : public Executor {
     for (const auto& e : cmd.env) put("env", e);
     put("cwd", cwd);
     put("workdir", inside_);
-    put("cpu_seconds", std::to_string(plan_.microvm->cpu_seconds));
-    put("max_processes", std::to_string(plan_.microvm->max_processes));
+    put("cpu_seconds", std::to_string(tier_->guest.cpu_seconds));
+    put("max_processes", std::to_string(tier_->guest.max_processes));
     put("nofile", std::to_string(plan_.limits.max_open_files));
     put("fsize", std::to_string(plan_.limits.max_file_bytes));
     // stdin crosses as a file; a terminal never ends, and the guest gets none of the host's
@@ -354,7 +352,7 @@ class MicrovmExecutor final : public Executor {
     g->err = std::move(err_rd);
     g->status = std::move(st_rd);
     Executor* sandbox = g->sandbox.get();
-    std::vector<std::string> argv = qemu_argv(*plan_.microvm, inside_, g->ctl_name);
+    std::vector<std::string> argv = qemu_argv(tier_->guest, inside_, g->ctl_name);
     g->ended = std::async(std::launch::async, [sandbox, argv = std::move(argv), go = std::move(go_rd),
                                                o = std::move(out_wr), e = std::move(err_wr),
                                                st = std::move(st_wr)]() mutable -> Result<RunOutcome> {
@@ -406,11 +404,11 @@ class MicrovmExecutor final : public Executor {
     return nullptr;
   }
 
-  // Keeps plan.microvm.pool guests booted and waiting, until the executor stops.
+  // Keeps the guest plan's pool of guests booted and waiting, until the executor stops.
   void refill() {
     std::unique_lock lk(mu_);
     while (!pool_stopping_) {
-      if (pool_.size() >= plan_.microvm->pool) {
+      if (pool_.size() >= tier_->guest.pool) {
         wake_.wait(lk);
         continue;
       }
@@ -445,7 +443,7 @@ class MicrovmExecutor final : public Executor {
   // digests the plan recorded: what QEMU boots is what was checked, and a cache under /tmp (which
   // QEMU's namespace covers with the scratch directory) works as well as any other.
   Result<void> stage_image(const std::string& ctl) const {
-    const auto& vm = *plan_.microvm;
+    const plan::MicrovmPlan& vm = tier_->guest;
     for (auto [path, want, name] : {std::tuple{&vm.kernel, &vm.kernel_sha256, "vmlinux"},
                                     {&vm.initramfs, &vm.initramfs_sha256, "initramfs"}}) {
       auto bytes = read_file(*path, Code::ExecutorUnavailable);
@@ -459,10 +457,12 @@ class MicrovmExecutor final : public Executor {
     return {};
   }
 
-  plan::ExecutionPlan plan_, qemu_plan_;
+  plan::ExecutionPlan plan_;
+  const plan::MicrovmTierPlan* tier_ = nullptr;  // into plan_, set by prepare()
+  plan::ExecutionPlan qemu_plan_;                // the namespaces tier, for each guest's QEMU
   SessionDirs dirs_;
   std::string session_id_, workspace_, inside_;
-  Json enforced_;
+  Enforced enforced_;
   std::atomic<int> guests_ = 0;
   std::atomic<bool> stopped_ = false;
   std::mutex mu_;
@@ -505,7 +505,8 @@ std::vector<std::string> qemu_argv(const plan::MicrovmPlan& vm, const std::strin
 }
 
 Result<std::unique_ptr<Executor>> make_microvm_executor(const plan::ExecutionPlan& plan, const SessionDirs& dirs,
-                                                        const std::string& session_id, const std::string& workspace) {
+                                                        const std::string& session_id, const std::string& workspace,
+                                                        DoorStarter /* door: the tier has none */) {
   auto ex = std::make_unique<MicrovmExecutor>(plan, dirs, session_id, workspace);
   TRY(ex->prepare());
   return std::unique_ptr<Executor>(std::move(ex));

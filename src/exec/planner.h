@@ -55,7 +55,8 @@ struct PlanContext {
   size_t vm_pool = 0;     // the operator's microVM pool (airlock serve --vm-pool)
 };
 
-// plan::plan_execution, then what every session's plan holds beyond it: the microVM pool, the
+// plan::plan_execution for the tiers this build implements (built_tiers()), then what every
+// session's plan holds beyond it: the microVM pool, the
 // workspace's git configuration targets as protected paths, and the test seams in force (each
 // listed among the plan's relaxations).
 Result<plan::ExecutionPlan> plan_session(const policy::TaskPolicy& policy, const plan::HostFacts& facts,

@@ -1,7 +1,9 @@
 // The process executors: landlock (Landlock + seccomp + rlimits, supervised), namespaces (the
 // same inside new namespaces with cgroup limits and a root of its own) and host (the same
-// supervision with no confinement; development profile only). One mechanism; the plan says
+// supervision with no confinement; development profile only). One mechanism; the tier plan says
 // which steps apply.
+#include "exec/process_executor.h"
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,12 +12,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <iterator>
 #include <mutex>
 #include <optional>
+#include <variant>
 
 #include "base/fs.h"
-#include "exec/executor.h"
-#include "exec/microvm_executor.h"
 #include "linux/apply.h"
 #include "linux/cgroup.h"
 #include "linux/landlock.h"
@@ -28,78 +30,83 @@
 namespace airlock::exec {
 namespace {
 
+// What a tier plan asks the process executor to apply: pointers into its own copy of the plan,
+// taken once from the tier's alternative. The host tier applies none of them.
+struct Steps {
+  const plan::LandlockPlan* landlock = nullptr;
+  const plan::SeccompPlan* seccomp = nullptr;
+  const plan::NamespacesSandbox* sandbox = nullptr;  // the namespaces tier: namespaces, root, cgroup
+  const plan::DoorPlan* door = nullptr;
+};
+
+Result<Steps> steps_of(const plan::TierPlan& tier) {
+  Steps s;
+  if (const auto* t = std::get_if<plan::LandlockTierPlan>(&tier)) {
+    s.landlock = &t->landlock;
+    s.seccomp = &t->seccomp;
+  } else if (const auto* t = std::get_if<plan::NamespacesTierPlan>(&tier)) {
+    s.sandbox = &t->sandbox;
+    s.seccomp = &t->sandbox.seccomp;
+    if (t->sandbox.landlock) s.landlock = &*t->sandbox.landlock;
+    if (t->door) s.door = &*t->door;
+  } else if (!std::holds_alternative<plan::HostTierPlan>(tier)) {
+    return fail(Code::InternalError,
+                fmt::format("the process executor was given a plan of the {} tier",
+                            policy::to_string(plan::executor_of(tier))));
+  }
+  return s;
+}
+
 class ProcessExecutor final : public Executor {
  public:
   ProcessExecutor(const plan::ExecutionPlan& plan, SessionDirs dirs, std::string session_id, std::string workspace,
                   DoorStarter door)
-      : plan_(plan), dirs_(std::move(dirs)), session_id_(std::move(session_id)), door_(std::move(door)) {
-    inside_ = plan_.namespaces ? workspace_inside(workspace) : dirs_.view;
-  }
+      : plan_(plan), dirs_(std::move(dirs)), session_id_(std::move(session_id)), workspace_(std::move(workspace)),
+        door_(std::move(door)) {}
 
   Result<void> prepare() {
-    enforced_ = {{"executor", policy::to_string(plan_.executor)}, {"tier", plan_.tier}};
-    if (plan_.landlock) {
-      landlock_ = TRY(linux::prepare_landlock(*plan_.landlock, {dirs_.view, dirs_.scratch}));
-      enforced_["landlock"] = landlock_.applied;
-    } else {
-      enforced_["landlock"] = nullptr;
+    steps_ = TRY(steps_of(plan_.confinement));
+    inside_ = steps_.sandbox ? workspace_inside(workspace_) : dirs_.view;
+    if (steps_.door && !door_)
+      return fail(Code::ExecutorUnavailable, "the plan has a network door, but nothing here can serve it",
+                  {{"executor", policy::to_string(plan_.executor())}});
+    Enforced& e = enforced_;
+    e.executor = plan_.executor();
+    e.tier = plan_.tier();
+    if (steps_.landlock) {
+      landlock_ = TRY(linux::prepare_landlock(*steps_.landlock, {dirs_.view, dirs_.scratch}));
+      e.landlock = landlock_.applied;
     }
-    if (plan_.seccomp) {
-      seccomp_ = TRY(linux::prepare_seccomp(*plan_.seccomp));
-      enforced_["seccomp"] = seccomp_->applied;
-    } else {
-      enforced_["seccomp"] = nullptr;
+    if (steps_.seccomp) {
+      seccomp_ = TRY(linux::prepare_seccomp(*steps_.seccomp));
+      e.seccomp = seccomp_->applied;
     }
-    if (plan_.namespaces) {
+    if (steps_.sandbox) {
       std::string root = dirs_.root + "/root";
       if (::mkdir(root.c_str(), 0700) < 0 && errno != EEXIST)
         return fail_errno(Code::ExecutorUnavailable, "mkdir " + root, errno);
-      mounts_ = TRY(
-          linux::prepare_mounts(*plan_.namespaces, root, dirs_.view, dirs_.scratch, inside_, dirs_.view_read_only));
+      mounts_ = TRY(linux::prepare_mounts(steps_.sandbox->namespaces, root, dirs_.view, dirs_.scratch, inside_,
+                                          dirs_.view_read_only));
       id_maps_ = linux::prepare_id_maps(::getuid(), ::getgid());
-      enforced_["namespaces"] = {{"new", Json::array({"user", "mount", "pid", "net", "ipc", "uts", "cgroup"})},
-                                 {"uid_map", id_maps_.uid_map},
-                                 {"mounts", mounts_.applied},
-                                 {"hostname", plan_.namespaces->hostname},
-                                 {"network", "loopback only"},
-                                 {"init", "airlock's own, as pid 1"},
-                                 {"capabilities", "none"}};
-    } else {
-      enforced_["namespaces"] = nullptr;
-    }
-    if (plan_.cgroup) {
-      enforced_["cgroup"] = {{"version", plan_.cgroup->version},
-                             {"memory_bytes", plan_.cgroup->memory_bytes},
-                             {"swap_bytes", 0},
-                             {"pids_max", plan_.cgroup->pids_max},
-                             {"cpu", fmt::format("{} us per {} us", plan_.cgroup->cpu_quota_us, plan_.cgroup->cpu_period_us)},
-                             {"teardown", "the init's exit kills the namespace; cgroups verified empty, then removed"}};
-    } else {
-      enforced_["cgroup"] = nullptr;
+      e.namespaces = NamespacesEnforced{
+          .created = {std::begin(linux::kSandboxNamespaces), std::end(linux::kSandboxNamespaces)},
+          .uid_map = id_maps_.uid_map,
+          .mounts = mounts_.applied,
+          .hostname = steps_.sandbox->namespaces.hostname};
+      e.cgroup = steps_.sandbox->cgroup;
     }
     rlimits_ = linux::prepare_rlimits(plan_.limits);
-    enforced_["rlimits"] = rlimits_.applied;
-    enforced_["no_new_privs"] = confined();
-    enforced_["capabilities"] = plan_.drop_capabilities ? "none: every set emptied, the bounding set too" : "inherited";
-    enforced_["process_limit"] = plan::to_string(plan_.limits.process_mechanism);
-    enforced_["wall_timeout_ms"] = plan_.limits.wall_timeout_ms;
-    if (plan_.door && (!plan_.namespaces || !door_))
-      return fail(Code::ExecutorUnavailable, "the plan has a network door, but nothing here can serve it",
-                  {{"executor", policy::to_string(plan_.executor)}});
-    enforced_["network"] = plan_.network ? "host" : plan_.door ? "door" : "none";
-    if (plan_.door)
-      enforced_["door"] = {{"listen", fmt::format("{}:{}", plan_.door->address, plan_.door->port)},
-                           {"inside", "a network namespace with only loopback; no resolver"},
-                           {"served_by", "airlock, outside the sandbox: CONNECT and plain HTTP, every request "
-                                         "admitted by the rules and pinned to the address checked"},
-                           {"rules", policy::to_json(plan_.door->rules)}};
-    enforced_["environment"] = "replaced by an allow-list";
-    enforced_["file_descriptors"] = "all but 0-2 closed at exec";
-    enforced_["descendants"] = "killed when the command ends (child subreaper)";
+    e.rlimits = rlimits_.applied;
+    e.no_new_privs = confined();
+    e.capabilities_dropped = plan_.drops_capabilities();
+    e.process_limit = plan_.limits.process_mechanism;
+    e.wall_timeout_ms = plan_.limits.wall_timeout_ms;
+    e.network = plan_.host_network() ? NetworkEnforced::Host : steps_.door ? NetworkEnforced::Door : NetworkEnforced::None;
+    if (steps_.door) e.door = *steps_.door;
     return {};
   }
 
-  const Json& enforced() const override { return enforced_; }
+  const Enforced& enforced() const override { return enforced_; }
 
   Result<RunOutcome> run(const Command& cmd) override {
     if (cmd.argv.empty()) return fail(Code::PolicyInvalid, "no command to run");
@@ -113,12 +120,12 @@ class ProcessExecutor final : public Executor {
       std::string_view name = std::string_view(kv).substr(0, kv.find('='));
       return std::find(cmd.scrub_env.begin(), cmd.scrub_env.end(), name) != cmd.scrub_env.end();
     });
-    if (plan_.namespaces) {
+    if (steps_.sandbox) {
       spec.mounts = &mounts_;
       spec.id_maps = &id_maps_;
-      spec.hostname = plan_.namespaces->hostname;
+      spec.hostname = steps_.sandbox->namespaces.hostname;
     }
-    spec.drop_capabilities = plan_.drop_capabilities;
+    spec.drop_capabilities = plan_.drops_capabilities();
     spec.rlimits = &rlimits_;
     spec.landlock_ruleset = landlock_.ruleset.get();
     spec.seccomp = seccomp_ ? &seccomp_->fprog : nullptr;
@@ -132,7 +139,7 @@ class ProcessExecutor final : public Executor {
     spec.stderr_fd = cmd.stderr_fd;
     spec.fd3 = cmd.pass_fd;
     if (cmd.private_tmpdir) {
-      spec.make_tmpdir = fmt::format("{}/tmp.{}", plan_.namespaces ? "/tmp" : dirs_.scratch, runs_ + 1);
+      spec.make_tmpdir = fmt::format("{}/tmp.{}", steps_.sandbox ? "/tmp" : dirs_.scratch, runs_ + 1);
       for (auto& kv : spec.env)
         if (kv.starts_with("TMPDIR=")) kv = "TMPDIR=" + spec.make_tmpdir;
     }
@@ -141,8 +148,8 @@ class ProcessExecutor final : public Executor {
     // RLIMIT_NPROC does not bind, gets a pids cgroup per run.
     linux::PreparedCgroup cg;
     std::string cg_name = "airlock-" + session_id_ + "-" + std::to_string(++runs_);
-    if (plan_.cgroup) {
-      plan::CgroupPlan c = *plan_.cgroup;
+    if (steps_.sandbox) {
+      plan::CgroupPlan c = steps_.sandbox->cgroup;
       c.pids_max += 2;  // the supervisor and the namespace's init
       cg = TRY(linux::prepare_sandbox_cgroup(c, cg_name));
     } else if (plan_.limits.process_mechanism != plan::ProcessLimitMechanism::RlimitNproc) {
@@ -152,11 +159,11 @@ class ProcessExecutor final : public Executor {
     for (size_t i = 0; i < cg.procs.size() && i < spec.cgroup_procs.size(); ++i) spec.cgroup_procs[i] = cg.procs[i].get();
 
     linux::DoorChannel door_channel;
-    if (plan_.door) {
+    if (steps_.door) {
       door_channel = TRY(linux::prepare_door_channel());
       spec.door_channel = door_channel.inside.get();
-      spec.door_address = plan_.door->address;
-      spec.door_port = static_cast<uint16_t>(plan_.door->port);
+      spec.door_address = steps_.door->address;
+      spec.door_port = static_cast<uint16_t>(steps_.door->port);
     }
 
     {
@@ -180,7 +187,7 @@ class ProcessExecutor final : public Executor {
     // start, the command is stopped and the run refused: never a run whose door is missing.
     std::shared_ptr<void> door_serving;
     std::optional<Error> door_failed;
-    if (plan_.door) {
+    if (steps_.door) {
       auto listener = linux::receive_door_listener(door_channel.outside.get());
       if (listener) {
         auto served = door_(std::move(*listener));
@@ -202,7 +209,7 @@ class ProcessExecutor final : public Executor {
     }
     auto t_end = std::chrono::steady_clock::now();
     auto released = cg.release();
-    bool mounts_gone = !plan_.namespaces || !mounted_on_host(dirs_.root + "/root");
+    bool mounts_gone = !steps_.sandbox || !mounted_on_host(dirs_.root + "/root");
     double teardown_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_end).count();
     if (!released) return std::unexpected(released.error());
     if (!mounts_gone)
@@ -220,7 +227,7 @@ class ProcessExecutor final : public Executor {
                     ? fail_errno(Code::ToolFailed, fmt::format("cannot execute {}", spec.path), rep->err).error()
                     : fail_errno(Code::ExecutorUnavailable,
                                  fmt::format("the {} executor failed to apply step {}",
-                                             policy::to_string(plan_.executor), step),
+                                             policy::to_string(plan_.executor()), step),
                                  rep->err)
                           .error();
       e.facts["step"] = step;
@@ -257,7 +264,7 @@ class ProcessExecutor final : public Executor {
   }
 
  private:
-  bool confined() const { return plan_.executor != policy::ExecutorKind::Host; }
+  bool confined() const { return !std::holds_alternative<plan::HostTierPlan>(plan_.confinement); }
 
   // Whether anything is mounted at or below `path` in our (the host's) mount namespace.
   static bool mounted_on_host(const std::string& path) {
@@ -266,24 +273,26 @@ class ProcessExecutor final : public Executor {
   }
 
   Result<std::string> visible_path(const std::string& host) const {
-    return plan_.namespaces ? sandbox_path(host, dirs_, inside_) : sandbox_path(host, dirs_, std::nullopt);
+    return steps_.sandbox ? sandbox_path(host, dirs_, inside_) : sandbox_path(host, dirs_, std::nullopt);
   }
 
   std::vector<std::string> environment(const std::string& pwd) const {
-    auto env = sandbox_environment(plan_, inside_, plan_.namespaces ? "/tmp" : dirs_.scratch, pwd, session_id_);
-    if (plan_.door)
-      for (auto& v : plan_.door->environment()) env.push_back(std::move(v));
+    auto env = sandbox_environment(plan_, inside_, steps_.sandbox ? "/tmp" : dirs_.scratch, pwd, session_id_);
+    if (steps_.door)
+      for (auto& v : steps_.door->environment()) env.push_back(std::move(v));
     return env;
   }
 
   plan::ExecutionPlan plan_;
+  Steps steps_;  // into plan_
   SessionDirs dirs_;
   std::string session_id_;
+  std::string workspace_;
   DoorStarter door_;
   std::string inside_;  // where the view is, as the command sees it
   linux::MountProgram mounts_;
   linux::IdMaps id_maps_;
-  Json enforced_;
+  Enforced enforced_;
   linux::PreparedLandlock landlock_;
   std::unique_ptr<linux::PreparedSeccomp> seccomp_;
   linux::RlimitSet rlimits_;
@@ -296,26 +305,12 @@ class ProcessExecutor final : public Executor {
 
 }  // namespace
 
-Result<std::unique_ptr<Executor>> make_executor(const plan::ExecutionPlan& plan, const SessionDirs& dirs,
-                                                const std::string& session_id, const std::string& workspace,
-                                                DoorStarter door) {
-  switch (plan.executor) {
-    case policy::ExecutorKind::Host:
-    case policy::ExecutorKind::Landlock:
-    case policy::ExecutorKind::Namespaces: {
-      auto ex = std::make_unique<ProcessExecutor>(plan, dirs, session_id, workspace, std::move(door));
-      TRY(ex->prepare());
-      return std::unique_ptr<Executor>(std::move(ex));
-    }
-    case policy::ExecutorKind::Microvm:
-      return make_microvm_executor(plan, dirs, session_id, workspace);
-    case policy::ExecutorKind::Container:
-    case policy::ExecutorKind::Auto:
-      break;
-  }
-  return fail(Code::ExecutorUnavailable,
-              fmt::format("the {} executor is not part of this build", policy::to_string(plan.executor)),
-              {{"executor", policy::to_string(plan.executor)}});
+Result<std::unique_ptr<Executor>> make_process_executor(const plan::ExecutionPlan& plan, const SessionDirs& dirs,
+                                                        const std::string& session_id, const std::string& workspace,
+                                                        DoorStarter door) {
+  auto ex = std::make_unique<ProcessExecutor>(plan, dirs, session_id, workspace, std::move(door));
+  TRY(ex->prepare());
+  return std::unique_ptr<Executor>(std::move(ex));
 }
 
 }  // namespace airlock::exec

@@ -333,10 +333,11 @@ void apply_test_seams(plan::ExecutionPlan& plan) {
     plan.relaxations.push_back("protected paths: first wall off (test seam AIRLOCK_TEST_NO_PROTECTED_FIRST_WALL)");
   }
   const char* delay = std::getenv("AIRLOCK_TEST_GUEST_BOOT_DELAY_MS");
-  if (delay && plan.microvm) {
-    plan.microvm->test_boot_delay_ms = std::strtoull(delay, nullptr, 10);
+  auto* vm = std::get_if<plan::MicrovmTierPlan>(&plan.confinement);
+  if (delay && vm) {
+    vm->guest.test_boot_delay_ms = std::strtoull(delay, nullptr, 10);
     plan.relaxations.push_back(fmt::format("microvm: the guest says ready {} ms late (test seam AIRLOCK_TEST_GUEST_BOOT_DELAY_MS)",
-                                           plan.microvm->test_boot_delay_ms));
+                                           vm->guest.test_boot_delay_ms));
   }
 }
 

@@ -306,6 +306,7 @@ void signal_group(pid_t command, int sig) noexcept {
   if (s.mounts) {
     int gopipe[2];
     if (::pipe2(gopipe, O_CLOEXEC) < 0 || ::pipe2(statuspipe, O_CLOEXEC) < 0) finish(Step::Init, errno);
+    // kSandboxNamespaces (apply.h) names these for the receipt.
     cmd = clone_with_pidfd(&cmd_pidfd, CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
                                            CLONE_NEWUTS | CLONE_NEWCGROUP);
     if (cmd < 0) finish(Step::CloneCommand, errno);

@@ -45,6 +45,10 @@ enum class Step : int32_t {
 };
 std::string_view to_string(Step s);
 
+// The namespaces the namespaces tier's init is cloned into (a LaunchSpec with mounts and id maps),
+// as the receipt names them; launch() in apply.cpp holds the matching CLONE_NEW* flags.
+inline constexpr const char* kSandboxNamespaces[] = {"user", "mount", "pid", "net", "ipc", "uts", "cgroup"};
+
 // Everything the child needs, prepared by the parent: pointers into memory the parent
 // keeps alive until launch() returns, so the child allocates nothing.
 struct LaunchSpec {

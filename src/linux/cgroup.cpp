@@ -73,7 +73,7 @@ Result<void> CgroupDir::release() {
   }
   int e = errno;
   std::string p = std::exchange(path_, {});
-  return fail_errno(Code::ConfigError, "cannot remove cgroup " + p, e);
+  return fail_errno(Code::IoError, "cannot remove cgroup " + p, e);
 }
 
 namespace {
@@ -127,13 +127,11 @@ Result<PreparedCgroup> prepare_pids_cgroup(plan::ProcessLimitMechanism m, const 
   bool v1 = m == plan::ProcessLimitMechanism::CgroupV1Pids;
   TRY(add_dir(out, v1 ? "pids" : "", name));
   TRY(write_knob(out.dirs[0].path(), "pids.max", std::to_string(max_processes)));
-  out.applied = {{"path", out.dirs[0].path()}, {"pids.max", max_processes}, {"version", v1 ? 1 : 2}};
   return out;
 }
 
 Result<PreparedCgroup> prepare_sandbox_cgroup(const plan::CgroupPlan& plan, const std::string& name) {
   PreparedCgroup out;
-  Json applied = {{"version", plan.version}};
   std::string mem = std::to_string(plan.memory_bytes), pids = std::to_string(plan.pids_max);
   if (plan.version == 2) {
     TRY(add_dir(out, "", name));
@@ -142,7 +140,6 @@ Result<PreparedCgroup> prepare_sandbox_cgroup(const plan::CgroupPlan& plan, cons
     if (knob_exists(d, "memory.swap.max")) TRY(write_knob(d, "memory.swap.max", "0"));
     TRY(write_knob(d, "pids.max", pids));
     TRY(write_knob(d, "cpu.max", fmt::format("{} {}", plan.cpu_quota_us, plan.cpu_period_us)));
-    applied["paths"] = Json::array({d});
   } else {
     TRY(add_dir(out, "memory", name));
     TRY(add_dir(out, "pids", name));
@@ -155,13 +152,7 @@ Result<PreparedCgroup> prepare_sandbox_cgroup(const plan::CgroupPlan& plan, cons
     TRY(write_knob(pd, "pids.max", pids));
     TRY(write_knob(cd, "cpu.cfs_period_us", std::to_string(plan.cpu_period_us)));
     TRY(write_knob(cd, "cpu.cfs_quota_us", std::to_string(plan.cpu_quota_us)));
-    applied["paths"] = Json::array({md, pd, cd});
   }
-  applied["memory_bytes"] = plan.memory_bytes;
-  applied["swap_bytes"] = 0;
-  applied["pids_max"] = plan.pids_max;
-  applied["cpu"] = fmt::format("{} us per {} us", plan.cpu_quota_us, plan.cpu_period_us);
-  out.applied = std::move(applied);
   return out;
 }
 

@@ -46,7 +46,6 @@ size_t release_abandoned_cgroups(const std::vector<std::string>& session_ids);
 struct PreparedCgroup {
   std::vector<CgroupDir> dirs;  // one per v1 hierarchy, or the one cgroup2 directory
   std::vector<UniqueFd> procs;  // their cgroup.procs opened for writing: the child writes "0" to join
-  Json applied;
   // Kills what is left, verifies each directory empty and removes it.
   Result<void> release();
 };

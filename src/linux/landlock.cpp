@@ -87,7 +87,7 @@ uint64_t rights_of(plan::Access a, bool is_dir) {
   return is_dir ? r : (r & kFileOnly);
 }
 
-Json rights_names(uint64_t r) {
+std::vector<std::string> rights_names(uint64_t r) {
   static constexpr std::pair<uint64_t, const char*> kNames[] = {
       {kExecute, "execute"},      {kWriteFile, "write_file"},   {kReadFile, "read_file"},
       {kReadDir, "read_dir"},     {kRemoveDir, "remove_dir"},   {kRemoveFile, "remove_file"},
@@ -95,7 +95,7 @@ Json rights_names(uint64_t r) {
       {kMakeSock, "make_sock"},   {kMakeFifo, "make_fifo"},     {kMakeBlock, "make_block"},
       {kMakeSym, "make_sym"},     {kRefer, "refer"},            {kTruncate, "truncate"},
       {kIoctlDev, "ioctl_dev"}};
-  Json out = Json::array();
+  std::vector<std::string> out;
   for (auto [bit, name] : kNames)
     if (r & bit) out.push_back(name);
   return out;
@@ -131,9 +131,13 @@ Result<PreparedLandlock> prepare_landlock(const plan::LandlockPlan& lp, const La
   if (fd < 0) return fail_errno(Code::ExecutorUnavailable, "landlock_create_ruleset", errno);
   PreparedLandlock out;
   out.ruleset = UniqueFd(fd);
-  out.abi = abi;
+  LandlockApplied& applied = out.applied;
+  applied.abi = abi;
+  applied.handled_fs = rights_names(attr.handled_access_fs);
+  applied.tcp_bind_connect_denied = attr.handled_access_net != 0;
+  applied.scoped_abstract_unix = (attr.scoped & kScopeAbstractUnix) != 0;
+  applied.scoped_signal = (attr.scoped & kScopeSignal) != 0;
 
-  Json rules = Json::array();
   for (const auto& rule : lp.fs_rules) {
     std::string path;
     switch (rule.anchor) {
@@ -153,23 +157,15 @@ Result<PreparedLandlock> prepare_landlock(const plan::LandlockPlan& lp, const La
     pb.parent_fd = pfd.get();
     if (::syscall(kSysAddRule, out.ruleset.get(), LANDLOCK_RULE_PATH_BENEATH, &pb, 0) < 0)
       return fail_errno(Code::ExecutorUnavailable, "landlock_add_rule " + path, errno);
-    rules.push_back({{"path", path}, {"access", plan::to_string(rule.access)}, {"rights", rights_names(pb.allowed_access)}});
+    applied.rules.push_back({path, rule.access, rights_names(pb.allowed_access)});
   }
-  Json ports = Json::array();
   if (attr.handled_access_net != 0)
     for (int port : lp.tcp_connect_ports) {
       NetPortAttr np{kNetConnectTcp, static_cast<uint64_t>(port)};
       if (::syscall(kSysAddRule, out.ruleset.get(), kRuleNetPort, &np, 0) < 0)
         return fail_errno(Code::ExecutorUnavailable, fmt::format("landlock_add_rule tcp port {}", port), errno);
-      ports.push_back(port);
+      applied.tcp_connect_ports.push_back(port);
     }
-  out.applied = {{"abi", abi},
-                 {"handled_fs", rights_names(attr.handled_access_fs)},
-                 {"net_tcp_bind_connect_denied", attr.handled_access_net != 0},
-                 {"net_tcp_connect_ports", ports},
-                 {"scoped_abstract_unix", (attr.scoped & kScopeAbstractUnix) != 0},
-                 {"scoped_signal", (attr.scoped & kScopeSignal) != 0},
-                 {"rules", rules}};
   return out;
 }
 

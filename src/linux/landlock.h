@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "base/error.h"
 #include "base/unique_fd.h"
@@ -18,11 +19,28 @@ struct LandlockAnchors {
   std::string scratch;
 };
 
+// One rule as applied: the path it resolved to, the plan's access group, and the ABI rights
+// (LANDLOCK_ACCESS_FS_* names, lower case) that group granted there.
+struct LandlockRuleApplied {
+  std::string path;
+  plan::Access access;
+  std::vector<std::string> rights;
+};
+
+// The ruleset as applied, for the receipt (exec::Enforced).
+struct LandlockApplied {
+  int abi = 0;                          // the live kernel's
+  std::vector<std::string> handled_fs;  // every filesystem right the ruleset handles
+  bool tcp_bind_connect_denied = false;  // TCP bind and connect handled: only the ports below
+  std::vector<int> tcp_connect_ports;
+  bool scoped_abstract_unix = false;
+  bool scoped_signal = false;
+  std::vector<LandlockRuleApplied> rules;  // a missing optional path has none
+};
+
 struct PreparedLandlock {
   UniqueFd ruleset;
-  int abi = 0;
-  // The rules as applied: resolved paths and the ABI rights granted (for the receipt).
-  Json applied;
+  LandlockApplied applied;
 };
 
 // Parent side: re-checks the live ABI against the plan's floor (AIRLOCK_CONFINEMENT_BELOW_FLOOR),

@@ -92,7 +92,6 @@ Result<MountProgram> prepare_mounts(const plan::NamespacesPlan& plan, const std:
   std::set<std::string> made;
   auto in = [&](const std::string& p) { return new_root + p; };
   prog.ops.push_back({Kind::Tmpfs, "", new_root, "mode=0755,size=16m"});
-  Json binds = Json::array();
   for (const auto& path : plan.ro_binds) {
     struct stat st{};
     if (::lstat(path.c_str(), &st) != 0) continue;  // not on this host (e.g. /lib32)
@@ -102,7 +101,7 @@ Result<MountProgram> prepare_mounts(const plan::NamespacesPlan& plan, const std:
       ssize_t n = ::readlink(path.c_str(), target, sizeof target - 1);
       if (n < 0) return fail_errno(Code::ExecutorUnavailable, "readlink " + path, errno);
       prog.ops.push_back({Kind::Symlink, std::string(target, static_cast<size_t>(n)), in(path), ""});
-      binds.push_back({{"path", path}, {"as", "symlink"}});
+      prog.applied.binds.push_back({path, true});
       continue;
     }
     if (S_ISDIR(st.st_mode)) {
@@ -112,7 +111,7 @@ Result<MountProgram> prepare_mounts(const plan::NamespacesPlan& plan, const std:
       prog.ops.push_back({Kind::CreateFile, "", in(path), ""});
     }
     prog.ops.push_back({Kind::BindReadOnly, path, in(path), ""});
-    binds.push_back({{"path", path}, {"as", "read-only bind"}});
+    prog.applied.binds.push_back({path, false});
   }
   // A minimal /dev: a tmpfs holding binds of a few host device nodes, and the usual links.
   mkdirs(prog, made, in("/dev"));
@@ -128,7 +127,6 @@ Result<MountProgram> prepare_mounts(const plan::NamespacesPlan& plan, const std:
   prog.ops.push_back({Kind::RemountReadOnly, "", in("/dev"), ""});
   // Credential files beneath a bind: a file is covered by /dev/null, a directory by an empty
   // tmpfs no one may enter. Only what exists as a file or directory is planned (facts).
-  Json masked = Json::array();
   for (const auto& path : plan.masked) {
     struct stat st{};
     // A symlink is left as it is: its target is in the list too (HostFacts::credential_files).
@@ -141,7 +139,7 @@ Result<MountProgram> prepare_mounts(const plan::NamespacesPlan& plan, const std:
       return fail(Code::ExecutorUnavailable,
                   fmt::format("the credential file {} is neither a file nor a directory; it cannot be covered", path),
                   {{"path", path}});
-    masked.push_back(path);
+    prog.applied.credentials_masked.push_back(path);
   }
   // A fresh /proc for the new pid namespace; what it would reveal of the kernel is covered.
   mkdirs(prog, made, in("/proc"));
@@ -156,16 +154,11 @@ Result<MountProgram> prepare_mounts(const plan::NamespacesPlan& plan, const std:
   // Protected paths: read-only over the view (the first wall; write-back is the second).
   for (const auto& rel : view_read_only)
     prog.ops.push_back({Kind::BindReadOnlyBeneath, in(workspace_inside), in(workspace_inside) + "/" + rel, rel});
-  prog.applied = {{"new_root", "tmpfs, read-only after pivot_root"},
-                  {"binds", binds},
-                  {"dev", plan.dev_nodes},
-                  {"proc", "fresh, for the new pid namespace"},
-                  {"proc_masked", plan.proc_masked},
-                  {"proc_read_only", plan.proc_read_only},
-                  {"credentials_masked", masked},
-                  {"tmp", "the session's scratch directory"},
-                  {"protected_read_only", view_read_only},
-                  {"workspace", workspace_inside}};
+  prog.applied.dev = plan.dev_nodes;
+  prog.applied.proc_masked = plan.proc_masked;
+  prog.applied.proc_read_only = plan.proc_read_only;
+  prog.applied.protected_read_only = view_read_only;
+  prog.applied.workspace = workspace_inside;
   return prog;
 }
 

@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "base/error.h"
-#include "base/json_util.h"
 #include "plan/plan.h"
 
 namespace airlock::linux {
@@ -32,11 +31,27 @@ struct MountOp {
   std::string data;  // tmpfs options
 };
 
+// The new root as planned on this host, for the receipt (exec::Enforced). Beyond these: a
+// read-only tmpfs as the root, a fresh /proc, and the scratch directory at /tmp.
+struct MountsApplied {
+  struct Bind {
+    std::string path;
+    bool symlink = false;  // recreated as a symlink, not bound
+  };
+  std::vector<Bind> binds;                       // read-only, at the same path
+  std::vector<std::string> dev;                  // device nodes bound into a fresh /dev
+  std::vector<std::string> proc_masked;          // covered by /dev/null
+  std::vector<std::string> proc_read_only;
+  std::vector<std::string> credentials_masked;   // present here, and covered
+  std::vector<std::string> protected_read_only;  // view-relative, bound read-only over the view
+  std::string workspace;                         // where the view is, inside
+};
+
 struct MountProgram {
   std::string new_root;  // an empty directory of the session's
   std::vector<MountOp> ops;
   std::string workdir;   // the workspace path, inside
-  Json applied;
+  MountsApplied applied;
 };
 
 // Parent side: the plan's binds as they exist on this host (a missing optional path is left

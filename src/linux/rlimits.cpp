@@ -7,10 +7,9 @@ namespace airlock::linux {
 
 RlimitSet prepare_rlimits(const plan::LimitsPlan& l) {
   RlimitSet s;
-  s.applied = Json::object();
   auto add = [&](int res, const char* name, uint64_t soft, uint64_t hard) {
     s.entries[s.count++] = {res, {static_cast<rlim_t>(soft), static_cast<rlim_t>(hard)}};
-    s.applied[name] = {{"soft", soft}, {"hard", hard}};
+    s.applied.push_back({name, soft, hard});
   };
   if (l.memory_bytes) add(RLIMIT_AS, "RLIMIT_AS", l.memory_bytes, l.memory_bytes);
   // SIGXCPU at the limit, SIGKILL one second later if it is caught.

@@ -9,10 +9,15 @@
 #include <string>
 #include <vector>
 
-#include "base/json_util.h"
 #include "plan/plan.h"
 
 namespace airlock::linux {
+
+// One limit as set, for the receipt (exec::Enforced).
+struct RlimitApplied {
+  const char* name;  // "RLIMIT_AS"
+  uint64_t soft = 0, hard = 0;
+};
 
 struct RlimitSet {
   struct Entry {
@@ -21,7 +26,7 @@ struct RlimitSet {
   };
   std::array<Entry, 8> entries{};
   size_t count = 0;
-  Json applied;
+  std::vector<RlimitApplied> applied;  // the entries above, by name (the parent's; the child reads none)
 };
 
 RlimitSet prepare_rlimits(const plan::LimitsPlan& limits);

@@ -28,7 +28,7 @@ using Ctx = std::unique_ptr<void, CtxDeleter>;
 Result<int> syscall_number(const std::string& name) {
   int nr = seccomp_syscall_resolve_name(name.c_str());
   if (nr == __NR_SCMP_ERROR)
-    return fail(Code::ConfigError, "seccomp: unknown syscall name " + name, {{"syscall", name}});
+    return fail(Code::InternalError, "seccomp: unknown syscall name " + name, {{"syscall", name}});
   return nr;
 }
 
@@ -79,36 +79,32 @@ Result<std::unique_ptr<PreparedSeccomp>> prepare_seccomp(const plan::SeccompPlan
   if (!ctx) return fail(Code::ExecutorUnavailable, "seccomp_init failed");
   // Syscalls of a foreign architecture (i386 via int 0x80, x32) kill the process: the
   // default bad-arch action, kept on purpose, since the deny-list names native numbers only.
-  Json applied = {{"default", "allow"}, {"bad_arch", "kill"}};
-  Json denied = Json::array();
+  SeccompApplied applied;
   for (const auto& name : plan.denied_syscalls) {
     int nr = TRY(syscall_number(name));
     if (int rc = seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EPERM), nr, 0); rc < 0) return rule_failed(name, rc);
-    denied.push_back(name);
+    applied.denied_syscalls.push_back(name);
   }
-  applied["denied_syscalls_eperm"] = denied;
-  Json self_only = Json::array();
   for (const auto& name : plan.self_only_syscalls) {
     const SelfOnly* rule = nullptr;
     for (const auto& r : kSelfOnly)
       if (name == r.name) rule = &r;
-    if (!rule) return fail(Code::ConfigError, "seccomp: no self-only rule for syscall " + name, {{"syscall", name}});
+    if (!rule) return fail(Code::InternalError, "seccomp: no self-only rule for syscall " + name, {{"syscall", name}});
     int nr = TRY(syscall_number(name));
     // Rules on one syscall are OR'ed: any argument that names someone else denies the call.
     if (rule->kind_arg < 0) {
       if (int rc = seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EPERM), nr, 1, SCMP_A0(SCMP_CMP_NE, 0)); rc < 0)
         return rule_failed(name, rc);
-      self_only.push_back(name + " (pid 0 only)");
+      applied.self_only.push_back({name, ""});
     } else {
       if (int rc = seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EPERM), nr, 1, SCMP_A0(SCMP_CMP_NE, rule->self_kind));
           rc < 0)
         return rule_failed(name, rc);
       if (int rc = seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EPERM), nr, 1, SCMP_A1(SCMP_CMP_NE, 0)); rc < 0)
         return rule_failed(name, rc);
-      self_only.push_back(fmt::format("{} ({} 0 only)", name, rule->self_kind_name));
+      applied.self_only.push_back({name, rule->self_kind_name});
     }
   }
-  applied["self_only_syscalls_eperm"] = self_only;
   if (plan.deny_namespace_clone) {
     // clone3 passes its flags in memory a filter cannot read: ENOSYS makes libc fall back
     // to clone(2), whose flags the filter can check.
@@ -122,34 +118,30 @@ Result<std::unique_ptr<PreparedSeccomp>> prepare_seccomp(const plan::SeccompPlan
           rc < 0)
         return rule_failed("clone", rc);
     }
-    applied["clone3"] = "ENOSYS";
-    applied["clone_namespace_flags"] = "EPERM";
+    applied.namespace_clone_denied = true;
   }
   if (plan.no_sockets) {
     if (int rc = seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socket), 0); rc < 0)
       return rule_failed("socket", rc);
-    applied["socket_families"] = Json::array();
-    applied["socketpair"] = "allowed";
+    applied.sockets = SocketsApplied::None;
   } else if (plan.only_unix_sockets) {
     if (int rc = seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EAFNOSUPPORT), SCMP_SYS(socket), 1,
                                   SCMP_A0(SCMP_CMP_NE, AF_UNIX));
         rc < 0)
       return rule_failed("socket", rc);
-    applied["socket_families"] = Json::array({"AF_UNIX"});
+    applied.sockets = SocketsApplied::UnixOnly;
   }
-  Json ioctls = Json::array();
   for (const auto& name : plan.denied_ioctls) {
     uint64_t req = name == "TIOCSTI" ? TIOCSTI : name == "TIOCLINUX" ? TIOCLINUX : 0;
-    if (req == 0) return fail(Code::ConfigError, "seccomp: unknown ioctl name " + name);
+    if (req == 0) return fail(Code::InternalError, "seccomp: unknown ioctl name " + name, {{"ioctl", name}});
     // Compare the low 32 bits only: the kernel truncates the request to unsigned int, so a
     // request with high bits set must not slip past.
     if (int rc = seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1,
                                   SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffULL, req));
         rc < 0)
       return rule_failed("ioctl " + name, rc);
-    ioctls.push_back(name);
+    applied.denied_ioctls.push_back(name);
   }
-  applied["denied_ioctls"] = ioctls;
 
   UniqueFd mem(::memfd_create("airlock-seccomp", MFD_CLOEXEC));
   if (!mem) return fail_errno(Code::ExecutorUnavailable, "memfd_create", errno);
@@ -160,15 +152,15 @@ Result<std::unique_ptr<PreparedSeccomp>> prepare_seccomp(const plan::SeccompPlan
     return fail(Code::ExecutorUnavailable, "seccomp_export_bpf produced no program");
   // The kernel takes at most BPF_MAXINSNS instructions; say so here, not as an errno in the child.
   if (static_cast<size_t>(size) / sizeof(sock_filter) > BPF_MAXINSNS)
-    return fail(Code::ConfigError, fmt::format("the seccomp program has {} instructions, above the kernel's {}",
-                                               static_cast<size_t>(size) / sizeof(sock_filter), BPF_MAXINSNS));
+    return fail(Code::InternalError, fmt::format("the seccomp program has {} instructions, above the kernel's {}",
+                                                 static_cast<size_t>(size) / sizeof(sock_filter), BPF_MAXINSNS));
   auto out = std::make_unique<PreparedSeccomp>();
   out->program.resize(static_cast<size_t>(size) / sizeof(sock_filter));
   if (::pread(mem.get(), out->program.data(), static_cast<size_t>(size), 0) != size)
     return fail_errno(Code::ExecutorUnavailable, "reading the exported filter", errno);
   out->fprog.len = static_cast<unsigned short>(out->program.size());
   out->fprog.filter = out->program.data();
-  applied["instructions"] = out->program.size();
+  applied.instructions = out->program.size();
   out->applied = std::move(applied);
   return out;
 }

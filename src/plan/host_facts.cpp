@@ -45,7 +45,7 @@ namespace {
 
 // Every refusal names the offending JSON path in facts.path, like the policy parser does.
 std::unexpected<Error> refuse(const std::string& path, std::string what) {
-  return fail(Code::ConfigError, fmt::format("host facts: {} {}", path, what), {{"path", path}});
+  return fail(Code::OptionInvalid, fmt::format("host facts: {} {}", path, what), {{"path", path}});
 }
 
 Result<bool> get_bool(const Json& v, const std::string& path) {

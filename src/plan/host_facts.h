@@ -55,7 +55,8 @@ struct FactNeeds {
 };
 
 Json to_json(const HostFacts& f);
-// Strict: used by golden tests and by `--facts FILE` to plan for another host.
+// Strict: used by golden tests and by `--facts FILE` to plan for another host. A document it cannot
+// read is AIRLOCK_OPTION_INVALID (the operator's argument), with the JSON path in facts.path.
 Result<HostFacts> host_facts_from_json(const Json& j);
 
 // A host with no confinement features at all, and one with every feature.

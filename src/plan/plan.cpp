@@ -2,6 +2,7 @@
 #include "plan/plan.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include <fmt/ranges.h>
 
@@ -60,7 +61,7 @@ std::vector<std::string> DoorPlan::environment() const {
   return env;
 }
 
-bool can_have_door(ExecutorKind e) { return e == ExecutorKind::Namespaces; }
+bool can_have_door(ExecutorKind e) { return e == NamespacesTierPlan::kKind; }
 
 int isolation_level(ExecutorKind e) {
   switch (e) {
@@ -113,12 +114,6 @@ constexpr const char* kEtcFiles[] = {"/etc/ld.so.cache",   "/etc/ld.so.conf",   
                                      "/etc/alternatives",  "/etc/mime.types",
                                      // git dies on a system configuration it cannot read
                                      "/etc/gitconfig",     "/etc/gitattributes"};
-
-// Executors this build can apply. The others are planned for and refused by name.
-bool built(ExecutorKind e) {
-  return e == ExecutorKind::Host || e == ExecutorKind::Landlock || e == ExecutorKind::Namespaces ||
-         e == ExecutorKind::Microvm;
-}
 
 // Which cgroup version gives memory, pids and cpu together; v2 preferred.
 std::optional<int> cgroup_version(const HostFacts& f) {
@@ -256,10 +251,201 @@ LimitsPlan limits_plan(const policy::TaskPolicy& p, ProcessLimitMechanism m) {
   return l;
 }
 
+bool is_built(ExecutorKind e, BuiltTiers built) { return std::find(built.begin(), built.end(), e) != built.end(); }
+
+Json candidate_json(const Candidate& c) {
+  return {{"executor", policy::to_string(c.executor)}, {"available", c.available}, {"reason", c.reason}};
+}
+
+// The tiers a policy lets the planner try, in order; or why it names one it may not have.
+Result<std::vector<ExecutorKind>> tiers_to_try(const policy::TaskPolicy& p, const Need& need, Profile profile) {
+  // The agent tool's own sandbox confines (it needs the namespaces our seccomp forbids);
+  // airlock supervises, replaces the environment and records that it claims no confinement.
+  if (p.confinement == policy::Confinement::Vendor) return std::vector{ExecutorKind::Host};
+  if (p.executor == ExecutorKind::Auto) return need.auto_order;
+  if (p.executor == ExecutorKind::Host) {
+    if (profile != Profile::Development)
+      return fail(Code::IsolationPolicyInvalid,
+                  "the host executor exists only in the development profile (--profile development)",
+                  {{"executor", "host"}, {"profile", to_string(profile)}});
+    return std::vector{ExecutorKind::Host};
+  }
+  if (isolation_level(p.executor) < need.level)
+    return fail(Code::IsolationPolicyInvalid,
+                fmt::format("executor {} gives isolation level {}, but {} (level {})", policy::to_string(p.executor),
+                            isolation_level(p.executor), need.why, need.level),
+                {{"executor", policy::to_string(p.executor)},
+                 {"executor_level", isolation_level(p.executor)},
+                 {"required_level", need.level}});
+  return std::vector{p.executor};
+}
+
+// `assess` for this policy: what the tier cannot give this policy on top of what it cannot give at all.
+Candidate assess_for(const policy::TaskPolicy& p, ExecutorKind e, const HostFacts& f, Profile profile,
+                     BuiltTiers built) {
+  bool vendor = p.confinement == policy::Confinement::Vendor;
+  Candidate c = assess(e, f, vendor ? Profile::Development : profile, built);
+  if (!c.available) return c;
+  if (e == ExecutorKind::Host && vendor)
+    c.reason = "confinement vendor: the agent tool's own sandbox confines; airlock makes no claim the agent is confined";
+  // Landlock only adds access: it cannot take a credential file back out of a readable tree.
+  if (e == ExecutorKind::Landlock)
+    if (auto hit = exposed_credential(landlock_host_paths(p), f)) {
+      c.available = false;
+      c.reason = fmt::format("Landlock cannot hide the credential file {} beneath the readable {}", hit->first,
+                             hit->second);
+    }
+  // Network for code goes only through a door, which only the namespaces tier has (a network
+  // namespace of its own to cut); any other tier is refused for such a policy, never run with
+  // the network open nor silently without the network it asked for. The development host
+  // executor is the exception the policy names: no isolation at all, recorded as a relaxation.
+  if (c.available && p.code_network.mode == NetworkMode::Allowlist && e != ExecutorKind::Host && !can_have_door(e)) {
+    c.available = false;
+    c.reason = e == ExecutorKind::Microvm
+                   ? std::string("the microvm tier's guest has no network device and no network door yet, so it "
+                                 "cannot give code_network allowlist")
+                   : fmt::format("the {} tier cannot cut the network, so it has no network door for code_network "
+                                 "allowlist",
+                                 policy::to_string(e));
+  }
+  return c;
+}
+
+// The first tier of `order` that can run this policy here, every one tried recorded in
+// plan.considered; or the refusal that names each with its reason.
+Result<ExecutorKind> choose_tier(const policy::TaskPolicy& p, const Need& need, const HostFacts& f,
+                                 const std::vector<ExecutorKind>& order, BuiltTiers built, ExecutionPlan& plan) {
+  for (ExecutorKind e : order) {
+    plan.considered.push_back(assess_for(p, e, f, plan.profile, built));
+    const Candidate& c = plan.considered.back();
+    if (!c.available) continue;
+    plan.why = p.confinement == policy::Confinement::Vendor ? c.reason
+               : p.executor == ExecutorKind::Auto
+                   ? fmt::format("auto: {}; first available of the tiers tried", need.why)
+                   : fmt::format("the policy names executor {}", policy::to_string(e));
+    return e;
+  }
+  // An explicit Landlock request on a kernel below the floor has its own code.
+  if (p.executor == ExecutorKind::Landlock && f.landlock_abi > 0 && f.landlock_abi < 3)
+    return fail(Code::ConfinementBelowFloor,
+                fmt::format("Landlock ABI {} measured, the landlock tier needs at least ABI 3", f.landlock_abi),
+                {{"landlock_abi", f.landlock_abi}, {"floor", 3}});
+  std::vector<std::string> why;
+  Json considered = Json::array();
+  for (const auto& c : plan.considered) {
+    why.push_back(fmt::format("{}: {}", policy::to_string(c.executor), c.reason));
+    considered.push_back(candidate_json(c));
+  }
+  return fail(Code::ExecutorUnavailable,
+              fmt::format("no executor the policy allows can run here ({})",
+                          why.empty() ? "none tried" : fmt::format("{}", fmt::join(why, "; "))),
+              {{"considered", considered}, {"required_level", need.level}});
+}
+
+// The namespaces tier's sandbox, which also confines QEMU on the microvm tier.
+NamespacesSandbox namespaces_sandbox(const policy::TaskPolicy& p, const HostFacts& f) {
+  NamespacesSandbox s;
+  s.namespaces = namespaces_plan(p, f);
+  s.seccomp = seccomp_plan(p);
+  // Landlock too where the kernel has it: a second wall behind the mount namespace.
+  if (f.landlock_abi >= 3) s.landlock = landlock_plan(p, f);
+  s.cgroup.version = *cgroup_version(f);  // assess() made sure there is one
+  s.cgroup.controllers = {"memory", "pids", "cpu"};
+  s.cgroup.memory_bytes = static_cast<uint64_t>(p.limits.memory_mb) * 1024 * 1024;
+  s.cgroup.pids_max = static_cast<uint64_t>(p.limits.max_processes);
+  s.cgroup.cpu_quota_us = s.cgroup.cpu_period_us;  // one CPU's worth of time for the whole sandbox
+  return s;
+}
+
+// The chosen tier's confinement, and the limits and relaxations that go with it. Each case builds
+// its tier's plan whole.
+Result<TierPlan> plan_tier(ExecutorKind e, const policy::TaskPolicy& p, const HostFacts& f, ExecutionPlan& plan) {
+  switch (e) {
+    case ExecutorKind::Host: {
+      plan.relaxations.push_back("executor: host");
+      if (p.code_network.mode == NetworkMode::Allowlist)
+        plan.relaxations.push_back("code_network: allowlist not enforced (the host's whole network)");
+      auto mechanism = process_mechanism(f);
+      if (!mechanism) plan.relaxations.push_back("processes: not limited for uid 0");
+      plan.limits = limits_plan(p, mechanism.value_or(ProcessLimitMechanism::RlimitNproc));
+      return HostTierPlan{};
+    }
+    case ExecutorKind::Landlock: {
+      LandlockTierPlan t{landlock_plan(p, f), seccomp_plan(p)};
+      // No mount namespace hides the host's unix sockets here, and Landlock cannot stop a connect.
+      t.seccomp.no_sockets = p.code_network.mode == NetworkMode::Off;
+      for (const char* name : kHostSharedSyscalls) t.seccomp.denied_syscalls.push_back(name);
+      plan.limits = limits_plan(p, *process_mechanism(f));  // assess() made sure there is one
+      return t;
+    }
+    case ExecutorKind::Namespaces: {
+      NamespacesTierPlan t{namespaces_sandbox(p, f), std::nullopt};
+      if (p.code_network.mode == NetworkMode::Allowlist) {
+        t.door = DoorPlan{};
+        t.door->rules = p.code_network.rules;
+      }
+      // RLIMIT_AS per process stays as a first line; the cgroup bounds the sum.
+      plan.limits = limits_plan(p, t.sandbox.cgroup.version == 2 ? ProcessLimitMechanism::CgroupV2Pids
+                                                                 : ProcessLimitMechanism::CgroupV1Pids);
+      return t;
+    }
+    case ExecutorKind::Microvm: {
+      // The namespaces sandbox confines QEMU; the policy's limits bind the guest. QEMU gets the
+      // guest's RAM plus its own overhead, the pids its threads need, and no RLIMIT_AS or
+      // RLIMIT_CPU of its own (it reserves far more address space than it uses; the guest applies
+      // RLIMIT_CPU to the command, and the wall clock kills QEMU).
+      MicrovmTierPlan t{MicrovmPlan{}, namespaces_sandbox(p, f)};
+      plan.limits = limits_plan(p, t.qemu.cgroup.version == 2 ? ProcessLimitMechanism::CgroupV2Pids
+                                                              : ProcessLimitMechanism::CgroupV1Pids);
+      MicrovmPlan& vm = t.guest;
+      vm.acceleration = f.microvm.acceleration;
+      vm.memory_mb = static_cast<uint64_t>(p.limits.memory_mb);
+      vm.vcpus = 1;
+      vm.kernel = f.microvm.kernel;
+      vm.kernel_sha256 = f.microvm.kernel_sha256;
+      vm.initramfs = f.microvm.initramfs;
+      vm.initramfs_sha256 = f.microvm.initramfs_sha256;
+      vm.tsc_khz = f.microvm.tsc_khz;
+      vm.cpu_seconds = plan.limits.cpu_seconds;
+      vm.max_processes = plan.limits.max_processes;
+      if (vm.acceleration == "kvm") {
+        t.qemu.namespaces.dev_nodes.push_back("/dev/kvm");
+        if (t.qemu.landlock) t.qemu.landlock->fs_rules.push_back({Anchor::Host, "/dev/kvm", Access::DevWrite, false});
+      }
+      CgroupPlan& cg = t.qemu.cgroup;
+      cg.memory_bytes = (vm.memory_mb + kMicrovmOverheadMb) * 1024 * 1024;
+      cg.pids_max = 64;
+      cg.cpu_quota_us = cg.cpu_period_us * static_cast<uint64_t>(vm.vcpus);
+      plan.limits.memory_bytes = 0;
+      plan.limits.cpu_seconds = 0;
+      plan.limits.max_processes = cg.pids_max;
+      return t;
+    }
+    case ExecutorKind::Container:
+    case ExecutorKind::Auto:
+      break;
+  }
+  // assess() refuses a tier this planner has no plan for; reaching here is a bug.
+  return fail(Code::InternalError, fmt::format("the planner has no plan for the {} tier", policy::to_string(e)),
+              {{"executor", policy::to_string(e)}});
+}
+
 }  // namespace
 
-Candidate assess(ExecutorKind e, const HostFacts& f, Profile profile) {
+policy::ExecutorKind executor_of(const TierPlan& t) {
+  return std::visit([](const auto& tier) { return std::decay_t<decltype(tier)>::kKind; }, t);
+}
+
+Candidate assess(ExecutorKind e, const HostFacts& f, Profile profile, BuiltTiers built) {
   Candidate c{e, false, ""};
+  if (e == ExecutorKind::Auto) {
+    c.reason = "auto is not an executor";
+    return c;
+  }
+  if (!is_built(e, built)) {
+    c.reason = fmt::format("no executor implements the {} tier in this build", policy::to_string(e));
+    return c;
+  }
   switch (e) {
     case ExecutorKind::Host:
       if (profile != Profile::Development) {
@@ -318,7 +504,7 @@ Candidate assess(ExecutorKind e, const HostFacts& f, Profile profile) {
     }
     case ExecutorKind::Microvm: {
       // QEMU runs inside the namespaces tier: without that wall there is no microVM tier.
-      Candidate ns = assess(ExecutorKind::Namespaces, f, profile);
+      Candidate ns = assess(ExecutorKind::Namespaces, f, profile, built);
       if (!ns.available) {
         c.reason = "QEMU runs confined by the namespaces tier, which is unavailable: " + ns.reason;
         return c;
@@ -336,102 +522,26 @@ Candidate assess(ExecutorKind e, const HostFacts& f, Profile profile) {
       return c;
     }
     case ExecutorKind::Container:
-      if (!built(e)) {
-        c.reason = fmt::format("the {} executor is not part of this build", policy::to_string(e));
-        return c;
-      }
+      // Built, but with no tier plan (TierPlan has no alternative for it): plan_tier could not plan it.
+      c.reason = "the planner has no plan for the container tier";
       return c;
     case ExecutorKind::Auto:
-      c.reason = "auto is not an executor";
-      return c;
+      break;
   }
   return c;
 }
 
-Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& p, const HostFacts& f, Profile profile) {
+Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& p, const HostFacts& f, Profile profile,
+                                     BuiltTiers built) {
   Need need = need_of(p);
   ExecutionPlan plan;
   plan.profile = profile;
   plan.required_level = need.level;
   plan.policy_digest = policy::digest(p);
+  if (p.confinement == policy::Confinement::Vendor) plan.relaxations.push_back("confinement: vendor");
 
-  std::vector<ExecutorKind> order;
-  if (p.confinement == policy::Confinement::Vendor) {
-    // The agent tool's own sandbox confines (it needs the namespaces our seccomp forbids);
-    // airlock supervises, replaces the environment and records that it claims no confinement.
-    plan.relaxations.push_back("confinement: vendor");
-    order = {ExecutorKind::Host};
-  } else if (p.executor == ExecutorKind::Auto) {
-    order = need.auto_order;
-  } else if (p.executor == ExecutorKind::Host) {
-    if (profile != Profile::Development)
-      return fail(Code::IsolationPolicyInvalid,
-                  "the host executor exists only in the development profile (--profile development)",
-                  {{"executor", "host"}, {"profile", to_string(profile)}});
-    order = {ExecutorKind::Host};
-  } else {
-    if (isolation_level(p.executor) < need.level)
-      return fail(Code::IsolationPolicyInvalid,
-                  fmt::format("executor {} gives isolation level {}, but {} (level {})",
-                              policy::to_string(p.executor), isolation_level(p.executor), need.why,
-                              need.level),
-                  {{"executor", policy::to_string(p.executor)},
-                   {"executor_level", isolation_level(p.executor)},
-                   {"required_level", need.level}});
-    order = {p.executor};
-  }
-
-  Json considered = Json::array();
-  for (ExecutorKind e : order) {
-    Candidate c = assess(e, f, p.confinement == policy::Confinement::Vendor ? Profile::Development : profile);
-    if (c.available && e == ExecutorKind::Host && p.confinement == policy::Confinement::Vendor)
-      c.reason = "confinement vendor: the agent tool's own sandbox confines; airlock makes no claim the agent is confined";
-    // Landlock only adds access: it cannot take a credential file back out of a readable tree.
-    if (c.available && e == ExecutorKind::Landlock)
-      if (auto hit = exposed_credential(landlock_host_paths(p), f)) {
-        c.available = false;
-        c.reason = fmt::format("Landlock cannot hide the credential file {} beneath the readable {}", hit->first,
-                               hit->second);
-      }
-    // Network for code goes only through a door, which only the namespaces tier has (a network
-    // namespace of its own to cut); any other tier is refused for such a policy, never run with
-    // the network open nor silently without the network it asked for. The development host
-    // executor is the exception the policy names: no isolation at all, recorded as a relaxation.
-    if (c.available && p.code_network.mode == NetworkMode::Allowlist && e != ExecutorKind::Host &&
-        !can_have_door(e)) {
-      c.available = false;
-      c.reason = e == ExecutorKind::Microvm
-                     ? std::string("the microvm tier's guest has no network device and no network door yet, so it "
-                                   "cannot give code_network allowlist")
-                     : fmt::format("the {} tier cannot cut the network, so it has no network door for code_network "
-                                   "allowlist",
-                                   policy::to_string(e));
-    }
-    plan.considered.push_back(c);
-    considered.push_back({{"executor", policy::to_string(e)}, {"available", c.available}, {"reason", c.reason}});
-    if (!c.available) continue;
-    plan.executor = e;
-    plan.tier = isolation_level(e);
-    plan.why = p.confinement == policy::Confinement::Vendor ? c.reason
-               : p.executor == ExecutorKind::Auto
-                   ? fmt::format("auto: {}; first available of the tiers tried", need.why)
-                   : fmt::format("the policy names executor {}", policy::to_string(e));
-    break;
-  }
-  if (plan.considered.empty() || !plan.considered.back().available) {
-    // An explicit Landlock request on a kernel below the floor has its own code.
-    if (p.executor == ExecutorKind::Landlock && f.landlock_abi > 0 && f.landlock_abi < 3)
-      return fail(Code::ConfinementBelowFloor,
-                  fmt::format("Landlock ABI {} measured, the landlock tier needs at least ABI 3",
-                              f.landlock_abi),
-                  {{"landlock_abi", f.landlock_abi}, {"floor", 3}});
-    std::vector<std::string> why;
-    for (const auto& c : plan.considered) why.push_back(fmt::format("{}: {}", policy::to_string(c.executor), c.reason));
-    return fail(Code::ExecutorUnavailable,
-                fmt::format("no executor the policy allows can run here ({})",
-                            why.empty() ? "none tried" : fmt::format("{}", fmt::join(why, "; "))),
-                {{"considered", considered}, {"required_level", need.level}});
-  }
+  std::vector<ExecutorKind> order = TRY(tiers_to_try(p, need, profile));
+  ExecutorKind chosen = TRY(choose_tier(p, need, f, order, built, plan));
 
   plan.view_paths = p.readable;
   for (const auto& w : p.write_back_paths)
@@ -444,73 +554,8 @@ Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& p, const HostFact
     plan.relaxations.push_back(fmt::format("writable_protected_paths: {}", w));
   plan.env_passthrough = {"LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ"};
 
-  if (plan.executor == ExecutorKind::Host) {
-    plan.relaxations.push_back("executor: host");
-    if (p.code_network.mode == NetworkMode::Allowlist)
-      plan.relaxations.push_back("code_network: allowlist not enforced (the host's whole network)");
-    plan.network = true;
-    auto mechanism = process_mechanism(f);
-    if (!mechanism) plan.relaxations.push_back("processes: not limited for uid 0");
-    plan.limits = limits_plan(p, mechanism.value_or(ProcessLimitMechanism::RlimitNproc));
-  } else if (plan.executor == ExecutorKind::Namespaces || plan.executor == ExecutorKind::Microvm) {
-    // Landlock too where the kernel has it: a second wall behind the mount namespace.
-    if (f.landlock_abi >= 3) plan.landlock = landlock_plan(p, f);
-    plan.seccomp = seccomp_plan(p);
-    plan.namespaces = namespaces_plan(p, f);
-    plan.drop_capabilities = true;
-    int version = *cgroup_version(f);
-    CgroupPlan cg;
-    cg.version = version;
-    cg.controllers = {"memory", "pids", "cpu"};
-    cg.memory_bytes = static_cast<uint64_t>(p.limits.memory_mb) * 1024 * 1024;
-    cg.pids_max = static_cast<uint64_t>(p.limits.max_processes);
-    cg.cpu_quota_us = cg.cpu_period_us;  // one CPU's worth of time for the whole sandbox
-    plan.cgroup = cg;
-    plan.limits = limits_plan(p, version == 2 ? ProcessLimitMechanism::CgroupV2Pids : ProcessLimitMechanism::CgroupV1Pids);
-    // RLIMIT_AS per process stays as a first line; the cgroup bounds the sum.
-    plan.network = false;
-    if (plan.executor == ExecutorKind::Microvm) {
-      // The namespaces tier above confines QEMU; the policy's limits bind the guest. QEMU gets
-      // the guest's RAM plus its own overhead, the pids its threads need, and no RLIMIT_AS or
-      // RLIMIT_CPU of its own (it reserves far more address space than it uses; the guest
-      // applies RLIMIT_CPU to the command, and the wall clock kills QEMU).
-      MicrovmPlan vm;
-      vm.acceleration = f.microvm.acceleration;
-      vm.memory_mb = static_cast<uint64_t>(p.limits.memory_mb);
-      vm.vcpus = 1;
-      vm.kernel = f.microvm.kernel;
-      vm.kernel_sha256 = f.microvm.kernel_sha256;
-      vm.initramfs = f.microvm.initramfs;
-      vm.initramfs_sha256 = f.microvm.initramfs_sha256;
-      vm.tsc_khz = f.microvm.tsc_khz;
-      vm.cpu_seconds = plan.limits.cpu_seconds;
-      vm.max_processes = plan.limits.max_processes;
-      if (vm.acceleration == "kvm") {
-        plan.namespaces->dev_nodes.push_back("/dev/kvm");
-        if (plan.landlock) plan.landlock->fs_rules.push_back({Anchor::Host, "/dev/kvm", Access::DevWrite, false});
-      }
-      plan.cgroup->memory_bytes = (vm.memory_mb + kMicrovmOverheadMb) * 1024 * 1024;
-      plan.cgroup->pids_max = 64;
-      plan.cgroup->cpu_quota_us = plan.cgroup->cpu_period_us * static_cast<uint64_t>(vm.vcpus);
-      plan.limits.memory_bytes = 0;
-      plan.limits.cpu_seconds = 0;
-      plan.limits.max_processes = plan.cgroup->pids_max;
-      plan.microvm = vm;
-    }
-    if (p.code_network.mode == NetworkMode::Allowlist) {
-      plan.door = DoorPlan{};
-      plan.door->rules = p.code_network.rules;
-    }
-  } else if (plan.executor == ExecutorKind::Landlock) {
-    plan.landlock = landlock_plan(p, f);
-    plan.seccomp = seccomp_plan(p);
-    // No mount namespace hides the host's unix sockets here, and Landlock cannot stop a connect.
-    plan.seccomp->no_sockets = p.code_network.mode == NetworkMode::Off;
-    for (const char* name : kHostSharedSyscalls) plan.seccomp->denied_syscalls.push_back(name);
-    plan.drop_capabilities = true;
-    plan.limits = limits_plan(p, *process_mechanism(f));
-    plan.network = false;
-  }
+  plan.confinement = TRY(plan_tier(chosen, p, f, plan));
+
   auto any_private = [](const std::vector<policy::EgressRule>& rules) {
     return std::any_of(rules.begin(), rules.end(), [](const auto& r) { return r.allow_private; });
   };
@@ -519,24 +564,24 @@ Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& p, const HostFact
   return plan;
 }
 
-FactNeeds fact_needs(const policy::TaskPolicy& p) {
+FactNeeds fact_needs(const policy::TaskPolicy& p, BuiltTiers built) {
   std::vector<ExecutorKind> order =
       p.executor == ExecutorKind::Auto ? need_of(p).auto_order : std::vector<ExecutorKind>{p.executor};
   FactNeeds n;
   for (ExecutorKind e : order) {
-    if (!built(e)) continue;  // assess() refuses it before reading any fact
+    if (!is_built(e, built)) continue;  // assess() refuses it before reading any fact
     switch (e) {
       case ExecutorKind::Landlock:
       case ExecutorKind::Host:
         n.cgroups = true;  // the pids cgroup that limits processes for root
         break;
       case ExecutorKind::Namespaces:
-      case ExecutorKind::Container:
         n.user_namespaces = n.overlayfs = n.cgroups = true;
         break;
       case ExecutorKind::Microvm:  // QEMU runs inside the namespaces tier
         n.kvm = n.user_namespaces = n.overlayfs = n.cgroups = true;
         break;
+      case ExecutorKind::Container:  // no tier plan: assess() reads no fact for it
       case ExecutorKind::Auto:
         break;
     }
@@ -544,88 +589,106 @@ FactNeeds fact_needs(const policy::TaskPolicy& p) {
   return n;
 }
 
+TierSections sections_of(const TierPlan& tier) {
+  TierSections s;
+  std::visit(
+      [&](const auto& t) {
+        using T = std::decay_t<decltype(t)>;
+        if constexpr (std::is_same_v<T, LandlockTierPlan>) {
+          s.landlock = &t.landlock;
+          s.seccomp = &t.seccomp;
+        } else if constexpr (std::is_same_v<T, NamespacesTierPlan>) {
+          s.sandbox = &t.sandbox;
+          if (t.door) s.door = &*t.door;
+        } else if constexpr (std::is_same_v<T, MicrovmTierPlan>) {
+          s.sandbox = &t.qemu;
+          s.guest = &t.guest;
+        }
+      },
+      tier);
+  if (s.sandbox) {
+    s.seccomp = &s.sandbox->seccomp;
+    if (s.sandbox->landlock) s.landlock = &*s.sandbox->landlock;
+  }
+  return s;
+}
+
 Json to_json(const ExecutionPlan& p) {
+  // Every tier's plan under the same keys, null where the tier has no such section.
+  auto [landlock, seccomp, sandbox, door, microvm] = sections_of(p.confinement);
+
   Json j;
   j["profile"] = to_string(p.profile);
-  j["executor"] = policy::to_string(p.executor);
-  j["tier"] = p.tier;
+  j["executor"] = policy::to_string(p.executor());
+  j["tier"] = p.tier();
   j["required_level"] = p.required_level;
   j["why"] = p.why;
   j["considered"] = Json::array();
-  for (const auto& c : p.considered)
-    j["considered"].push_back({{"executor", policy::to_string(c.executor)}, {"available", c.available}, {"reason", c.reason}});
+  for (const auto& c : p.considered) j["considered"].push_back(candidate_json(c));
   j["policy_digest"] = p.policy_digest;
   j["relaxations"] = p.relaxations;
-  if (p.landlock) {
+  j["landlock"] = nullptr;
+  if (landlock) {
     Json rules = Json::array();
-    for (const auto& r : p.landlock->fs_rules)
+    for (const auto& r : landlock->fs_rules)
       rules.push_back({{"anchor", to_string(r.anchor)}, {"path", r.path}, {"access", to_string(r.access)}, {"optional", r.optional}});
-    j["landlock"] = {{"abi_floor", p.landlock->abi_floor},
-                     {"abi_measured", p.landlock->abi_measured},
+    j["landlock"] = {{"abi_floor", landlock->abi_floor},
+                     {"abi_measured", landlock->abi_measured},
                      {"fs_rules", rules},
-                     {"restrict_tcp", p.landlock->restrict_tcp},
-                     {"tcp_connect_ports", p.landlock->tcp_connect_ports},
-                     {"restrict_ioctl_dev", p.landlock->restrict_ioctl_dev},
-                     {"scope_abstract_unix", p.landlock->scope_abstract_unix},
-                     {"scope_signal", p.landlock->scope_signal}};
-  } else {
-    j["landlock"] = nullptr;
+                     {"restrict_tcp", landlock->restrict_tcp},
+                     {"tcp_connect_ports", landlock->tcp_connect_ports},
+                     {"restrict_ioctl_dev", landlock->restrict_ioctl_dev},
+                     {"scope_abstract_unix", landlock->scope_abstract_unix},
+                     {"scope_signal", landlock->scope_signal}};
   }
-  if (p.seccomp) {
-    j["seccomp"] = {{"denied_syscalls", p.seccomp->denied_syscalls},
-                    {"only_unix_sockets", p.seccomp->only_unix_sockets},
-                    {"no_sockets", p.seccomp->no_sockets},
-                    {"denied_ioctls", p.seccomp->denied_ioctls},
-                    {"deny_namespace_clone", p.seccomp->deny_namespace_clone},
-                    {"self_only_syscalls", p.seccomp->self_only_syscalls}};
-  } else {
-    j["seccomp"] = nullptr;
-  }
-  if (p.namespaces) {
-    j["namespaces"] = {{"ro_binds", p.namespaces->ro_binds},
-                       {"masked", p.namespaces->masked},
-                       {"dev_nodes", p.namespaces->dev_nodes},
-                       {"proc_masked", p.namespaces->proc_masked},
-                       {"proc_read_only", p.namespaces->proc_read_only},
-                       {"hostname", p.namespaces->hostname},
-                       {"loopback_only", p.namespaces->loopback_only}};
-  } else {
-    j["namespaces"] = nullptr;
-  }
-  if (p.cgroup) {
-    j["cgroup"] = {{"version", p.cgroup->version},
-                   {"controllers", p.cgroup->controllers},
-                   {"memory_bytes", p.cgroup->memory_bytes},
+  j["seccomp"] = nullptr;
+  if (seccomp)
+    j["seccomp"] = {{"denied_syscalls", seccomp->denied_syscalls},
+                    {"only_unix_sockets", seccomp->only_unix_sockets},
+                    {"no_sockets", seccomp->no_sockets},
+                    {"denied_ioctls", seccomp->denied_ioctls},
+                    {"deny_namespace_clone", seccomp->deny_namespace_clone},
+                    {"self_only_syscalls", seccomp->self_only_syscalls}};
+  j["namespaces"] = nullptr;
+  j["cgroup"] = nullptr;
+  if (sandbox) {
+    const NamespacesPlan& n = sandbox->namespaces;
+    j["namespaces"] = {{"ro_binds", n.ro_binds},
+                       {"masked", n.masked},
+                       {"dev_nodes", n.dev_nodes},
+                       {"proc_masked", n.proc_masked},
+                       {"proc_read_only", n.proc_read_only},
+                       {"hostname", n.hostname},
+                       {"loopback_only", n.loopback_only}};
+    const CgroupPlan& cg = sandbox->cgroup;
+    j["cgroup"] = {{"version", cg.version},
+                   {"controllers", cg.controllers},
+                   {"memory_bytes", cg.memory_bytes},
                    {"swap_bytes", 0},
-                   {"pids_max", p.cgroup->pids_max},
-                   {"cpu_quota_us", p.cgroup->cpu_quota_us},
-                   {"cpu_period_us", p.cgroup->cpu_period_us}};
-  } else {
-    j["cgroup"] = nullptr;
+                   {"pids_max", cg.pids_max},
+                   {"cpu_quota_us", cg.cpu_quota_us},
+                   {"cpu_period_us", cg.cpu_period_us}};
   }
-  if (p.microvm) {
-    j["microvm"] = {{"qemu", p.microvm->qemu},
-                    {"acceleration", p.microvm->acceleration},
-                    {"memory_mb", p.microvm->memory_mb},
-                    {"vcpus", p.microvm->vcpus},
-                    {"kernel", p.microvm->kernel},
-                    {"kernel_sha256", p.microvm->kernel_sha256},
-                    {"initramfs", p.microvm->initramfs},
-                    {"initramfs_sha256", p.microvm->initramfs_sha256},
-                    {"tsc_khz", p.microvm->tsc_khz},
-                    {"cpu_seconds", p.microvm->cpu_seconds},
-                    {"max_processes", p.microvm->max_processes},
-                    {"pool", p.microvm->pool},
+  j["microvm"] = nullptr;
+  if (microvm)
+    j["microvm"] = {{"qemu", microvm->qemu},
+                    {"acceleration", microvm->acceleration},
+                    {"memory_mb", microvm->memory_mb},
+                    {"vcpus", microvm->vcpus},
+                    {"kernel", microvm->kernel},
+                    {"kernel_sha256", microvm->kernel_sha256},
+                    {"initramfs", microvm->initramfs},
+                    {"initramfs_sha256", microvm->initramfs_sha256},
+                    {"tsc_khz", microvm->tsc_khz},
+                    {"cpu_seconds", microvm->cpu_seconds},
+                    {"max_processes", microvm->max_processes},
+                    {"pool", microvm->pool},
                     {"network_devices", Json::array()}};
-  } else {
-    j["microvm"] = nullptr;
-  }
-  if (p.door)
-    j["door"] = {{"listen", fmt::format("{}:{}", p.door->address, p.door->port)},
-                 {"proxy_url", p.door->url()},
-                 {"rules", policy::to_json(p.door->rules)}};
-  else
-    j["door"] = nullptr;
+  j["door"] = nullptr;
+  if (door)
+    j["door"] = {{"listen", fmt::format("{}:{}", door->address, door->port)},
+                 {"proxy_url", door->url()},
+                 {"rules", policy::to_json(door->rules)}};
   j["limits"] = {{"memory_bytes", p.limits.memory_bytes},
                  {"cpu_seconds", p.limits.cpu_seconds},
                  {"max_processes", p.limits.max_processes},
@@ -635,14 +698,14 @@ Json to_json(const ExecutionPlan& p) {
                  {"session_budget_ms", p.limits.session_budget_ms},
                  {"max_file_bytes", p.limits.max_file_bytes},
                  {"max_open_files", p.limits.max_open_files}};
-  j["capabilities"] = p.drop_capabilities ? "none" : "inherited";
+  j["capabilities"] = p.drops_capabilities() ? "none" : "inherited";
   j["env_passthrough"] = p.env_passthrough;
   j["view_paths"] = p.view_paths;
   j["write_back_paths"] = p.write_back_paths;
   j["denied_names"] = p.denied_names;
   j["protected_paths"] = policy::to_json(p.protected_paths);
   j["protected_first_wall"] = p.protected_first_wall;
-  j["network"] = p.network;
+  j["network"] = p.host_network();
   return j;
 }
 

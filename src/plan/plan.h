@@ -2,7 +2,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "base/error.h"
@@ -67,8 +70,9 @@ struct SeccompPlan {
   std::vector<std::string> self_only_syscalls;
 };
 
-// The namespaces tier: a new root of read-only binds, the view at the workspace's own path,
-// a fresh /proc, a minimal /dev, loopback only. Applied by the namespace's init before the command.
+// The namespaces of the namespaces tier (and of QEMU on the microvm tier): a new root of read-only
+// binds, the view at the workspace's own path, a fresh /proc, a minimal /dev, loopback only.
+// Applied by the namespace's init before the command.
 struct NamespacesPlan {
   std::vector<std::string> ro_binds;      // host directories and files, bound read-only at the same path
   std::vector<std::string> dev_nodes;     // host device nodes bound into a fresh /dev
@@ -101,8 +105,8 @@ struct CgroupPlan {
   uint64_t cpu_period_us = 100000;
 };
 
-// The microVM tier: the guest QEMU boots and what it is given. QEMU itself runs confined by this
-// plan's namespaces, seccomp, Landlock and cgroup (sized for QEMU), with its own -sandbox on.
+// The microVM tier's guest: what QEMU boots and what it is given. QEMU itself runs confined by
+// MicrovmTierPlan::qemu (a namespaces sandbox sized for QEMU), with its own -sandbox on.
 struct MicrovmPlan {
   std::string qemu = "/usr/bin/qemu-system-x86_64";
   std::string acceleration;  // "kvm" | "tcg", as `airlock vm verify` measured by booting
@@ -146,25 +150,87 @@ struct Candidate {
   std::string reason;  // why not, or why chosen
 };
 
+// The tier plans: what each tier confines with, exactly. One alternative per tier this planner
+// can plan, each holding the sections that tier always has and only those (an optional section is
+// one the tier has on some hosts or for some policies), so a plan with an impossible combination,
+// a door on the Landlock tier or a guest without QEMU's wall, cannot be built. `kKind` names the
+// tier; exec's registry has an executor for each (exec::executors()).
+
+// The host tier: no confinement at all (the development profile, or an agent tool's own sandbox
+// under `confinement: vendor`). The command has the host's network and inherits capabilities.
+struct HostTierPlan {
+  static constexpr policy::ExecutorKind kKind = policy::ExecutorKind::Host;
+};
+
+// The landlock tier: a process of the host under Landlock and seccomp, every capability dropped.
+// Its process count is limited by RLIMIT_NPROC, or for root by a pids cgroup per run (the
+// plan's LimitsPlan says which). No door: it cannot cut the network.
+struct LandlockTierPlan {
+  static constexpr policy::ExecutorKind kKind = policy::ExecutorKind::Landlock;
+  LandlockPlan landlock;
+  SeccompPlan seccomp;
+};
+
+// What confines a command on the namespaces tier, and QEMU on the microvm tier: new namespaces and
+// a root of read-only binds, cgroup limits for the sandbox as a whole, seccomp, and Landlock too
+// where the kernel has ABI 3 or more (a second wall behind the mount namespace). Every capability
+// is dropped.
+struct NamespacesSandbox {
+  NamespacesPlan namespaces;
+  CgroupPlan cgroup;
+  SeccompPlan seccomp;
+  std::optional<LandlockPlan> landlock;
+};
+
+// The namespaces tier: the sandbox above and, for `code_network: allowlist`, the network door.
+struct NamespacesTierPlan {
+  static constexpr policy::ExecutorKind kKind = policy::ExecutorKind::Namespaces;
+  NamespacesSandbox sandbox;
+  std::optional<DoorPlan> door;  // the only way out; only this tier has one
+};
+
+// The microvm tier: the command in a guest kernel of its own; QEMU runs in a namespaces sandbox
+// sized for QEMU (its cgroup holds the guest's RAM plus kMicrovmOverheadMb). No door: the guest
+// has no network device.
+struct MicrovmTierPlan {
+  static constexpr policy::ExecutorKind kKind = policy::ExecutorKind::Microvm;
+  MicrovmPlan guest;
+  NamespacesSandbox qemu;
+};
+
+using TierPlan = std::variant<HostTierPlan, LandlockTierPlan, NamespacesTierPlan, MicrovmTierPlan>;
+
+// The tier a tier plan is for.
+policy::ExecutorKind executor_of(const TierPlan& t);
+
+// A tier plan's sections under the names the receipt gives them, null where the tier has none (on
+// the microvm tier the sandbox, and its Landlock and seccomp, are QEMU's). For readers that show a
+// plan whatever its tier (to_json, `airlock plan`); what applies a plan takes its alternative.
+struct TierSections {
+  const LandlockPlan* landlock = nullptr;
+  const SeccompPlan* seccomp = nullptr;
+  const NamespacesSandbox* sandbox = nullptr;
+  const DoorPlan* door = nullptr;
+  const MicrovmPlan* guest = nullptr;
+};
+TierSections sections_of(const TierPlan& t);
+
+// The tiers this build has an executor for, as exec's registry lists them (exec::built_tiers()):
+// the planner refuses any other by name, before it reads a fact. The plan layer cannot see exec,
+// so the list is passed in.
+using BuiltTiers = std::span<const policy::ExecutorKind>;
+
 struct ExecutionPlan {
   Profile profile = Profile::Production;
-  policy::ExecutorKind executor = policy::ExecutorKind::Landlock;
-  int tier = 1;
   int required_level = 1;
   std::string why;                       // the selection, in words
   std::vector<Candidate> considered;     // every tier tried, in order
   std::string policy_digest;
   std::vector<std::string> relaxations;  // named dangerous relaxations in use
-  std::optional<LandlockPlan> landlock;
-  std::optional<SeccompPlan> seccomp;
-  std::optional<NamespacesPlan> namespaces;
-  std::optional<CgroupPlan> cgroup;  // aggregate limits (namespaces tier; QEMU's on the microvm tier)
-  std::optional<MicrovmPlan> microvm;
-  std::optional<DoorPlan> door;      // code_network allowlist: the only way out
+  // The chosen tier and its confinement. A default plan is an empty Landlock plan (no rule grants
+  // anything), never the host tier's none; the planner always sets it.
+  TierPlan confinement{std::in_place_type<LandlockTierPlan>};
   LimitsPlan limits;
-  // Every capability dropped (effective, permitted, inheritable, ambient and the bounding set)
-  // before the command runs, root included: on every confining tier.
-  bool drop_capabilities = false;
   std::vector<std::string> env_passthrough;  // host variables copied if set
   std::vector<std::string> view_paths;       // copied into the view (readable + write-back)
   std::vector<std::string> write_back_paths;
@@ -173,22 +239,30 @@ struct ExecutionPlan {
   // The first of the two walls around protected paths (read-only inside the sandbox). Only a
   // test seam turns it off, to prove the second (write-back) holds alone; recorded as a relaxation.
   bool protected_first_wall = true;
-  bool network = false;  // true: the host's network (host executor); false: none, or only the door
+
+  policy::ExecutorKind executor() const { return executor_of(confinement); }
+  int tier() const { return isolation_level(executor()); }
+  // Every capability dropped (effective, permitted, inheritable, ambient and the bounding set)
+  // before the command runs, root included: on every tier but the host's.
+  bool drops_capabilities() const { return !std::holds_alternative<HostTierPlan>(confinement); }
+  // The host's network (the host tier); otherwise none, or only the door.
+  bool host_network() const { return std::holds_alternative<HostTierPlan>(confinement); }
 };
 
 // The selection table of DESIGN.md plus the tier's concrete confinement. Pure.
 // Refusals: AIRLOCK_ISOLATION_POLICY_INVALID, AIRLOCK_EXECUTOR_UNAVAILABLE (facts.considered),
 // AIRLOCK_CONFINEMENT_BELOW_FLOOR.
 Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& policy, const HostFacts& facts,
-                                     Profile profile);
+                                     Profile profile, BuiltTiers built);
 
 Json to_json(const ExecutionPlan& p);
 
 // The facts plan_execution can look at for this policy: those of the executors it may try
-// (auto's order, or the one named), limited to executors this build can apply. Pure.
-FactNeeds fact_needs(const policy::TaskPolicy& policy);
+// (auto's order, or the one named), limited to the tiers `built`. Pure.
+FactNeeds fact_needs(const policy::TaskPolicy& policy, BuiltTiers built);
 
-// Whether `executor` could run on `facts` at all, and if not why (used by doctor and plan).
-Candidate assess(policy::ExecutorKind executor, const HostFacts& facts, Profile profile);
+// Whether `executor` could run on `facts` at all, and if not why (used by doctor and plan). A
+// tier not in `built` is unavailable: "no executor implements the container tier in this build".
+Candidate assess(policy::ExecutorKind executor, const HostFacts& facts, Profile profile, BuiltTiers built);
 
 }  // namespace airlock::plan

@@ -56,7 +56,7 @@ std::string explain_refusal(const Error& e, const policy::TaskPolicy& p, const p
   std::string instead;
   // What else stands in the way, said only where it is true of this policy on this tier.
   std::string elsewhere;
-  bool confined = plan.executor != policy::ExecutorKind::Host;
+  bool confined = plan.executor() != policy::ExecutorKind::Host;
   bool policy_refusal = true;
   switch (e.code) {
     case Code::PathDenied: {
@@ -68,25 +68,27 @@ std::string explain_refusal(const Error& e, const policy::TaskPolicy& p, const p
         elsewhere = fmt::format(
             "It is not in the sandbox's copy of the workspace either (the {} tier), so a shell command or another "
             "tool cannot read it.",
-            policy::to_string(plan.executor));
+            policy::to_string(plan.executor()));
       else if (reason.find("protected path") != std::string::npos)
         elsewhere = fmt::format(
             "Protected paths are read-only inside the sandbox (the {} tier), and a change to one made any other "
             "way is refused when the workspace is written back: it never lands.",
-            policy::to_string(plan.executor));
+            policy::to_string(plan.executor()));
       else if (reason.find("write_back_paths") != std::string::npos)
         elsewhere = "A change outside the write-back paths made any other way is never written back.";
       break;
     }
-    case Code::EgressDenied:
+    case Code::EgressDenied: {
       instead = fmt::format("http_fetch may reach only {}; private and loopback addresses are refused unless a "
                             "rule allows them.",
                             egress_rules(p.egress));
-      if (confined && !plan.network)
-        elsewhere = plan.door ? "Commands in the sandbox reach the network only through a door that admits the "
-                                "code_network rules alone."
-                              : "Commands in the sandbox have no network at all.";
+      const auto* ns = std::get_if<plan::NamespacesTierPlan>(&plan.confinement);
+      if (confined && !plan.host_network())
+        elsewhere = ns && ns->door ? "Commands in the sandbox reach the network only through a door that admits the "
+                                     "code_network rules alone."
+                                   : "Commands in the sandbox have no network at all.";
       break;
+    }
     case Code::ToolNotDeclared:
     case Code::ToolArgsDenied:
       instead = fmt::format("The declared tools are: {}.", tool_list(p.tools));

@@ -465,9 +465,9 @@ struct Server::Impl {
     auto s = TRY(broker::Session::open(pol, facts, so));
     auto receipts = TRY(s->receipts());
     Json out = {{"session", s->id()},
-                {"executor", policy::to_string(s->plan().executor)},
-                {"tier", s->plan().tier},
-                {"enforced", s->enforced()},
+                {"executor", policy::to_string(s->plan().executor())},
+                {"tier", s->plan().tier()},
+                {"enforced", exec::to_json(s->enforced())},
                 {"receipts", s->receipts_path()},
                 {"receipt", receipts.empty() ? Json(nullptr) : receipts.front()}};
     std::lock_guard lk(mu);

@@ -58,7 +58,7 @@ class BrokerTest : public ::testing::Test {
     SessionOptions so{state.path(), plan::Profile::Development, std::nullopt};
     if (clock) so.clock = clock;
     if (resolver) so.resolver = resolver;
-    auto s = Session::open(*pol, linux::probe_host(plan::fact_needs(*pol)), so);
+    auto s = Session::open(*pol, linux::probe_host(plan::fact_needs(*pol, exec::built_tiers())), so);
     EXPECT_TRUE(s.has_value()) << (s ? "" : s.error().message);
     return s ? std::move(*s) : nullptr;
   }

@@ -24,7 +24,7 @@ class CapturedRun : public ::testing::TestWithParam<std::string> {
             R"(", "limits": {"memory_mb": 512, "command_timeout_seconds": 30}})",
         policy::builtin_default(), "test");
     ASSERT_TRUE(pol) << pol.error().message;
-    auto facts = linux::probe_host(plan::fact_needs(*pol));
+    auto facts = linux::probe_host(plan::fact_needs(*pol, exec::built_tiers()));
     auto ex = exec::open_owned_executor(*pol, facts, plan::Profile::Development, state_.path());
     if (!ex) {
       if (require_all_tiers()) FAIL() << "AIRLOCK_REQUIRE_ALL_TIERS=1 but: " << ex.error().message;

@@ -321,6 +321,12 @@ TEST_P(ConfinedRun, ReceiptsRecordWhatEnforced) {
   }
   EXPECT_EQ(rs[0]["enforced"]["landlock"]["abi"], rs[0]["landlock_abi"]);
   EXPECT_FALSE(rs[0]["enforced"]["landlock"]["rules"].empty());
+  // A versioned record, and it agrees with the plan beside it.
+  EXPECT_EQ(rs[0]["enforced"]["schema"], "airlock.enforced.v1");
+  EXPECT_EQ(rs[0]["enforced"]["executor"], executor_);
+  EXPECT_EQ(rs[0]["enforced"]["network"], "none");
+  EXPECT_EQ(rs[0]["enforced"]["capabilities"], "none: every set emptied, the bounding set too");
+  EXPECT_EQ(rs[0]["enforced"]["seccomp"]["clone3"], "ENOSYS");
   EXPECT_EQ(rs[0]["policy_digest"].get<std::string>().size(), 64u);
   EXPECT_EQ(rs[1]["kind"], "tool.run");
   EXPECT_EQ(rs[1]["outcome"]["status"], 0);

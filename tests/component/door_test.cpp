@@ -120,8 +120,8 @@ class DoorTest : public ::testing::Test {
     auto pol = policy::parse_layer_text(text, policy::builtin_default(), "door test policy");
     EXPECT_TRUE(pol.has_value()) << (pol ? "" : pol.error().message);
     if (!pol) return nullptr;
-    auto facts = linux::probe_host(plan::fact_needs(*pol));
-    auto tier = plan::assess(policy::ExecutorKind::Namespaces, facts, plan::Profile::Production);
+    auto facts = linux::probe_host(plan::fact_needs(*pol, exec::built_tiers()));
+    auto tier = plan::assess(policy::ExecutorKind::Namespaces, facts, plan::Profile::Production, exec::built_tiers());
     if (!tier.available) {
       unavailable_ = tier.reason;
       return nullptr;
@@ -177,7 +177,8 @@ class DoorTest : public ::testing::Test {
 
 TEST_F(DoorTest, CurlOverHttpReachesAnAllowedHostThroughTheDoor) {
   OPEN_OR_SKIP(s, rules(allowed_->port()));
-  EXPECT_EQ(s->enforced()["network"], "door");
+  EXPECT_EQ(s->enforced().network, exec::NetworkEnforced::Door);
+  EXPECT_EQ(exec::to_json(s->enforced())["network"], "door");
   auto r = sh(*s, fmt::format("echo \"$http_proxy $HTTPS_PROXY\"; curl -sS http://allowed.test:{}/hello", allowed_->port()));
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("http://127.0.0.1:3128 http://127.0.0.1:3128"), std::string::npos) << r.out;

@@ -425,10 +425,9 @@ TEST_F(Mcp, ReadmeCodingAgentPolicyIsValid) {
 TEST(McpRefusalText, SaysOnlyWhatIsTrueOfThisPolicyOnThisTier) {
   auto pol = policy::builtin_default();
   plan::ExecutionPlan confined;
-  confined.executor = policy::ExecutorKind::Landlock;
+  confined.confinement = plan::LandlockTierPlan{};
   plan::ExecutionPlan host;
-  host.executor = policy::ExecutorKind::Host;
-  host.network = true;
+  host.confinement = plan::HostTierPlan{};
   Error denied{Code::PathDenied, "x", {{"path", ".env"}, {"reason", "\".env\" is a denied name"}}};
   Error dotdot{Code::PathDenied, "x", {{"path", "../a"}, {"reason", "\"..\" leaves the directory it names"}}};
   Error prot{Code::PathDenied, "x", {{"path", ".git/config"}, {"reason", "a protected path (.git/config: x)"}}};

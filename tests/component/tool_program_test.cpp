@@ -26,7 +26,7 @@ class ToolProgram : public ::testing::Test {
                                         policy::builtin_default(), "test");
     ASSERT_TRUE(pol) << pol.error().message;
     policy_ = *pol;
-    auto ex = exec::open_owned_executor(policy_, linux::probe_host(plan::fact_needs(policy_)),
+    auto ex = exec::open_owned_executor(policy_, linux::probe_host(plan::fact_needs(policy_, exec::built_tiers())),
                                         plan::Profile::Production, state_.path());
     if (!ex) {
       if (require_all_tiers()) FAIL() << ex.error().message;

@@ -167,7 +167,7 @@ TEST_P(EscapeSuiteTier, EveryBreachComesOutAsExpected) {
     const Json& refusal = tier["refusal"];
     std::string reason = refusal.value("code", "") + ": " + refusal.value("message", "");
     EXPECT_EQ(r.status, 1) << "an executor named by --executor that cannot run fails the suite";
-    if (reason.find("is not part of this build") != std::string::npos)
+    if (reason.find("no executor implements") != std::string::npos)
       GTEST_SKIP() << executor() << " is not part of this build";
     // Unprivileged users have no writable cgroup on hosts that delegate none: the namespaces
     // tier is then unavailable to them by design, and the reason says so.
@@ -250,7 +250,7 @@ TEST_P(EscapeSuiteTier, EveryBreachComesOutAsExpected) {
 INSTANTIATE_TEST_SUITE_P(
     AsEachUser, EscapeSuiteTier,
     ::testing::Combine(::testing::Values(Identity::Self, Identity::Nobody),
-                       ::testing::Values("host", "landlock", "namespaces", "container", "microvm")),
+                       ::testing::Values("host", "landlock", "namespaces", "microvm")),
     [](const auto& info) { return to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param); });
 
 // The suite's own behaviour, as each identity.

@@ -3,6 +3,7 @@
 // the plan hides credential files or refuses the tier that cannot.
 #include <gtest/gtest.h>
 
+#include "exec/executor.h"
 #include "plan/plan.h"
 #include "policy/agent_profile.h"
 #include "policy/task_policy.h"
@@ -157,9 +158,9 @@ TEST(AgentPolicyParse, AgentSection) {
 TEST(AgentPlan, VendorConfinementRunsSupervisedAndSaysSo) {
   TaskPolicy p = builtin_default();
   p.confinement = Confinement::Vendor;
-  auto plan = plan::plan_execution(p, plan::facts_everything(), plan::Profile::Production);
+  auto plan = plan::plan_execution(p, plan::facts_everything(), plan::Profile::Production, exec::built_tiers());
   ASSERT_TRUE(plan) << plan.error().message;
-  EXPECT_EQ(plan->executor, ExecutorKind::Host);
+  EXPECT_EQ(plan->executor(), ExecutorKind::Host);
   EXPECT_NE(std::find(plan->relaxations.begin(), plan->relaxations.end(), "confinement: vendor"),
             plan->relaxations.end());
   EXPECT_NE(plan->why.find("airlock makes no claim the agent is confined"), std::string::npos);
@@ -170,19 +171,19 @@ TEST(AgentPlan, CredentialFilesBeneathAReadablePathAreMaskedOrTheTierRefused) {
   p.read_only_paths = {"/home/op"};
   plan::HostFacts f = plan::facts_everything();
   f.credential_files = {"/home/op/.claude/.credentials.json", "/srv/elsewhere/.codex/auth.json"};
-  auto ns = plan::plan_execution(p, f, plan::Profile::Production);
+  auto ns = plan::plan_execution(p, f, plan::Profile::Production, exec::built_tiers());
   ASSERT_TRUE(ns) << ns.error().message;
-  ASSERT_EQ(ns->executor, ExecutorKind::Namespaces);
-  EXPECT_EQ(ns->namespaces->masked, (std::vector<std::string>{"/home/op/.claude/.credentials.json"}));
-  EXPECT_NE(std::find(ns->namespaces->ro_binds.begin(), ns->namespaces->ro_binds.end(), "/home/op"),
-            ns->namespaces->ro_binds.end());
+  ASSERT_EQ(ns->executor(), ExecutorKind::Namespaces);
+  const plan::NamespacesPlan& n = std::get<plan::NamespacesTierPlan>(ns->confinement).sandbox.namespaces;
+  EXPECT_EQ(n.masked, (std::vector<std::string>{"/home/op/.claude/.credentials.json"}));
+  EXPECT_NE(std::find(n.ro_binds.begin(), n.ro_binds.end(), "/home/op"), n.ro_binds.end());
   p.executor = ExecutorKind::Landlock;
-  auto ll = plan::plan_execution(p, f, plan::Profile::Production);
+  auto ll = plan::plan_execution(p, f, plan::Profile::Production, exec::built_tiers());
   ASSERT_FALSE(ll);
   EXPECT_EQ(ll.error().code, Code::ExecutorUnavailable);
   EXPECT_NE(ll.error().message.find("/home/op/.claude/.credentials.json"), std::string::npos);
   p.read_only_paths = {"/opt/tool"};
-  EXPECT_TRUE(plan::plan_execution(p, f, plan::Profile::Production));
+  EXPECT_TRUE(plan::plan_execution(p, f, plan::Profile::Production, exec::built_tiers()));
 }
 
 }  // namespace

@@ -41,7 +41,7 @@ void expect_same(const HostFacts& a, const HostFacts& b) {
 void expect_refused_at(const Json& j, const std::string& path) {
   auto r = host_facts_from_json(j);
   ASSERT_FALSE(r.has_value()) << j.dump();
-  EXPECT_EQ(r.error().code, Code::ConfigError);
+  EXPECT_EQ(r.error().code, Code::OptionInvalid);  // the --facts document is the operator's argument
   EXPECT_EQ(r.error().facts.value("path", ""), path) << r.error().message;
 }
 

@@ -23,9 +23,11 @@
 #include <ostream>
 #include <set>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "base/fs.h"
+#include "exec/executor.h"
 #include "exec/microvm_executor.h"
 #include "plan/host_facts.h"
 #include "plan/plan.h"
@@ -57,6 +59,11 @@ Result<HostFacts> load_host(const std::string& name) {
   std::string text = TRY(read_file(path, Code::ConfigError));
   Json j = TRY(parse_json(text, Code::ConfigError, path));
   return host_facts_from_json(j);
+}
+
+// Plans for the tiers this build implements (exec's registry), as every caller does.
+Result<ExecutionPlan> plan_here(const policy::TaskPolicy& p, const HostFacts& f, Profile profile) {
+  return plan_execution(p, f, profile, exec::built_tiers());
 }
 
 // What a golden file records: the plan, or the refusal wrapped as {"refused": ...}.
@@ -134,7 +141,7 @@ TEST_P(PlanGolden, MatchesExpectedOutput) {
   auto facts = load_host(c.host);
   ASSERT_TRUE(facts.has_value()) << facts.error().message;
 
-  const Json actual = outcome_json(plan_execution(*policy, *facts, c.profile));
+  const Json actual = outcome_json(plan_here(*policy, *facts, c.profile));
   const std::string path = kGoldenDir + "/expected/" + c.name + ".json";
 
   if (update_golden()) {
@@ -229,7 +236,7 @@ TEST(PlanSelection, AutoTriesTheTiersOfTheSelectionTableInOrder) {
   for (const Row& row : rows) {
     SCOPED_TRACE(row.policy);
     // On a host with nothing, every tier is tried and refused, so facts.considered shows the order.
-    auto r = plan_execution(policy_or_die(row.policy), facts_nothing(), Profile::Production);
+    auto r = plan_here(policy_or_die(row.policy), facts_nothing(), Profile::Production);
     ASSERT_FALSE(r.has_value());
     EXPECT_EQ(r.error().code, Code::ExecutorUnavailable);
     EXPECT_EQ(r.error().facts.at("required_level"), row.level);
@@ -247,10 +254,10 @@ TEST(PlanSelection, TrustedSingleTenantFallsBackToLandlockWhenNamespacesCannotRu
   f.user_namespaces = false;
   f.overlayfs_in_userns = false;
   f.reasons["user_namespaces"] = "unshare(CLONE_NEWUSER): EPERM";
-  auto r = plan_execution(policy_or_die("trusted_single_off"), f, Profile::Production);
+  auto r = plan_here(policy_or_die("trusted_single_off"), f, Profile::Production);
   ASSERT_TRUE(r.has_value()) << r.error().message;
-  EXPECT_EQ(r->executor, ExecutorKind::Landlock);
-  EXPECT_EQ(r->tier, 1);
+  EXPECT_EQ(r->executor(), ExecutorKind::Landlock);
+  EXPECT_EQ(r->tier(), 1);
   EXPECT_EQ(r->required_level, 1);
   ASSERT_EQ(r->considered.size(), 2u);
   EXPECT_EQ(r->considered[0].executor, ExecutorKind::Namespaces);
@@ -258,10 +265,10 @@ TEST(PlanSelection, TrustedSingleTenantFallsBackToLandlockWhenNamespacesCannotRu
   EXPECT_EQ(r->considered[1].executor, ExecutorKind::Landlock);
   EXPECT_TRUE(r->considered[1].available);
   EXPECT_TRUE(r->relaxations.empty());
-  EXPECT_FALSE(r->network);
-  ASSERT_TRUE(r->landlock.has_value());
-  ASSERT_TRUE(r->seccomp.has_value());
-  EXPECT_TRUE(r->seccomp->only_unix_sockets);
+  EXPECT_FALSE(r->host_network());
+  const auto* ll = std::get_if<LandlockTierPlan>(&r->confinement);
+  ASSERT_NE(ll, nullptr);
+  EXPECT_TRUE(ll->seccomp.only_unix_sockets);
   EXPECT_EQ(r->policy_digest, policy::digest(policy_or_die("trusted_single_off")));
 }
 
@@ -269,25 +276,29 @@ TEST(PlanSelection, TrustedSingleTenantFallsBackToLandlockWhenNamespacesCannotRu
 // SysV IPC and inotify (its own IPC and mount namespaces scope them). Both drop every capability and
 // allow pid-targeted calls on the caller alone.
 TEST(PlanSelection, LandlockTierDeniesWhatTheHostShares) {
-  auto denied = [](const ExecutionPlan& p, const std::string& name) {
-    const auto& d = p.seccomp->denied_syscalls;
+  auto denied = [](const SeccompPlan& p, const std::string& name) {
+    const auto& d = p.denied_syscalls;
     return std::find(d.begin(), d.end(), name) != d.end();
   };
-  auto ll = plan_execution(policy_or_die("executor_landlock"), facts_everything(), Profile::Production);
-  auto ns = plan_execution(policy_or_die("executor_namespaces"), facts_everything(), Profile::Production);
+  auto ll = plan_here(policy_or_die("executor_landlock"), facts_everything(), Profile::Production);
+  auto ns = plan_here(policy_or_die("executor_namespaces"), facts_everything(), Profile::Production);
   ASSERT_TRUE(ll) << ll.error().message;
   ASSERT_TRUE(ns) << ns.error().message;
-  for (const auto* p : {&*ll, &*ns}) {
-    EXPECT_TRUE(p->drop_capabilities);
-    const auto& self = p->seccomp->self_only_syscalls;
+  ASSERT_TRUE(std::holds_alternative<LandlockTierPlan>(ll->confinement));
+  ASSERT_TRUE(std::holds_alternative<NamespacesTierPlan>(ns->confinement));
+  const SeccompPlan& ll_seccomp = std::get<LandlockTierPlan>(ll->confinement).seccomp;
+  const SeccompPlan& ns_seccomp = std::get<NamespacesTierPlan>(ns->confinement).sandbox.seccomp;
+  for (const auto* p : {&*ll, &*ns}) EXPECT_TRUE(p->drops_capabilities());
+  for (const auto* sc : {&ll_seccomp, &ns_seccomp}) {
+    const auto& self = sc->self_only_syscalls;
     for (const char* name : {"setpriority", "getpriority", "prlimit64", "sched_setaffinity", "ioprio_set"})
       EXPECT_NE(std::find(self.begin(), self.end(), name), self.end()) << name;
-    EXPECT_TRUE(denied(*p, "kcmp"));
-    EXPECT_TRUE(denied(*p, "pidfd_getfd"));
+    EXPECT_TRUE(denied(*sc, "kcmp"));
+    EXPECT_TRUE(denied(*sc, "pidfd_getfd"));
   }
   for (const char* name : {"shmget", "shmat", "msgrcv", "semop", "inotify_add_watch", "fanotify_init", "fanotify_mark"}) {
-    EXPECT_TRUE(denied(*ll, name)) << name;
-    EXPECT_FALSE(denied(*ns, name)) << name;
+    EXPECT_TRUE(denied(ll_seccomp, name)) << name;
+    EXPECT_FALSE(denied(ns_seccomp, name)) << name;
   }
   EXPECT_EQ(to_json(*ll)["capabilities"], "none");
 }
@@ -297,7 +308,7 @@ TEST(PlanSelection, ExplicitTierIsNeverSwappedForAnother) {
                            "executor_container"}) {
     SCOPED_TRACE(name);
     policy::TaskPolicy p = policy_or_die(name);
-    auto r = plan_execution(p, facts_nothing(), Profile::Production);
+    auto r = plan_here(p, facts_nothing(), Profile::Production);
     ASSERT_FALSE(r.has_value());
     EXPECT_EQ(r.error().code, Code::ExecutorUnavailable);
     EXPECT_EQ(considered_executors(r.error().facts.at("considered")),
@@ -306,14 +317,14 @@ TEST(PlanSelection, ExplicitTierIsNeverSwappedForAnother) {
 }
 
 TEST(PlanSelection, AutoNeverChoosesHostEvenInDevelopment) {
-  auto r = plan_execution(policy_or_die("trusted_single_off"), facts_nothing(), Profile::Development);
+  auto r = plan_here(policy_or_die("trusted_single_off"), facts_nothing(), Profile::Development);
   ASSERT_FALSE(r.has_value());
   EXPECT_EQ(r.error().code, Code::ExecutorUnavailable);
   for (const auto& e : considered_executors(r.error().facts.at("considered"))) EXPECT_NE(e, "host");
 }
 
 TEST(PlanSelection, HostExecutorIsRefusedInProduction) {
-  auto r = plan_execution(policy_or_die("executor_host"), facts_everything(), Profile::Production);
+  auto r = plan_here(policy_or_die("executor_host"), facts_everything(), Profile::Production);
   ASSERT_FALSE(r.has_value());
   EXPECT_EQ(r.error().code, Code::IsolationPolicyInvalid);
   EXPECT_EQ(r.error().facts.at("profile"), "production");
@@ -322,21 +333,22 @@ TEST(PlanSelection, HostExecutorIsRefusedInProduction) {
 TEST(PlanSelection, HostExecutorInDevelopmentRunsUnconfinedAndRecordsTheRelaxation) {
   // Even a host with no confinement features at all: host needs none.
   for (const HostFacts& f : {facts_everything(), facts_nothing()}) {
-    auto r = plan_execution(policy_or_die("executor_host"), f, Profile::Development);
+    auto r = plan_here(policy_or_die("executor_host"), f, Profile::Development);
     ASSERT_TRUE(r.has_value()) << r.error().message;
-    EXPECT_EQ(r->executor, ExecutorKind::Host);
-    EXPECT_EQ(r->tier, 0);
+    EXPECT_EQ(r->executor(), ExecutorKind::Host);
+    EXPECT_EQ(r->tier(), 0);
     EXPECT_EQ(r->profile, Profile::Development);
     EXPECT_EQ(r->relaxations, std::vector<std::string>{"executor: host"});
-    EXPECT_FALSE(r->landlock.has_value());
-    EXPECT_FALSE(r->seccomp.has_value());
+    EXPECT_TRUE(std::holds_alternative<HostTierPlan>(r->confinement));
+    EXPECT_TRUE(r->host_network());
+    EXPECT_FALSE(r->drops_capabilities());
   }
 }
 
 TEST(PlanSelection, MicrovmIsUnavailableUntilVerifiedAndSaysToRunVerify) {
   HostFacts f = facts_everything();
   f.microvm.verified = false;
-  auto r = plan_execution(policy_or_die("untrusted"), f, Profile::Production);
+  auto r = plan_here(policy_or_die("untrusted"), f, Profile::Production);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, Code::ExecutorUnavailable);
   EXPECT_NE(r.error().message.find("airlock vm verify"), std::string::npos) << r.error().message;
@@ -345,26 +357,31 @@ TEST(PlanSelection, MicrovmIsUnavailableUntilVerifiedAndSaysToRunVerify) {
 TEST(PlanSelection, MicrovmNeedsTheNamespacesTierForQemu) {
   HostFacts f = facts_everything();
   f.user_namespaces = false;
-  auto r = plan_execution(policy_or_die("untrusted"), f, Profile::Production);
+  auto r = plan_here(policy_or_die("untrusted"), f, Profile::Production);
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().message.find("namespaces tier"), std::string::npos) << r.error().message;
 }
 
 TEST(PlanSelection, MicrovmPlanRecordsTheGuestAndSizesQemusWall) {
-  auto r = plan_execution(policy_or_die("untrusted"), facts_everything(), Profile::Production);
+  auto r = plan_here(policy_or_die("untrusted"), facts_everything(), Profile::Production);
   ASSERT_TRUE(r) << r.error().message;
-  ASSERT_TRUE(r->microvm);
-  EXPECT_EQ(r->executor, ExecutorKind::Microvm);
-  EXPECT_EQ(r->tier, 3);
-  EXPECT_EQ(r->microvm->kernel_sha256, facts_everything().microvm.kernel_sha256);
-  EXPECT_EQ(r->microvm->acceleration, "kvm");
-  ASSERT_TRUE(r->namespaces && r->seccomp && r->cgroup);
-  EXPECT_EQ(r->cgroup->memory_bytes, (r->microvm->memory_mb + kMicrovmOverheadMb) << 20);
+  const auto* vm = std::get_if<MicrovmTierPlan>(&r->confinement);
+  ASSERT_NE(vm, nullptr);
+  EXPECT_EQ(r->executor(), ExecutorKind::Microvm);
+  EXPECT_EQ(r->tier(), 3);
+  EXPECT_EQ(vm->guest.kernel_sha256, facts_everything().microvm.kernel_sha256);
+  EXPECT_EQ(vm->guest.acceleration, "kvm");
+  EXPECT_EQ(vm->qemu.cgroup.memory_bytes, (vm->guest.memory_mb + kMicrovmOverheadMb) << 20);
+  // QEMU opens /dev/kvm: its namespace has the node and its Landlock rules the right.
+  const auto& dev = vm->qemu.namespaces.dev_nodes;
+  EXPECT_NE(std::find(dev.begin(), dev.end(), "/dev/kvm"), dev.end());
+  ASSERT_TRUE(vm->qemu.landlock.has_value());
+  EXPECT_EQ(vm->qemu.landlock->fs_rules.back().path, "/dev/kvm");
   // The policy's process limit binds the command inside the guest; QEMU's own cgroup has its own.
-  EXPECT_EQ(r->microvm->max_processes, 256u);
-  EXPECT_EQ(r->limits.max_processes, r->cgroup->pids_max);
-  EXPECT_FALSE(r->network);
-  auto argv = airlock::exec::qemu_argv(*r->microvm, "/workspace", ".airlock-vm-1");
+  EXPECT_EQ(vm->guest.max_processes, 256u);
+  EXPECT_EQ(r->limits.max_processes, vm->qemu.cgroup.pids_max);
+  EXPECT_FALSE(r->host_network());
+  auto argv = airlock::exec::qemu_argv(vm->guest, "/workspace", ".airlock-vm-1");
   auto has = [&](const std::string& a, const std::string& b) {
     for (size_t i = 0; i + 1 < argv.size(); ++i)
       if (argv[i] == a && argv[i + 1] == b) return true;
@@ -378,7 +395,7 @@ TEST(PlanSelection, MicrovmPlanRecordsTheGuestAndSizesQemusWall) {
 }
 
 TEST(PlanSelection, LandlockForUntrustedCodeIsAnInvalidIsolationPolicy) {
-  auto r = plan_execution(policy_or_die("untrusted_executor_landlock"), facts_everything(),
+  auto r = plan_here(policy_or_die("untrusted_executor_landlock"), facts_everything(),
                           Profile::Production);
   ASSERT_FALSE(r.has_value());
   EXPECT_EQ(r.error().code, Code::IsolationPolicyInvalid);
@@ -387,7 +404,7 @@ TEST(PlanSelection, LandlockForUntrustedCodeIsAnInvalidIsolationPolicy) {
 }
 
 TEST(PlanSelection, LandlockWithCodeNetworkIsAnInvalidIsolationPolicy) {
-  auto r = plan_execution(policy_or_die("allowlist_executor_landlock"), facts_everything(),
+  auto r = plan_here(policy_or_die("allowlist_executor_landlock"), facts_everything(),
                           Profile::Production);
   ASSERT_FALSE(r.has_value());
   EXPECT_EQ(r.error().code, Code::IsolationPolicyInvalid);
@@ -395,31 +412,36 @@ TEST(PlanSelection, LandlockWithCodeNetworkIsAnInvalidIsolationPolicy) {
 }
 
 TEST(PlanSelection, AllowlistPlansTheNamespacesTierWithADoorAndNothingElseOut) {
-  auto r = plan_execution(policy_or_die("trusted_single_allowlist"), facts_everything(), Profile::Production);
+  auto r = plan_here(policy_or_die("trusted_single_allowlist"), facts_everything(), Profile::Production);
   ASSERT_TRUE(r.has_value()) << r.error().message;
-  EXPECT_EQ(r->executor, ExecutorKind::Namespaces);
-  EXPECT_FALSE(r->network);
-  ASSERT_TRUE(r->door.has_value());
-  EXPECT_EQ(r->door->url(), "http://127.0.0.1:3128");
-  ASSERT_EQ(r->door->rules.size(), 1u);
-  EXPECT_EQ(r->door->rules[0].host, "pypi.org");
-  auto env = r->door->environment();
+  EXPECT_EQ(r->executor(), ExecutorKind::Namespaces);
+  EXPECT_FALSE(r->host_network());
+  const auto* ns = std::get_if<NamespacesTierPlan>(&r->confinement);
+  ASSERT_NE(ns, nullptr);
+  ASSERT_TRUE(ns->door.has_value());
+  EXPECT_EQ(ns->door->url(), "http://127.0.0.1:3128");
+  ASSERT_EQ(ns->door->rules.size(), 1u);
+  EXPECT_EQ(ns->door->rules[0].host, "pypi.org");
+  auto env = ns->door->environment();
   for (const char* v : {"HTTP_PROXY=http://127.0.0.1:3128", "https_proxy=http://127.0.0.1:3128", "ALL_PROXY=http://127.0.0.1:3128"})
     EXPECT_NE(std::find(env.begin(), env.end(), v), env.end()) << v;
   // Behind the network namespace, Landlock lets TCP connect to the door's port only.
-  ASSERT_TRUE(r->landlock.has_value());
-  EXPECT_TRUE(r->landlock->restrict_tcp);
-  EXPECT_EQ(r->landlock->tcp_connect_ports, std::vector<int>{3128});
-  EXPECT_FALSE(r->seccomp->only_unix_sockets);
+  ASSERT_TRUE(ns->sandbox.landlock.has_value());
+  EXPECT_TRUE(ns->sandbox.landlock->restrict_tcp);
+  EXPECT_EQ(ns->sandbox.landlock->tcp_connect_ports, std::vector<int>{3128});
+  EXPECT_FALSE(ns->sandbox.seccomp.only_unix_sockets);
   // With the code network off there is no door and no TCP port at all.
-  auto off = plan_execution(policy_or_die("trusted_single_off"), facts_everything(), Profile::Production);
+  auto off = plan_here(policy_or_die("trusted_single_off"), facts_everything(), Profile::Production);
   ASSERT_TRUE(off.has_value());
-  EXPECT_FALSE(off->door.has_value());
-  EXPECT_TRUE(off->landlock->tcp_connect_ports.empty());
+  const auto* off_ns = std::get_if<NamespacesTierPlan>(&off->confinement);
+  ASSERT_NE(off_ns, nullptr);
+  EXPECT_FALSE(off_ns->door.has_value());
+  ASSERT_TRUE(off_ns->sandbox.landlock.has_value());
+  EXPECT_TRUE(off_ns->sandbox.landlock->tcp_connect_ports.empty());
 }
 
 TEST(PlanSelection, ExplicitLandlockBelowTheAbiFloorNamesTheMeasuredAbi) {
-  auto r = plan_execution(policy_or_die("executor_landlock"), host_or_die("landlock_abi2_user"),
+  auto r = plan_here(policy_or_die("executor_landlock"), host_or_die("landlock_abi2_user"),
                           Profile::Production);
   ASSERT_FALSE(r.has_value());
   EXPECT_EQ(r.error().code, Code::ConfinementBelowFloor);
@@ -429,7 +451,7 @@ TEST(PlanSelection, ExplicitLandlockBelowTheAbiFloorNamesTheMeasuredAbi) {
 }
 
 TEST(PlanSelection, RootWithoutAWritablePidsCgroupCannotUseLandlock) {
-  auto r = plan_execution(policy_or_die("trusted_single_off"), host_or_die("root_without_pids_cgroup"),
+  auto r = plan_here(policy_or_die("trusted_single_off"), host_or_die("root_without_pids_cgroup"),
                           Profile::Production);
   ASSERT_FALSE(r.has_value());
   EXPECT_EQ(r.error().code, Code::ExecutorUnavailable);
@@ -450,7 +472,7 @@ TEST(PlanLimits, ProcessCountMechanismFollowsTheUidAndTheWritablePidsCgroup) {
                          Row{"user_with_pids_cgroup", ProcessLimitMechanism::RlimitNproc},
                          Row{"landlock_abi3_user", ProcessLimitMechanism::RlimitNproc}}) {
     SCOPED_TRACE(row.host);
-    auto r = plan_execution(policy_or_die("executor_landlock"), host_or_die(row.host), Profile::Production);
+    auto r = plan_here(policy_or_die("executor_landlock"), host_or_die(row.host), Profile::Production);
     ASSERT_TRUE(r.has_value()) << r.error().message;
     EXPECT_EQ(r->limits.process_mechanism, row.expected);
     EXPECT_EQ(r->limits.max_processes, 256u);  // the default
@@ -458,7 +480,7 @@ TEST(PlanLimits, ProcessCountMechanismFollowsTheUidAndTheWritablePidsCgroup) {
 }
 
 TEST(PlanLimits, ComeFromThePolicy) {
-  auto r = plan_execution(policy_or_die("trusted_single_off"), host_or_die("landlock_abi3_user"),
+  auto r = plan_here(policy_or_die("trusted_single_off"), host_or_die("landlock_abi3_user"),
                           Profile::Production);
   ASSERT_TRUE(r.has_value()) << r.error().message;
   EXPECT_EQ(r->limits.memory_bytes, 512ull * 1024 * 1024);
@@ -468,43 +490,48 @@ TEST(PlanLimits, ComeFromThePolicy) {
 }
 
 TEST(PlanLandlock, FeaturesFollowTheMeasuredAbi) {
-  auto abi3 = plan_execution(policy_or_die("executor_landlock"), host_or_die("landlock_abi3_user"),
+  auto abi3 = plan_here(policy_or_die("executor_landlock"), host_or_die("landlock_abi3_user"),
                              Profile::Production);
   ASSERT_TRUE(abi3.has_value()) << abi3.error().message;
-  ASSERT_TRUE(abi3->landlock.has_value());
-  EXPECT_EQ(abi3->landlock->abi_measured, 3);
-  EXPECT_EQ(abi3->landlock->abi_floor, 3);
-  EXPECT_FALSE(abi3->landlock->restrict_tcp);
-  EXPECT_FALSE(abi3->landlock->restrict_ioctl_dev);
-  EXPECT_FALSE(abi3->landlock->scope_abstract_unix);
-  EXPECT_FALSE(abi3->landlock->scope_signal);
+  const auto* ll3 = std::get_if<LandlockTierPlan>(&abi3->confinement);
+  ASSERT_NE(ll3, nullptr);
+  EXPECT_EQ(ll3->landlock.abi_measured, 3);
+  EXPECT_EQ(ll3->landlock.abi_floor, 3);
+  EXPECT_FALSE(ll3->landlock.restrict_tcp);
+  EXPECT_FALSE(ll3->landlock.restrict_ioctl_dev);
+  EXPECT_FALSE(ll3->landlock.scope_abstract_unix);
+  EXPECT_FALSE(ll3->landlock.scope_signal);
 
   for (const char* host : {"landlock_abi6_user", "everything"}) {
     SCOPED_TRACE(host);
-    auto r = plan_execution(policy_or_die("executor_landlock"), host_or_die(host), Profile::Production);
+    auto r = plan_here(policy_or_die("executor_landlock"), host_or_die(host), Profile::Production);
     ASSERT_TRUE(r.has_value()) << r.error().message;
-    ASSERT_TRUE(r->landlock.has_value());
-    EXPECT_GE(r->landlock->abi_measured, 6);
-    EXPECT_TRUE(r->landlock->restrict_tcp);  // code network is off
-    EXPECT_TRUE(r->landlock->restrict_ioctl_dev);
-    EXPECT_TRUE(r->landlock->scope_abstract_unix);
-    EXPECT_TRUE(r->landlock->scope_signal);
+    const auto* ll = std::get_if<LandlockTierPlan>(&r->confinement);
+    ASSERT_NE(ll, nullptr);
+    EXPECT_GE(ll->landlock.abi_measured, 6);
+    EXPECT_TRUE(ll->landlock.restrict_tcp);  // code network is off
+    EXPECT_TRUE(ll->landlock.restrict_ioctl_dev);
+    EXPECT_TRUE(ll->landlock.scope_abstract_unix);
+    EXPECT_TRUE(ll->landlock.scope_signal);
   }
 }
 
 TEST(PlanLandlock, WorkspaceRulesGiveWriteOnlyToWriteBackPathsAndScratch) {
-  auto r = plan_execution(policy_or_die("trusted_single_off"), facts_everything(), Profile::Production);
+  auto r = plan_here(policy_or_die("trusted_single_off"), facts_everything(), Profile::Production);
   ASSERT_TRUE(r.has_value()) << r.error().message;
-  ASSERT_TRUE(r->landlock.has_value());
+  const auto* ns = std::get_if<NamespacesTierPlan>(&r->confinement);
+  ASSERT_NE(ns, nullptr);
+  ASSERT_TRUE(ns->sandbox.landlock.has_value());
+  const LandlockPlan& landlock = *ns->sandbox.landlock;
   std::vector<std::string> writable;
-  for (const auto& rule : r->landlock->fs_rules)
+  for (const auto& rule : landlock.fs_rules)
     if (rule.access == Access::Write)
       writable.push_back(fmt::format("{}:{}", to_string(rule.anchor), rule.path));
   EXPECT_EQ(writable, (std::vector<std::string>{"view:src", "view:reports", "scratch:."}));
   // The policy's extra read-only host path is readable and executable, never writable.
-  auto extra = std::find_if(r->landlock->fs_rules.begin(), r->landlock->fs_rules.end(),
+  auto extra = std::find_if(landlock.fs_rules.begin(), landlock.fs_rules.end(),
                             [](const FsRule& f) { return f.path == "/opt/toolchain"; });
-  ASSERT_NE(extra, r->landlock->fs_rules.end());
+  ASSERT_NE(extra, landlock.fs_rules.end());
   EXPECT_EQ(extra->anchor, Anchor::Host);
   EXPECT_EQ(extra->access, Access::Exec);
   EXPECT_EQ(r->view_paths, (std::vector<std::string>{"src", "tests", "docs", "reports"}));
@@ -512,11 +539,11 @@ TEST(PlanLandlock, WorkspaceRulesGiveWriteOnlyToWriteBackPathsAndScratch) {
 }
 
 TEST(PlanRelaxations, AllowPrivateEgressIsRecordedByName) {
-  auto r = plan_execution(policy_or_die("egress_allow_private"), facts_everything(), Profile::Production);
+  auto r = plan_here(policy_or_die("egress_allow_private"), facts_everything(), Profile::Production);
   ASSERT_TRUE(r.has_value()) << r.error().message;
   EXPECT_EQ(r->relaxations, std::vector<std::string>{"egress: allow_private"});
 
-  auto plain = plan_execution(policy_or_die("trusted_single_off"), facts_everything(), Profile::Production);
+  auto plain = plan_here(policy_or_die("trusted_single_off"), facts_everything(), Profile::Production);
   ASSERT_TRUE(plain.has_value()) << plain.error().message;
   EXPECT_TRUE(plain->relaxations.empty());
 }
@@ -528,8 +555,8 @@ TEST(PlanPurity, SameInputsGiveIdenticalJson) {
     ASSERT_TRUE(policy.has_value()) << policy.error().message;
     auto facts = load_host(c.host);
     ASSERT_TRUE(facts.has_value()) << facts.error().message;
-    const std::string first = canonical_json(outcome_json(plan_execution(*policy, *facts, c.profile)));
-    const std::string second = canonical_json(outcome_json(plan_execution(*policy, *facts, c.profile)));
+    const std::string first = canonical_json(outcome_json(plan_here(*policy, *facts, c.profile)));
+    const std::string second = canonical_json(outcome_json(plan_here(*policy, *facts, c.profile)));
     EXPECT_EQ(first, second);
   }
 }
@@ -539,7 +566,7 @@ TEST(PlanPurity, PlanningLeavesItsInputsUnchanged) {
   const HostFacts f = host_or_die("root_cgroup_v1_pids");
   const std::string p_before = canonical_json(policy::to_json(p));
   const std::string f_before = canonical_json(to_json(f));
-  (void)plan_execution(p, f, Profile::Production);
+  (void)plan_here(p, f, Profile::Production);
   EXPECT_EQ(canonical_json(policy::to_json(p)), p_before);
   EXPECT_EQ(canonical_json(to_json(f)), f_before);
 }
@@ -547,7 +574,7 @@ TEST(PlanPurity, PlanningLeavesItsInputsUnchanged) {
 TEST(PlanFactNeeds, LandlockPoliciesNeedNoNamespaceOrKvmProbe) {
   // auto for a trusted single-tenant task tries namespaces then landlock; only what this build
   // can apply is probed, and landlock needs the cgroup facts (the pids cgroup for root).
-  FactNeeds n = fact_needs(policy_or_die("trusted_single_off"));
+  FactNeeds n = fact_needs(policy_or_die("trusted_single_off"), exec::built_tiers());
   EXPECT_TRUE(n.cgroups);
   EXPECT_FALSE(n.kvm);
 }
@@ -560,16 +587,16 @@ TEST(PlanFactNeeds, TheFactsPlanningReadsAreTheOnesNeeded) {
     ASSERT_TRUE(policy.has_value());
     auto facts = load_host(c.host);
     ASSERT_TRUE(facts.has_value());
-    FactNeeds n = fact_needs(*policy);
+    FactNeeds n = fact_needs(*policy, exec::built_tiers());
     HostFacts partial = *facts;
     if (!n.user_namespaces) partial.user_namespaces = false;
     if (!n.overlayfs) partial.overlayfs_in_userns = false;
     if (!n.cgroups) partial.cgroup_v1_writable.clear(), partial.cgroup_v2_controllers.clear();
     if (!n.kvm) partial.kvm_usable = false;
-    auto a = plan_execution(*policy, *facts, c.profile);
-    auto b = plan_execution(*policy, partial, c.profile);
+    auto a = plan_here(*policy, *facts, c.profile);
+    auto b = plan_here(*policy, partial, c.profile);
     ASSERT_EQ(a.has_value(), b.has_value());
-    if (a) EXPECT_EQ(a->executor, b->executor);
+    if (a) EXPECT_EQ(a->executor(), b->executor());
     else EXPECT_EQ(a.error().code, b.error().code);
   }
 }
@@ -579,17 +606,70 @@ TEST(PlanProtected, ThePlanCarriesProtectedPathsAndNamesEachRelaxation) {
       R"({"schema_version":"airlock.task_policy.v1","writable_protected_paths":[".vscode", ".idea"]})",
       policy::builtin_default(), "test");
   ASSERT_TRUE(pol.has_value()) << pol.error().message;
-  auto r = plan_execution(*pol, facts_everything(), Profile::Production);
+  auto r = plan_here(*pol, facts_everything(), Profile::Production);
   ASSERT_TRUE(r.has_value()) << r.error().message;
   EXPECT_EQ(r->relaxations,
             (std::vector<std::string>{"writable_protected_paths: .vscode", "writable_protected_paths: .idea"}));
   EXPECT_EQ(r->protected_paths.size(), policy::default_protected_paths().size() - 2);
   EXPECT_TRUE(r->protected_first_wall);
   EXPECT_EQ(r->denied_names, pol->denied_names);
-  auto d = plan_execution(policy::builtin_default(), facts_everything(), Profile::Production);
+  auto d = plan_here(policy::builtin_default(), facts_everything(), Profile::Production);
   ASSERT_TRUE(d.has_value());
   EXPECT_EQ(d->protected_paths, policy::default_protected_paths());
   EXPECT_TRUE(d->relaxations.empty());
+}
+
+// Issue 25: the tiers this build implements are exec's registry, and only those are planned.
+TEST(PlanTiers, TheBuiltTiersAreTheExecutorRegistrys) {
+  std::vector<ExecutorKind> built(exec::built_tiers().begin(), exec::built_tiers().end());
+  EXPECT_EQ(built, (std::vector<ExecutorKind>{ExecutorKind::Host, ExecutorKind::Landlock, ExecutorKind::Namespaces,
+                                              ExecutorKind::Microvm}));
+  // Each one plans, and its plan is of its own tier.
+  for (ExecutorKind e : built) {
+    SCOPED_TRACE(policy::to_string(e));
+    policy::TaskPolicy p = policy_or_die(e == ExecutorKind::Host ? "executor_host"
+                                         : e == ExecutorKind::Landlock ? "executor_landlock"
+                                         : e == ExecutorKind::Namespaces ? "executor_namespaces"
+                                                                         : "executor_microvm");
+    auto r = plan_here(p, facts_everything(), e == ExecutorKind::Host ? Profile::Development : Profile::Production);
+    ASSERT_TRUE(r.has_value()) << r.error().message;
+    EXPECT_EQ(r->executor(), e);
+    EXPECT_EQ(r->tier(), isolation_level(e));
+  }
+}
+
+TEST(PlanTiers, ATierNoExecutorImplementsIsRefusedByNameAndNeedsNoFacts) {
+  // The policy format has container (DESIGN.md); this build has no executor for it.
+  Candidate c = assess(ExecutorKind::Container, facts_everything(), Profile::Production, exec::built_tiers());
+  EXPECT_FALSE(c.available);
+  EXPECT_EQ(c.reason, "no executor implements the container tier in this build");
+  auto r = plan_here(policy_or_die("executor_container"), facts_everything(), Profile::Production);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, Code::ExecutorUnavailable);
+  EXPECT_NE(r.error().message.find("no executor implements the container tier in this build"), std::string::npos)
+      << r.error().message;
+  FactNeeds n = fact_needs(policy_or_die("executor_container"), exec::built_tiers());
+  EXPECT_FALSE(n.user_namespaces || n.overlayfs || n.cgroups || n.kvm);
+  // The list is what decides: a build without the microvm executor refuses it the same way, and
+  // probes nothing for it.
+  const ExecutorKind no_vm[] = {ExecutorKind::Host, ExecutorKind::Landlock, ExecutorKind::Namespaces};
+  auto vm = plan_execution(policy_or_die("untrusted"), facts_everything(), Profile::Production, no_vm);
+  ASSERT_FALSE(vm.has_value());
+  EXPECT_NE(vm.error().message.find("no executor implements the microvm tier in this build"), std::string::npos)
+      << vm.error().message;
+  EXPECT_FALSE(fact_needs(policy_or_die("untrusted"), no_vm).kvm);
+}
+
+TEST(PlanTiers, EachTierPlanNamesItsTier) {
+  EXPECT_EQ(executor_of(HostTierPlan{}), ExecutorKind::Host);
+  EXPECT_EQ(executor_of(LandlockTierPlan{}), ExecutorKind::Landlock);
+  EXPECT_EQ(executor_of(NamespacesTierPlan{}), ExecutorKind::Namespaces);
+  EXPECT_EQ(executor_of(MicrovmTierPlan{}), ExecutorKind::Microvm);
+  // A plan nobody planned is an empty Landlock plan, never the host tier's nothing.
+  ExecutionPlan unplanned;
+  EXPECT_EQ(unplanned.executor(), ExecutorKind::Landlock);
+  EXPECT_TRUE(unplanned.drops_capabilities());
+  EXPECT_FALSE(unplanned.host_network());
 }
 
 }  // namespace
