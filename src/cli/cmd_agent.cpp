@@ -70,12 +70,12 @@ Result<std::optional<Credential>> find_credential(const policy::AgentProfile& p,
     UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
     if (!fd) {
       if (errno == ENOENT) continue;
-      return fail_errno(Code::ConfigError, "open the credential file " + path, errno);
+      return fail_errno(Code::IoError, "open the credential file " + path, errno);
     }
     std::string secret;
     char buf[4096];
     for (ssize_t n; (n = ::read(fd.get(), buf, sizeof buf)) != 0;) {
-      if (n < 0) return fail_errno(Code::ConfigError, "read the credential file " + path, errno);
+      if (n < 0) return fail_errno(Code::IoError, "read the credential file " + path, errno);
       secret.append(buf, static_cast<size_t>(n));
     }
     return Credential{"file " + path, std::move(secret)};

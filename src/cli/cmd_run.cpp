@@ -61,7 +61,7 @@ int run_confined(Globals& g, RunOptions& o, const std::function<Result<void>(Ses
   auto session = broker::Session::open(start->policy, start->facts, so);
   if (!session) return refuse_run(session.error());
   auto& s = **session;
-  (void)seat.record_enforcement(std::string(policy::to_string(s.plan().executor())), s.plan().tier(),
+  (void)seat.record_enforcement(std::string(policy::to_string(s.plan().executor())), s.plan().tier(), s.plan().why,
                                 plan::to_json(start->facts));
   if (!o.quiet && !g.json) {
     if (start->policy.confinement == policy::Confinement::Vendor)

@@ -129,7 +129,7 @@ Result<AgentProfile> find_agent_profile(const std::string& name) {
     if (p.name == name) return p;
     names.push_back(p.name);
   }
-  return fail(Code::ConfigError, fmt::format("no agent profile \"{}\" (known: {})", name, fmt::join(names, ", ")),
+  return fail(Code::OptionInvalid, fmt::format("no agent profile \"{}\" (known: {})", name, fmt::join(names, ", ")),
               {{"profile", name}, {"known", names}});
 }
 
@@ -147,6 +147,13 @@ Result<void> check_agent_args(const AgentProfile& p, const std::vector<std::stri
   }
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
+    for (std::string_view t : kSharedBypassTokens) {
+      // "--flag=value" tokens match exactly; a bare flag also as "--flag=anything".
+      bool hit = t.find('=') != std::string_view::npos ? a == t : is_flag(a, std::string(t));
+      if (hit)
+        return bypass(p, fmt::format("{} switches an agent's own safety off (a known bypass, refused for every agent)", a),
+                      {{"argument", a}, {"token", t}, {"kind", "bypass"}, {"list", "shared"}});
+    }
     for (const auto& t : p.bypass_tokens)
       if (is_flag(a, t))
         return bypass(p, fmt::format("{} switches {}'s own safety off", a, p.name),

@@ -43,12 +43,27 @@ Json to_json(const AgentProfile& p);
 
 // The profiles built into this binary (agents/*.json), by name.
 const std::vector<AgentProfile>& builtin_agent_profiles();
-// AIRLOCK_CONFIG_ERROR naming the known profiles when `name` is not one of them.
+// AIRLOCK_OPTION_INVALID naming the known profiles when `name` is not one of them.
 Result<AgentProfile> find_agent_profile(const std::string& name);
 
 // Checks the agent's arguments (after the executable) before anything starts:
 // AIRLOCK_BYPASS_REFUSED for a bypass token (exact, or TOKEN=value; never a prefix or
 // substring), a model other than the policy's, a resume or continue the policy did not ask for.
+// The closed list of known bypass tokens, refused on every agent's final command line whatever
+// the profile (a Claude Code flag passed to Codex is refused too): each matched as an exact
+// argument, and a flag as FLAG=value. The profiles' own lists add short forms and value flags.
+inline constexpr std::string_view kSharedBypassTokens[] = {
+    "--dangerously-skip-permissions",            // Claude Code
+    "--allow-dangerously-skip-permissions",      // Claude Code
+    "--permission-mode=bypassPermissions",       // Claude Code
+    "--dangerously-bypass-approvals-and-sandbox",  // Codex
+    "--dangerously-bypass-hook-trust",           // Codex
+    "--sandbox=danger-full-access",              // Codex
+    "--config=sandbox_mode=danger-full-access",  // Codex
+    "--yolo",                                    // Gemini CLI
+    "--approval-mode=yolo",                      // Gemini CLI
+};
+
 Result<void> check_agent_args(const AgentProfile& profile, const std::vector<std::string>& args,
                               const AgentPolicy& wanted);
 

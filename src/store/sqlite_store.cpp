@@ -65,7 +65,7 @@ class SqliteStore final : public Store {
  private:
   std::unexpected<Error> error(const std::string& what) {
     int code = sqlite3_extended_errcode(db_);
-    return fail(Code::ConfigError, fmt::format("SQLite store {}: {}: {}", path_, what, sqlite3_errmsg(db_)),
+    return fail(Code::IoError, fmt::format("SQLite store {}: {}: {}", path_, what, sqlite3_errmsg(db_)),
                 {{"store", url()}, {"sqlite_code", code}});
   }
   std::string path_;
@@ -81,7 +81,7 @@ Result<std::unique_ptr<Store>> open_sqlite(const std::string& path, const StoreO
   if (rc != SQLITE_OK) {
     std::string msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
     sqlite3_close_v2(db);
-    return fail(Code::ConfigError, fmt::format("cannot open the SQLite store {}: {}", path, msg),
+    return fail(Code::IoError, fmt::format("cannot open the SQLite store {}: {}", path, msg),
                 {{"store", path}});
   }
   // Every wait for the lock is bounded: past the timeout a statement fails, it never hangs.
