@@ -249,9 +249,10 @@ struct ExecutionPlan {
   bool host_network() const { return std::holds_alternative<HostTierPlan>(confinement); }
 };
 
-// The selection table of DESIGN.md plus the tier's concrete confinement. Pure.
-// Refusals: AIRLOCK_ISOLATION_POLICY_INVALID, AIRLOCK_EXECUTOR_UNAVAILABLE (facts.considered),
-// AIRLOCK_CONFINEMENT_BELOW_FLOOR.
+// The selection table of DESIGN.md plus the tier's concrete confinement, for the tiers `built`.
+// Pure. Refusals: AIRLOCK_ISOLATION_POLICY_INVALID, AIRLOCK_EXECUTOR_UNAVAILABLE
+// (facts.considered), AIRLOCK_CONFINEMENT_BELOW_FLOOR; AIRLOCK_INTERNAL_ERROR for a tier `built`
+// lists that TierPlan has no alternative for (a bug: the registry and the planner disagree).
 Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& policy, const HostFacts& facts,
                                      Profile profile, BuiltTiers built);
 
