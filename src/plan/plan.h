@@ -251,8 +251,8 @@ struct ExecutionPlan {
 
 // The selection table of DESIGN.md plus the tier's concrete confinement, for the tiers `built`.
 // Pure. Refusals: AIRLOCK_ISOLATION_POLICY_INVALID, AIRLOCK_EXECUTOR_UNAVAILABLE
-// (facts.considered), AIRLOCK_CONFINEMENT_BELOW_FLOOR; AIRLOCK_INTERNAL_ERROR for a tier `built`
-// lists that TierPlan has no alternative for (a bug: the registry and the planner disagree).
+// (facts.considered; a tier not in `built`, or one TierPlan has no alternative for, is such a
+// candidate, by name), AIRLOCK_CONFINEMENT_BELOW_FLOOR.
 Result<ExecutionPlan> plan_execution(const policy::TaskPolicy& policy, const HostFacts& facts,
                                      Profile profile, BuiltTiers built);
 
