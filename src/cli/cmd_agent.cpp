@@ -96,6 +96,14 @@ int agent_run(Globals& g, AgentOptions& o) {
     std::string self = real_path("/proc/self/exe");
     auto exe_sha = TRY(sha256_file(exe));
     auto self_sha = TRY(sha256_file(self));
+    // Pinned digests are enforced, not only recorded: a replaced binary never starts.
+    for (const auto& [what, path, pin, have] :
+         {std::tuple{"the agent executable", exe, pol.agent.executable_sha256, exe_sha},
+          std::tuple{"airlock itself", self, pol.agent.airlock_sha256, self_sha}})
+      if (pin && *pin != have)
+        return fail(Code::CustodyUnsafe,
+                    fmt::format("{} {} has sha256 {}, not the {} the policy pins", what, path, have, *pin),
+                    {{"path", path}, {"sha256", have}, {"pinned", *pin}});
     if (engine) {
       std::vector<std::string> visible = {"/usr", "/bin", "/sbin", "/lib", "/lib64"};
       visible.insert(visible.end(), pol.read_only_paths.begin(), pol.read_only_paths.end());

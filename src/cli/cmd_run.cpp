@@ -94,6 +94,15 @@ int run_confined(Globals& g, RunOptions& o, const std::function<Result<void>(Ses
   command.pass_fd = o.pass_fd;
   command.scrub_env = o.scrub_env;
   command.private_tmpdir = o.private_tmpdir;
+  // The last look before the spawn: a seat finalised meanwhile (by another machine that judged
+  // its holder dead, or by an operator) takes no command.
+  if (auto held_still = seat.still_held(); !held_still) {
+    uint64_t one = 1;
+    (void)!::write(donefd.get(), &one, sizeof one);
+    waiter.join();
+    (void)s.kill();
+    return refuse_run(held_still.error());
+  }
   auto outcome = s.run_command(command);
   uint64_t one = 1;
   (void)!::write(donefd.get(), &one, sizeof one);

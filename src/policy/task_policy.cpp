@@ -88,7 +88,8 @@ constexpr std::array<std::string_view, 19> kTopKeys = {
     "executor",        "code_network", "egress",    "readable",     "write_back_paths",
     "read_only_paths", "tools",        "limits",    "denied_names", "agent",
     "confinement",     "protected_paths", "writable_protected_paths", "write_back"};
-constexpr std::array<std::string_view, 3> kAgentKeys = {"model", "resume", "continue"};
+constexpr std::array<std::string_view, 5> kAgentKeys = {"model", "resume", "continue", "executable_sha256",
+                                                       "airlock_sha256"};
 constexpr std::array<std::string_view, 2> kCodeNetworkKeys = {"mode", "rules"};
 constexpr std::array<std::string_view, 5> kEgressKeys = {"host", "cidr", "ports", "schemes", "allow_private"};
 constexpr std::array<std::string_view, 7> kToolKeys = {"name",     "argv", "allow_args",      "timeout_seconds",
@@ -578,6 +579,14 @@ Result<void> parse_agent(const Json& v, AgentPolicy& a) {
                                    : std::optional(TRY(get_nonempty_string(v["model"], "$.agent.model")));
   if (v.contains("resume")) a.resume = TRY(get_bool(v["resume"], "$.agent.resume"));
   if (v.contains("continue")) a.continue_session = TRY(get_bool(v["continue"], "$.agent.continue"));
+  for (auto [key, pin] : {std::pair{"executable_sha256", &a.executable_sha256}, std::pair{"airlock_sha256", &a.airlock_sha256}}) {
+    if (!v.contains(key)) continue;
+    std::string path = std::string("$.agent.") + key;
+    std::string hex = TRY(get_nonempty_string(v[key], path));
+    if (hex.size() != 64 || hex.find_first_not_of("0123456789abcdef") != std::string::npos)
+      return invalid(path, fmt::format("{} must be a sha256: 64 lower-case hex digits", path));
+    *pin = hex;
+  }
   return {};
 }
 
@@ -700,10 +709,13 @@ Json to_json(const TaskPolicy& p) {
   };
   // Written only when set, so that a policy without them keeps the digest it had before they
   // existed (recorded receipts and plans name that digest).
-  if (p.agent != AgentPolicy{})
+  if (p.agent != AgentPolicy{}) {
     j["agent"] = {{"model", p.agent.model ? Json(*p.agent.model) : Json(nullptr)},
                   {"resume", p.agent.resume},
                   {"continue", p.agent.continue_session}};
+    if (p.agent.executable_sha256) j["agent"]["executable_sha256"] = *p.agent.executable_sha256;
+    if (p.agent.airlock_sha256) j["agent"]["airlock_sha256"] = *p.agent.airlock_sha256;
+  }
   if (p.confinement != Confinement::Engine) j["confinement"] = to_string(p.confinement);
   // The policy's own additions and removals (the built-in list is the plan's to show), written
   // only when there are any, so the output parses again as the same policy.

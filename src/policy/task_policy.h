@@ -92,6 +92,10 @@ struct AgentPolicy {
   std::optional<std::string> model;  // passed as the profile's model flag; any other model is refused
   bool resume = false;               // the profile's resume flags or commands are allowed
   bool continue_session = false;     // its continue flags are allowed ("continue" in JSON)
+  // Pinned sha256 (64 lower-case hex digits) of the agent's executable and of airlock itself:
+  // a mismatch is refused (AIRLOCK_CUSTODY_UNSAFE) before anything starts.
+  std::optional<std::string> executable_sha256;
+  std::optional<std::string> airlock_sha256;
   bool operator==(const AgentPolicy&) const = default;
 };
 

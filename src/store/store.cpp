@@ -423,6 +423,17 @@ Result<void> Seat::record_enforcement(const std::string& executor, int tier, con
   return store_.record_enforcement(run_.id, executor, tier, reason, kernel_facts);
 }
 
+Result<void> Seat::still_held() {
+  auto now = TRY(store_.run(run_.id));
+  if (now && now->live()) return {};
+  std::string outcome = now ? now->outcome : std::string("gone");
+  return fail(Code::SessionKilled,
+              fmt::format("the seat's run {} was finalised ({}) before the command started; nothing is spawned "
+                          "onto a dead seat",
+                          run_.id, outcome),
+              {{"run", run_.id}, {"outcome", outcome}, {"slot", run_.slot}});
+}
+
 void Seat::release(const std::string& outcome) {
   {
     std::lock_guard lock(mu_);

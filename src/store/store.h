@@ -167,6 +167,10 @@ class Seat {
   const RunRecord& run() const { return run_; }
   Result<void> record_enforcement(const std::string& executor, int tier, const std::string& reason,
                                   const Json& kernel_facts);
+  // Whether the store still has this seat's run live: another machine may have finalised it (its
+  // heartbeat looked expired) or an operator may have. AIRLOCK_SESSION_KILLED when it is dead,
+  // so nothing is spawned onto a dead seat.
+  Result<void> still_held();
   // Releases the seat with this outcome; later calls and the destructor do nothing.
   void release(const std::string& outcome);
 

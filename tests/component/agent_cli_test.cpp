@@ -170,6 +170,37 @@ TEST_P(AgentRun, BypassTokensAreRefusedBeforeAnythingStarts) {
   EXPECT_TRUE(fx_->receipts().empty());
 }
 
+// The design's rule: pinned digests are enforced, not only recorded. A policy pinning the agent
+// executable's (or airlock's own) sha256 refuses a mismatch by name before anything starts.
+TEST_P(AgentRun, APinnedDigestThatDoesNotMatchIsRefusedBeforeAnythingStarts) {
+  auto have = sha256_file(agent_);
+  ASSERT_TRUE(have);
+  std::string other(64, '0');
+  auto pinned = [&](const std::string& key, const std::string& hex) {
+    return fx_->write_policy(R"({"schema_version": "airlock.task_policy.v1", "read_only_paths": [")" + bin_->path() +
+                                 R"("], "agent": {")" + key + R"(": ")" + hex + R"("}})",
+                             "pinned-" + key + ".json");
+  };
+  for (const std::string key : {"executable_sha256", "airlock_sha256"}) {
+    auto r = fx_->run({"agent", "run", "--profile", "claude-code", "--policy", pinned(key, other), "--executable",
+                       agent_, "--no-credential", "--", "-p", "hi"});
+    EXPECT_EQ(r.status, 125) << key << ": " << r.err;
+    EXPECT_NE(r.err.find("airlock: refused: AIRLOCK_CUSTODY_UNSAFE"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("not the " + other + " the policy pins"), std::string::npos) << r.err;
+  }
+  EXPECT_TRUE(fx_->receipts().empty()) << "nothing starts on a mismatch";
+  // The right pin runs.
+  auto ok = fx_->run({"agent", "run", "--profile", "claude-code", "--policy", pinned("executable_sha256", *have),
+                      "--executable", agent_, "--no-credential", "--", "-p", "hi"});
+  if (!tier_unavailable(ok)) {
+    EXPECT_EQ(ok.status, 0) << ok.err;
+  }
+  // A pin that is not a sha256 is a policy error where it is written.
+  auto bad = fx_->run({"policy", "check", pinned("executable_sha256", "ABC")});
+  EXPECT_EQ(bad.status, 125);
+  EXPECT_NE(bad.err.find("$.agent.executable_sha256"), std::string::npos) << bad.err;
+}
+
 TEST_P(AgentRun, ConfinementIsEngineOrVendorAndVendorClaimsNothing) {
   auto bad = fx_->write_policy(R"({"schema_version": "airlock.task_policy.v1", "confinement": "sandbox"})", "w.json");
   auto r = fx_->run({"agent", "run", "--profile", "claude-code", "--defaults", bad, "--executable", agent_});

@@ -295,6 +295,23 @@ TEST_P(StoreTest, TheDefaultSlotHasItsDocumentedSeatsAndAnUndeclaredSlotOne) {
   EXPECT_EQ(s->set_slot({"m-a", "bad", 0}).error().code, Code::OptionInvalid);
 }
 
+// The design's rule: no spawn onto a dead seat. A run finalised by someone else (another machine
+// judged its holder dead) is seen before the command starts.
+TEST_P(StoreTest, ASeatFinalisedByAnotherIsNoLongerHeld) {
+  auto s = open();
+  ASSERT_TRUE(s);
+  auto seat = Seat::reserve(*s, {"m-a", kDefaultSlot, "digest", Holder::self("m-a")});
+  ASSERT_TRUE(seat.has_value()) << seat.error().to_json().dump();
+  EXPECT_TRUE((*seat)->still_held());
+  auto other = open();
+  ASSERT_TRUE(other);
+  ASSERT_TRUE(other->finish((*seat)->run().id, "holder_dead"));
+  auto held = (*seat)->still_held();
+  ASSERT_FALSE(held);
+  EXPECT_EQ(held.error().code, Code::SessionKilled);
+  EXPECT_EQ(held.error().facts["outcome"], "holder_dead");
+}
+
 TEST_P(StoreTest, ConcurrentOpensOfAFreshStoreMigrateOnce) {
   std::vector<pid_t> pids;
   for (int i = 0; i < 12; ++i) {
