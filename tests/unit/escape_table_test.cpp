@@ -1,0 +1,55 @@
+// The escape suite's table (src/escape/scenarios.inc): every row a distinct snake_case name that
+// round-trips, its probe's report read back by name, and the door group last.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+#include "escape/escape_suite.h"
+
+namespace airlock::escape {
+namespace {
+
+TEST(EscapeTable, EveryScenarioHasADistinctSnakeCaseNameThatRoundTrips) {
+  std::set<std::string_view> names;
+  for (Breach b : all_breaches()) {
+    std::string_view name = to_string(b);
+    SCOPED_TRACE(std::string(name));
+    EXPECT_FALSE(name.empty());
+    EXPECT_TRUE(std::all_of(name.begin(), name.end(), [](char c) { return (c >= 'a' && c <= 'z') || c == '_'; }));
+    EXPECT_TRUE(names.insert(name).second) << "twice in the table";
+    EXPECT_EQ(breach_from_string(name), b);
+  }
+  EXPECT_EQ(names.size(), 31u);
+  EXPECT_EQ(breach_from_string("host_sleeper"), std::nullopt) << "a program of the probe's, not a breach";
+  EXPECT_EQ(breach_from_string("nope"), std::nullopt);
+}
+
+TEST(EscapeTable, TheDoorGroupIsTheLastSixRows) {
+  auto all = all_breaches();
+  ASSERT_EQ(door_probe_count(), 6u);
+  for (size_t i = 0; i < all.size(); ++i) {
+    SCOPED_TRACE(std::string(to_string(all[i])));
+    EXPECT_EQ(is_door_probe(all[i]), i >= all.size() - 6);
+    EXPECT_EQ(is_door_probe(all[i]), to_string(all[i]).starts_with("door_"));
+  }
+}
+
+TEST(EscapeTable, AProbesReportIsTheLastLineThatNamesIt) {
+  std::string out =
+      "noise\n"
+      "{\"probe\":\"read_host_file\",\"breached\":false,\"evidence\":\"first\",\"errno\":2}\n"
+      "{\"probe\":\"other\",\"breached\":true,\"evidence\":\"not this one\",\"errno\":0}\n"
+      "{\"probe\":\"read_host_file\",\"breached\":true,\"evidence\":\"last\",\"errno\":0,\"daemon_pid\":7}\n"
+      "{not json\n";
+  auto r = parse_probe_report(out, "read_host_file");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_TRUE(r->breached);
+  EXPECT_EQ(r->evidence, "last");
+  EXPECT_EQ(r->extra, Json({{"daemon_pid", 7}}));
+  EXPECT_EQ(parse_probe_report(out, "exceed_cpu"), std::nullopt);
+  EXPECT_EQ(probe_started_line("exceed_cpu"), "airlock-probe exceed_cpu: started");
+}
+
+}  // namespace
+}  // namespace airlock::escape
