@@ -28,7 +28,7 @@ class Servers {
  public:
   Result<void> start();
   static constexpr size_t kBigBytes = 1 << 20;  // what /big answers with
-  int port = 0;      // good (127.0.0.1) and evil (127.0.0.2)
+  int port = 0;                                 // good (127.0.0.1) and evil (127.0.0.2)
   int any_port = 0;  // the port the wildcard rule admits: its addresses must be global
   std::atomic<int> good_hits = 0, evil_hits = 0, any_hits = 0;
 

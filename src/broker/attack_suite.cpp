@@ -16,15 +16,19 @@
 namespace airlock::broker {
 
 Json AttackResult::to_json() const {
-  return {{"name", name},       {"expected", expected}, {"broker", broker},
-          {"contained", contained}, {"baseline_breached", baseline_breached},
-          {"detail", detail},   {"baseline_detail", baseline_detail}};
+  return {{"name", name},
+          {"expected", expected},
+          {"broker", broker},
+          {"contained", contained},
+          {"baseline_breached", baseline_breached},
+          {"detail", detail},
+          {"baseline_detail", baseline_detail}};
 }
 
 namespace attacks {
-#define AIRLOCK_ATTACK(name)                   \
-  namespace name {                             \
-  Result<AttackResult> run(AttackContext& c);  \
+#define AIRLOCK_ATTACK(name)                  \
+  namespace name {                            \
+  Result<AttackResult> run(AttackContext& c); \
   }
 #include "broker/attacks.inc"
 }  // namespace attacks
@@ -78,7 +82,8 @@ Result<void> Servers::start() {
   good_ = TRY(LoopbackHttp::start("127.0.0.1", 0, [this](const HttpRequest& req) {
     const std::string& path = req.path;
     ++good_hits;
-    if (path == "/redirect") return HttpReply{302, {{"Location", fmt::format("http://evil.test:{}/", port)}}, ""};
+    if (path == "/redirect")
+      return HttpReply{302, {{"Location", fmt::format("http://evil.test:{}/", port)}}, ""};
     if (path == "/big") return HttpReply{200, {}, std::string(kBigBytes, 'x')};
     return HttpReply{200, {}, "good"};
   }));
@@ -184,8 +189,8 @@ Result<std::vector<AttackResult>> run_attack_suite(const AttackSuiteOptions& opt
     return Session::open(pol, opts.facts, so);
   };
   auto shared = TRY(open_session(60));
-  AttackContext c{ws,      shared->dirs().view, outside,      secret,       target, token,
-                  servers, resolver,            rebind_calls, *shared,      open_session};
+  AttackContext c{ws,       shared->dirs().view, outside, secret,      target, token, servers,
+                  resolver, rebind_calls,        *shared, open_session};
 
   std::vector<AttackResult> out;
   for (const Row& row : kAttacks) {

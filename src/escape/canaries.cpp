@@ -307,7 +307,8 @@ Result<std::unique_ptr<Canaries>> Canaries::plant(const std::string& probe_binar
   // Like airlock-serve, part of the installation: without it the suite cannot run anywhere.
   if (::access(probe_binary.c_str(), X_OK) < 0)
     return fail(Code::ConfigError,
-                fmt::format("cannot run {}: {}; the escape suite's probes are that executable, installed beside airlock",
+                fmt::format("cannot run {}: {}; the escape suite's probes are that executable, installed "
+                            "beside airlock",
                             probe_binary, std::strerror(errno)),
                 Json{{"path", probe_binary}});
   std::string tmpl(kCanaryDirTemplate);

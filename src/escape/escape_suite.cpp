@@ -45,7 +45,8 @@ struct Row {
 };
 
 constexpr Row kRows[] = {
-#define AIRLOCK_SCENARIO(enumerator, name, policy) {Breach::enumerator, #name, Policy::policy, &scenarios::name::make},
+#define AIRLOCK_SCENARIO(enumerator, name, policy) \
+  {Breach::enumerator, #name, Policy::policy, &scenarios::name::make},
 #include "escape/scenarios.inc"
 };
 
@@ -180,17 +181,11 @@ ScenarioResult run_one(Breach b, TierContext& t) {
     return not_run(fail_errno(Code::IoError, "cannot open " + base + ".out", errno).error());
 
   // The scenario's own bait, and the probe's arguments.
-  Run run{name,
-          bait,
-          t.canaries,
-          *ws,
-          base,
-          null.get(),
-          r.details,
-          [&t](const std::string& workspace) {
-            return broker::Session::open(t.policy, t.facts,
-                                         broker::SessionOptions{t.opts.state_dir, t.opts.profile, workspace});
-          }};
+  auto open_session = [&t](const std::string& workspace) {
+    return broker::Session::open(t.policy, t.facts,
+                                 broker::SessionOptions{t.opts.state_dir, t.opts.profile, workspace});
+  };
+  Run run{name, bait, t.canaries, *ws, base, null.get(), r.details, open_session};
   std::unique_ptr<Scenario> scenario = row(b).make();
   auto args = scenario->bait(run);
   if (!args) return not_run(args.error());
@@ -251,8 +246,10 @@ ScenarioResult run_one(Breach b, TierContext& t) {
   Judged j = scenario->judge(run, o);
   bool claimed = o.probe && o.probe->breached;
   if (claimed && !j.breached && !j.staged)
-    j.evidence += "; the probe's success did not reach the host (inside the executor the name means something else)";
-  if (o.probe && !o.probe->breached && j.breached) j.evidence += "; the host saw a breach the probe did not report";
+    j.evidence +=
+        "; the probe's success did not reach the host (inside the executor the name means something else)";
+  if (o.probe && !o.probe->breached && j.breached)
+    j.evidence += "; the host saw a breach the probe did not report";
 
   bool started = has(o.errors, probe_started_line(name));
   r.evidence = j.evidence;

@@ -4,6 +4,7 @@
 #include "escape/probe_program.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -11,8 +12,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
-
-#include <fmt/format.h>
 
 #include "escape/scenario.h"
 
@@ -62,7 +61,8 @@ void print(const std::string& name, const ProbeReport& r) {
 }
 
 int usage(const char* why) {
-  write_all(2, fmt::format("{}: {}\nusage: {} NAME --run MARKER [ARGS...]\n", kProbeProgram, why, kProbeProgram));
+  write_all(
+      2, fmt::format("{}: {}\nusage: {} NAME --run MARKER [ARGS...]\n", kProbeProgram, why, kProbeProgram));
   return 2;
 }
 

@@ -40,8 +40,8 @@ Judged judged_by_probe(const Observed& o) {
   Judged j;
   j.host = {{"observable_from_host", false}};
   j.breached = o.probe && o.probe->breached;
-  j.evidence =
-      fmt::format("{}; host: not observable from the host, judged by the probe's syscall results", o.probe_said());
+  j.evidence = fmt::format("{}; host: not observable from the host, judged by the probe's syscall results",
+                           o.probe_said());
   return j;
 }
 

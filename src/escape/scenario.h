@@ -83,8 +83,8 @@ struct Observed {
 // A scenario's verdict.
 struct Judged {
   bool breached = false;
-  std::string evidence;         // one line, for people: the probe's word, then the host's
-  Json host = Json::object();   // what the host checked, as data (details.host_check)
+  std::string evidence;        // one line, for people: the probe's word, then the host's
+  Json host = Json::object();  // what the host checked, as data (details.host_check)
   // The probe's `breached` means only that it staged the attempt (a symlink to write back, a
   // daemon to outlive the session): the suite then does not call a report the host did not
   // confirm a success that failed to reach the host.
@@ -102,7 +102,7 @@ struct Run {
   Json& details;          // the result's details: a scenario adds what a person needs to see
   // A session of this tier under the suite's own policy over `workspace`, for a scenario that runs
   // one beside the probe's (second_sandbox_files).
-  std::function<Result<std::unique_ptr<broker::Session>>(const std::string& workspace)> open_session;
+  std::function<Result<std::unique_ptr<broker::Session> >(const std::string& workspace)> open_session;
   // Set by bait() when the probe's stdin is not /dev/null (tiocsti_injection: a pty).
   int stdin_fd = -1;
 };
@@ -115,7 +115,7 @@ class Scenario {
   virtual ~Scenario() = default;
   // What this scenario plants beyond the canaries every run shares, and the probe's arguments
   // (after `--run MARKER`). An error: the scenario could not run here (its verdict: unavailable).
-  virtual Result<std::vector<std::string>> bait(Run& run) = 0;
+  virtual Result<std::vector<std::string> > bait(Run& run) = 0;
   // What the host watches while the probe runs: a guard, released when the run ends.
   virtual std::shared_ptr<void> watch(Run& /*run*/) { return nullptr; }
   // After close, before what the probe left behind is killed: note what that would erase.

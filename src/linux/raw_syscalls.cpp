@@ -38,7 +38,8 @@ int capget_self(uint64_t* effective, uint64_t* permitted) {
 long join_session_keyring() { return ::syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, nullptr); }
 
 long add_user_key_to_session_keyring(const char* description, std::string_view payload) {
-  return ::syscall(SYS_add_key, "user", description, payload.data(), payload.size(), KEY_SPEC_SESSION_KEYRING);
+  return ::syscall(SYS_add_key, "user", description, payload.data(), payload.size(),
+                   KEY_SPEC_SESSION_KEYRING);
 }
 
 long user_keyring_id() { return ::syscall(SYS_keyctl, KEYCTL_GET_KEYRING_ID, KEY_SPEC_USER_KEYRING, 0); }

@@ -16,7 +16,8 @@ TEST(EscapeTable, EveryScenarioHasADistinctSnakeCaseNameThatRoundTrips) {
     std::string_view name = to_string(b);
     SCOPED_TRACE(std::string(name));
     EXPECT_FALSE(name.empty());
-    EXPECT_TRUE(std::all_of(name.begin(), name.end(), [](char c) { return (c >= 'a' && c <= 'z') || c == '_'; }));
+    auto snake = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; };
+    EXPECT_TRUE(std::all_of(name.begin(), name.end(), snake));
     EXPECT_TRUE(names.insert(name).second) << "twice in the table";
     EXPECT_EQ(breach_from_string(name), b);
   }

@@ -9,8 +9,8 @@ Result<AttackResult> run(AttackContext& c) {
   int before = c.servers.any_hits;
   auto r = c.session.http_fetch({"GET", fmt::format("http://loopback.test:{}/", any), {}, {}});
   bool untouched = c.servers.any_hits == before;
-  auto b = plain_fetch(fmt::format("http://loopback.test:{}/", any), {fmt::format("loopback.test:{}:127.0.0.1", any)},
-                       false);
+  auto b = plain_fetch(fmt::format("http://loopback.test:{}/", any),
+                       {fmt::format("loopback.test:{}:127.0.0.1", any)}, false);
   return AttackResult{.expected = denied,
                       .broker = answer(r),
                       .contained = answer(r) == denied && untouched,

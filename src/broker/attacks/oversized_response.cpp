@@ -7,8 +7,8 @@ Result<AttackResult> run(AttackContext& c) {
   const std::string limit(to_name(Code::LimitExceeded));
   const int port = c.servers.port;
   auto r = c.session.http_fetch({"GET", fmt::format("http://allowed.test:{}/big", port), {}, {}});
-  auto b = plain_fetch(fmt::format("http://allowed.test:{}/big", port), {fmt::format("allowed.test:{}:127.0.0.1", port)},
-                       false);
+  auto b = plain_fetch(fmt::format("http://allowed.test:{}/big", port),
+                       {fmt::format("allowed.test:{}:127.0.0.1", port)}, false);
   return AttackResult{.expected = limit,
                       .broker = answer(r),
                       .contained = answer(r) == limit,

@@ -28,16 +28,17 @@ Result<AttackResult> run(AttackContext& c) {
   c.session.path_guard().before_open = nullptr;
   // The baseline checks (lstat: a regular file), is raced in the same window, then opens.
   make_plain();
-  struct stat st{};
+  struct stat st {};
   bool checked = ::lstat(swap.c_str(), &st) == 0 && S_ISREG(st.st_mode);
   swap_in();
   std::string b = checked ? plain_read(swap) : "";
-  return AttackResult{.expected = denied,
-                      .broker = answer(r),
-                      .contained = answer(r) == denied && !c.leaks(r ? r->data : ""),
-                      .baseline_breached = c.leaks(b),
-                      .detail = why(r),
-                      .baseline_detail = "lstat said regular file; open(2) then followed the swapped-in symlink"};
+  return AttackResult{
+      .expected = denied,
+      .broker = answer(r),
+      .contained = answer(r) == denied && !c.leaks(r ? r->data : ""),
+      .baseline_breached = c.leaks(b),
+      .detail = why(r),
+      .baseline_detail = "lstat said regular file; open(2) then followed the swapped-in symlink"};
 }
 
 }  // namespace airlock::broker::attacks::symlink_swapped_during_action

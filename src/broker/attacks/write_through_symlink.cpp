@@ -14,12 +14,13 @@ Result<AttackResult> run(AttackContext& c) {
   bool intact = plain_read(c.target) == "original\n";
   { std::ofstream(c.view + "/out/link.txt") << "overwritten\n"; }
   bool breached = plain_read(c.target) == "overwritten\n";
-  return AttackResult{.expected = denied,
-                      .broker = answer(r),
-                      .contained = answer(r) == denied && intact,
-                      .baseline_breached = breached,
-                      .detail = why(r),
-                      .baseline_detail = "open(2) for writing followed the symlink and overwrote a file outside"};
+  return AttackResult{
+      .expected = denied,
+      .broker = answer(r),
+      .contained = answer(r) == denied && intact,
+      .baseline_breached = breached,
+      .detail = why(r),
+      .baseline_detail = "open(2) for writing followed the symlink and overwrote a file outside"};
 }
 
 }  // namespace airlock::broker::attacks::write_through_symlink

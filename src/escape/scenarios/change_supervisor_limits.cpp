@@ -1,11 +1,10 @@
 // change_supervisor_limits: change the rlimits of the supervisor that keeps the wall clock (a
 // supervisor without descriptors cannot wait for the deadline).
+#include <fmt/ranges.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
-
-#include <fmt/ranges.h>
 
 #include "escape/scenario.h"
 
@@ -19,7 +18,8 @@ ProbeReport probe(const ProbeInput&) {
   pid_t parent = ::getppid();
   rlimit old{};
   int e_get = ::prlimit(parent, RLIMIT_NOFILE, nullptr, &old) < 0 ? errno : 0;
-  rlimit lower = e_get ? rlimit{512, 512} : rlimit{old.rlim_cur > 64 ? old.rlim_cur - 1 : old.rlim_cur, old.rlim_max};
+  rlimit lower =
+      e_get ? rlimit{512, 512} : rlimit{old.rlim_cur > 64 ? old.rlim_cur - 1 : old.rlim_cur, old.rlim_max};
   int e_set = ::prlimit(parent, RLIMIT_NOFILE, &lower, nullptr) < 0 ? errno : 0;
   return {{},
           e_set == 0,
@@ -33,7 +33,7 @@ ProbeReport probe(const ProbeInput&) {
 #else
 
 class ChangeSupervisorLimits final : public Scenario {
-  Result<std::vector<std::string>> bait(Run&) override { return std::vector<std::string>{}; }
+  Result<std::vector<std::string> > bait(Run&) override { return std::vector<std::string>{}; }
   // The supervisor reports whether its own limits moved while the command ran.
   Judged judge(Run&, const Observed& o) override {
     std::vector<std::string> changed;
@@ -41,10 +41,11 @@ class ChangeSupervisorLimits final : public Scenario {
     Judged j;
     j.host = {{"supervisor_limits_changed", changed}};
     j.breached = !changed.empty();
-    j.evidence = fmt::format("{}; host: {}", o.probe_said(),
-                             !o.outcome        ? std::string("no outcome")
-                             : changed.empty() ? std::string("the supervisor's limits are as it set them")
-                                               : fmt::format("the supervisor's {} CHANGED", fmt::join(changed, ", ")));
+    j.evidence =
+        fmt::format("{}; host: {}", o.probe_said(),
+                    !o.outcome        ? std::string("no outcome")
+                    : changed.empty() ? std::string("the supervisor's limits are as it set them")
+                                      : fmt::format("the supervisor's {} CHANGED", fmt::join(changed, ", ")));
     return j;
   }
 };

@@ -2,6 +2,7 @@
 #include "escape/scenarios/door_common.h"
 
 #include <arpa/inet.h>
+#include <fmt/ranges.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -9,8 +10,6 @@
 
 #include <cerrno>
 #include <cstdlib>
-
-#include <fmt/ranges.h>
 
 #include "escape/dns_wire.h"
 
@@ -88,7 +87,8 @@ std::string http_get(std::string_view target, std::string_view host, const std::
 std::string Looked::said() const {
   if (err) return err_name(err);
   if (!answered) return "no answer";
-  return addrs.empty() ? std::string("answered: no address") : fmt::format("answered {}", fmt::join(addrs, ", "));
+  return addrs.empty() ? std::string("answered: no address")
+                       : fmt::format("answered {}", fmt::join(addrs, ", "));
 }
 
 Looked dns_lookup(int port, const std::string& name) {
@@ -126,19 +126,20 @@ bool from_forbidden(const std::string& reply) {
 
 #else
 
-Result<std::vector<std::string>> Door::bait(Run& run) {
+Result<std::vector<std::string> > Door::bait(Run& run) {
   const DoorBait& d = run.bait.door;
   return std::vector{std::to_string(d.http_port), std::to_string(d.dns_port), std::to_string(d.udp_port),
                      std::to_string(d.ipv6_port)};
 }
 
-Judged host_saw(const Observed& o, const char* key, const std::vector<std::string>& got, const std::string& where,
-                std::string_view none, std::string_view seen) {
+Judged host_saw(const Observed& o, const char* key, const std::vector<std::string>& got,
+                const std::string& where, std::string_view none, std::string_view seen) {
   Judged j;
   j.host = {{key, got}};
   j.breached = !got.empty();
-  j.evidence = fmt::format("{}; host: {} {}", o.probe_said(), where,
-                           got.empty() ? std::string(none) : fmt::format("{} {}", seen, fmt::join(got, ", ")));
+  j.evidence =
+      fmt::format("{}; host: {} {}", o.probe_said(), where,
+                  got.empty() ? std::string(none) : fmt::format("{} {}", seen, fmt::join(got, ", ")));
   return j;
 }
 
@@ -151,8 +152,8 @@ Judged judge_requests(Run& run, const Observed& o, bool forbidden) {
     got.push_back(r.header(kRunHeader) == run.bait.root ? r.path : r.path + " (without the run marker)");
   }
   return host_saw(o, forbidden ? "forbidden_server_requests" : "allowed_server_direct_requests", got,
-                  fmt::format("the {} server (127.0.0.{}:{})", forbidden ? "forbidden" : "allowed", forbidden ? 2 : 1,
-                              run.bait.door.http_port),
+                  fmt::format("the {} server (127.0.0.{}:{})", forbidden ? "forbidden" : "allowed",
+                              forbidden ? 2 : 1, run.bait.door.http_port),
                   "answered no request of the probe's", "ANSWERED");
 }
 

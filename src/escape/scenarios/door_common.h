@@ -57,13 +57,13 @@ bool from_forbidden(const std::string& reply);
 // The door scenarios' host half: the four ports as the probe's arguments.
 class Door : public Scenario {
  public:
-  Result<std::vector<std::string>> bait(Run& run) override;
+  Result<std::vector<std::string> > bait(Run& run) override;
 };
 
 // The judgement of a door scenario: what the host's bait saw of the probe, if anything, is the
 // breach. `got` under `key`; the evidence says `WHERE none` or `WHERE seen GOT`.
-Judged host_saw(const Observed& o, const char* key, const std::vector<std::string>& got, const std::string& where,
-                std::string_view none, std::string_view seen);
+Judged host_saw(const Observed& o, const char* key, const std::vector<std::string>& got,
+                const std::string& where, std::string_view none, std::string_view seen);
 
 // Straight to the allowed server's address (forbidden = false), or through the door to the
 // forbidden server (true): the server that must see nothing of the probe's is the judge.

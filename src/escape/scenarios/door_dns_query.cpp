@@ -1,11 +1,11 @@
 // door_dns_query: a DNS query to the resolver the suite runs on loopback, for a name that carries
 // data out (the run's marker). A sandbox behind a door has no resolver: the door resolves names, the
 // code never does.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
-
-#include <fmt/format.h>
 
 #include "escape/scenarios/door_common.h"
 
@@ -17,7 +17,10 @@ ProbeReport probe(const ProbeInput& in) {
   int dns_port = in.port(kDnsPort);
   std::string name = fmt::format("{}.{}", in.marker.substr(in.marker.rfind('/') + 1), kDoorExfilDomain);
   Looked l = dns_lookup(dns_port, name);
-  return {{}, l.answered, fmt::format("DNS query for {} to 127.0.0.1:{}: {}", name, dns_port, l.said()), l.err,
+  return {{},
+          l.answered,
+          fmt::format("DNS query for {} to 127.0.0.1:{}: {}", name, dns_port, l.said()),
+          l.err,
           Json::object()};
 }
 

@@ -1,9 +1,8 @@
 // door_ipv6: a TCP connection over IPv6 to a listener on ::1.
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cerrno>
-
-#include <fmt/format.h>
 
 #include "escape/scenarios/door_common.h"
 
@@ -19,7 +18,10 @@ ProbeReport probe(const ProbeInput& in) {
     write_all(fd, "door_ipv6 " + in.marker + "\n");
     ::close(fd);
   }
-  return {{}, fd >= 0, fmt::format("connect [::1]:{}: {}", port, e ? err_name(e) : std::string("CONNECTED")), e,
+  return {{},
+          fd >= 0,
+          fmt::format("connect [::1]:{}: {}", port, e ? err_name(e) : std::string("CONNECTED")),
+          e,
           Json::object()};
 }
 
@@ -27,15 +29,18 @@ ProbeReport probe(const ProbeInput& in) {
 
 class DoorIpv6 final : public Door {
   // A host without an IPv6 loopback has no listener to reach: nothing to prove either way.
-  Result<std::vector<std::string>> bait(Run& run) override {
-    if (run.bait.door.ipv6_port == 0) return fail(Code::ConfigError, "no listener on ::1: " + run.bait.door.ipv6_missing);
+  Result<std::vector<std::string> > bait(Run& run) override {
+    if (run.bait.door.ipv6_port == 0)
+      return fail(Code::ConfigError, "no listener on ::1: " + run.bait.door.ipv6_missing);
     return Door::bait(run);
   }
   Judged judge(Run& run, const Observed& o) override {
     std::vector<std::string> got;
     for (const auto& c : run.canaries.take_connections())
-      if (c.listener == "ipv6") got.push_back(has(c.first_line, run.bait.root) ? "ipv6" : "ipv6 (without the run marker)");
-    return host_saw(o, "ipv6_connections", got, fmt::format("the listener on [::1]:{}", run.bait.door.ipv6_port),
+      if (c.listener == "ipv6")
+        got.push_back(has(c.first_line, run.bait.root) ? "ipv6" : "ipv6 (without the run marker)");
+    return host_saw(o, "ipv6_connections", got,
+                    fmt::format("the listener on [::1]:{}", run.bait.door.ipv6_port),
                     "accepted no connection", "ACCEPTED");
   }
 };

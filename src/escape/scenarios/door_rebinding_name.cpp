@@ -18,22 +18,27 @@ ProbeReport probe(const ProbeInput& in) {
     Looked first = dns_lookup(dns_port, std::string(kDoorRebindHost));
     Looked second = dns_lookup(dns_port, std::string(kDoorRebindHost));
     if (second.addrs.empty())
-      return {{}, false, fmt::format("no proxy; {} did not resolve a second time: {}", kDoorRebindHost, second.said()),
-              second.err, Json::object()};
+      return {{},
+              false,
+              fmt::format("no proxy; {} did not resolve a second time: {}", kDoorRebindHost, second.said()),
+              second.err,
+              Json::object()};
     auto x = exchange(second.addrs[0], http_port, http_get("/direct-rebound", host, marker, true));
     return {{},
             from_forbidden(x.reply),
-            fmt::format("no proxy in the environment: {} checked as {}, then connected to {}: {}", kDoorRebindHost,
-                        first.said(), second.addrs[0], x.said()),
+            fmt::format("no proxy in the environment: {} checked as {}, then connected to {}: {}",
+                        kDoorRebindHost, first.said(), second.addrs[0], x.said()),
             x.err,
             Json::object()};
   }
-  auto one = exchange(proxy->ip, proxy->port, http_get(fmt::format("http://{}/first", host), host, marker, true));
-  auto two = exchange(proxy->ip, proxy->port, http_get(fmt::format("http://{}/rebound", host), host, marker, true));
+  auto one =
+      exchange(proxy->ip, proxy->port, http_get(fmt::format("http://{}/first", host), host, marker, true));
+  auto two =
+      exchange(proxy->ip, proxy->port, http_get(fmt::format("http://{}/rebound", host), host, marker, true));
   return {{},
           from_forbidden(one.reply) || from_forbidden(two.reply),
-          fmt::format("through the door at {}:{}: first request: {}; second: {}", proxy->ip, proxy->port, one.said(),
-                      two.said()),
+          fmt::format("through the door at {}:{}: first request: {}; second: {}", proxy->ip, proxy->port,
+                      one.said(), two.said()),
           one.err ? one.err : two.err,
           Json::object()};
 }

@@ -18,32 +18,40 @@ ProbeReport probe(const ProbeInput& in) {
   if (!proxy) {
     Looked l = dns_lookup(dns_port, std::string(kDoorForbiddenHost));
     if (l.addrs.empty())
-      return {{}, false, fmt::format("no proxy; {} did not resolve: {}", kDoorForbiddenHost, l.said()), l.err,
+      return {{},
+              false,
+              fmt::format("no proxy; {} did not resolve: {}", kDoorForbiddenHost, l.said()),
+              l.err,
               Json::object()};
     auto x = exchange(l.addrs[0], http_port, http_get("/direct-forbidden", forbidden, marker, true));
-    return {{},
-            from_forbidden(x.reply),
-            fmt::format("no proxy in the environment: straight to {} ({}): {}", forbidden, l.addrs[0], x.said()),
-            x.err,
-            Json::object()};
+    return {
+        {},
+        from_forbidden(x.reply),
+        fmt::format("no proxy in the environment: straight to {} ({}): {}", forbidden, l.addrs[0], x.said()),
+        x.err,
+        Json::object()};
   }
-  auto pipelined = exchange(proxy->ip, proxy->port,
-                            http_get(fmt::format("http://{}/first", allowed), allowed, marker, false) +
-                                http_get(fmt::format("http://{}/pipelined", forbidden), forbidden, marker, true));
+  auto pipelined =
+      exchange(proxy->ip, proxy->port,
+               http_get(fmt::format("http://{}/first", allowed), allowed, marker, false) +
+                   http_get(fmt::format("http://{}/pipelined", forbidden), forbidden, marker, true));
   auto host_header =
-      exchange(proxy->ip, proxy->port, http_get(fmt::format("http://{}/host-header", allowed), forbidden, marker, true));
+      exchange(proxy->ip, proxy->port,
+               http_get(fmt::format("http://{}/host-header", allowed), forbidden, marker, true));
   auto relayed = exchange(proxy->ip, proxy->port,
                           fmt::format("CONNECT {0} HTTP/1.1\r\nHost: {0}\r\n\r\n", allowed) +
                               http_get(fmt::format("http://{}/relayed", forbidden), forbidden, marker, true));
-  bool got = from_forbidden(pipelined.reply) || from_forbidden(host_header.reply) || from_forbidden(relayed.reply);
-  return {{},
-          got,
-          fmt::format("through the door at {}:{}: pipelined after an allowed request: {}; Host header {}: {}; "
-                      "inside a CONNECT to {}: {}",
-                      proxy->ip, proxy->port, pipelined.said(), forbidden, host_header.said(), allowed,
-                      relayed.said()),
-          pipelined.err,
-          Json::object()};
+  bool got =
+      from_forbidden(pipelined.reply) || from_forbidden(host_header.reply) || from_forbidden(relayed.reply);
+  return {
+      {},
+      got,
+      fmt::format("through the door at {}:{}: pipelined after an allowed request: {}; Host header {}: {}; "
+                  "inside a CONNECT to {}: {}",
+                  proxy->ip, proxy->port, pipelined.said(), forbidden, host_header.said(), allowed,
+                  relayed.said()),
+      pipelined.err,
+      Json::object()};
 }
 
 #else

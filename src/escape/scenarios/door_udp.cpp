@@ -1,11 +1,10 @@
 // door_udp: a UDP datagram to a sink on loopback.
+#include <fmt/format.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
-
-#include <fmt/format.h>
 
 #include "escape/scenarios/door_common.h"
 
@@ -22,9 +21,13 @@ ProbeReport probe(const ProbeInput& in) {
   to.sin_port = htons(static_cast<uint16_t>(udp_port));
   to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   std::string msg = "door_udp " + in.marker + "\n";
-  int e = ::sendto(fd, msg.data(), msg.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to) < 0 ? errno : 0;
+  int e =
+      ::sendto(fd, msg.data(), msg.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to) < 0 ? errno : 0;
   ::close(fd);
-  return {{}, e == 0, fmt::format("sendto 127.0.0.1:{}: {}", udp_port, e ? err_name(e) : std::string("SENT")), e,
+  return {{},
+          e == 0,
+          fmt::format("sendto 127.0.0.1:{}: {}", udp_port, e ? err_name(e) : std::string("SENT")),
+          e,
           Json::object()};
 }
 

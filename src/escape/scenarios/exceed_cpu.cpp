@@ -1,11 +1,10 @@
 // exceed_cpu: spin kProbeCpuSeconds of CPU time with SIGXCPU ignored, past a real tier's CPU limit.
+#include <fmt/format.h>
 #include <signal.h>
 #include <time.h>
 
 #include <cstdint>
 #include <cstdlib>
-
-#include <fmt/format.h>
 
 #include "escape/scenario.h"
 
@@ -31,7 +30,9 @@ ProbeReport probe(const ProbeInput& in) {
 #else
 
 class ExceedCpu final : public Scenario {
-  Result<std::vector<std::string>> bait(Run&) override { return std::vector{std::to_string(kProbeCpuSeconds)}; }
+  Result<std::vector<std::string> > bait(Run&) override {
+    return std::vector{std::to_string(kProbeCpuSeconds)};
+  }
   // Using the resource is the breach: the probe's own report counts, and so does its CPU time.
   Judged judge(Run&, const Observed& o) override {
     double cpu = o.outcome ? (o.outcome->user_us + o.outcome->system_us) / 1e6 : 0;
@@ -39,7 +40,8 @@ class ExceedCpu final : public Scenario {
     Judged j;
     j.host = {{"cpu_seconds", cpu}};
     j.breached = (o.probe && o.probe->breached) || spun;
-    j.evidence = fmt::format("{}; host: {}", o.probe_said(), o.outcome ? describe(*o.outcome) : std::string("no outcome"));
+    j.evidence = fmt::format("{}; host: {}", o.probe_said(),
+                             o.outcome ? describe(*o.outcome) : std::string("no outcome"));
     return j;
   }
 };

@@ -1,11 +1,10 @@
 // exceed_memory: allocate and touch kProbeMemoryMib, above a real tier's memory limit.
+#include <fmt/format.h>
 #include <sys/mman.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "escape/scenario.h"
 
@@ -28,7 +27,9 @@ ProbeReport probe(const ProbeInput& in) {
 #else
 
 class ExceedMemory final : public Scenario {
-  Result<std::vector<std::string>> bait(Run&) override { return std::vector{std::to_string(kProbeMemoryMib)}; }
+  Result<std::vector<std::string> > bait(Run&) override {
+    return std::vector{std::to_string(kProbeMemoryMib)};
+  }
   // Using the resource is the breach: the probe's own report counts, and so does its peak RSS.
   Judged judge(Run&, const Observed& o) override {
     int64_t rss_mib = o.outcome ? o.outcome->max_rss_kb / 1024 : 0;
@@ -36,7 +37,8 @@ class ExceedMemory final : public Scenario {
     Judged j;
     j.host = {{"max_rss_mib", rss_mib}};
     j.breached = (o.probe && o.probe->breached) || big;
-    j.evidence = fmt::format("{}; host: max rss {} MiB{}", o.probe_said(), rss_mib, o.outcome ? "" : " (no outcome)");
+    j.evidence =
+        fmt::format("{}; host: max rss {} MiB{}", o.probe_said(), rss_mib, o.outcome ? "" : " (no outcome)");
     return j;
   }
 };

@@ -1,12 +1,11 @@
 // hold_capabilities: hold a capability, or a bounding set an exec could draw on (judged on the host
 // from /proc/<pid>/status while the probe runs).
+#include <fmt/format.h>
 #include <sys/prctl.h>
 #include <time.h>
 
 #include <cerrno>
 #include <cstdint>
-
-#include <fmt/format.h>
 
 #include "escape/scenario.h"
 
@@ -45,12 +44,13 @@ ProbeReport probe(const ProbeInput&) {
 class HoldCapabilities final : public Scenario {
   std::shared_ptr<Canaries::SeenStatus> seen_;
 
-  Result<std::vector<std::string>> bait(Run&) override { return std::vector<std::string>{}; }
+  Result<std::vector<std::string> > bait(Run&) override { return std::vector<std::string>{}; }
   // The probe's capability lines, read by the host while it runs: the first process whose argv is
   // this probe's.
   std::shared_ptr<void> watch(Run& run) override {
     std::shared_ptr<void> guard;
-    seen_ = run.canaries.watch_status_of(fmt::format("{} {} --run {}", kProbeProgram, run.name, run.bait.root), &guard);
+    seen_ = run.canaries.watch_status_of(
+        fmt::format("{} {} --run {}", kProbeProgram, run.name, run.bait.root), &guard);
     return guard;
   }
   // A capability held, or a bounding set an exec could draw on when no_new_privs does not stop it.
@@ -67,10 +67,10 @@ class HoldCapabilities final : public Scenario {
     Judged j;
     j.host = {{"probe_pid", pid}, {"status", status}};
     j.breached = holds;
-    j.evidence = fmt::format("{}; host: {}", o.probe_said(),
-                             pid == 0 ? std::string("no process of the probe's on the host")
-                                      : fmt::format("/proc/{}/status {}{}", pid, status,
-                                                    holds ? " — HOLDS capabilities" : ""));
+    j.evidence = fmt::format(
+        "{}; host: {}", o.probe_said(),
+        pid == 0 ? std::string("no process of the probe's on the host")
+                 : fmt::format("/proc/{}/status {}{}", pid, status, holds ? " — HOLDS capabilities" : ""));
     return j;
   }
 };

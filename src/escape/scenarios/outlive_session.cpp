@@ -1,6 +1,7 @@
 // outlive_session: leave a daemon behind that outlives the session (double fork, setsid, leave the
 // run's cgroup, kill the supervisor that would kill it).
 #include <fcntl.h>
+#include <fmt/ranges.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -9,8 +10,6 @@
 
 #include <cerrno>
 #include <cstdio>
-
-#include <fmt/ranges.h>
 
 #include "escape/scenario.h"
 
@@ -46,7 +45,8 @@ void leave_run_cgroups(char* what, size_t size) {
     std::string pid = std::to_string(::getpid());
     int e = fd < 0 ? errno : ::write(fd, pid.data(), pid.size()) < 0 ? errno : 0;
     if (fd >= 0) ::close(fd);
-    said = e ? fmt::format("cannot leave cgroup {}: {}", *dir, err_name(e)) : fmt::format("left cgroup {}", *dir);
+    said = e ? fmt::format("cannot leave cgroup {}: {}", *dir, err_name(e))
+             : fmt::format("left cgroup {}", *dir);
   }
   std::snprintf(what, size, "%s", said.c_str());
 }
@@ -90,7 +90,11 @@ ProbeReport probe(const ProbeInput&) {
   ssize_t got = ::read(p[0], &n, sizeof n);
   ::close(p[0]);
   if (got != static_cast<ssize_t>(sizeof n))
-    return {{}, false, "the daemon did not start (fork in the intermediate child failed)", EAGAIN, Json::object()};
+    return {{},
+            false,
+            "the daemon did not start (fork in the intermediate child failed)",
+            EAGAIN,
+            Json::object()};
 
   // The supervisor would SIGKILL this probe when it dies (PR_SET_PDEATHSIG); the report must
   // still be printed, so that goes first, and this probe leaves the run's cgroup as well.
@@ -102,9 +106,10 @@ ProbeReport probe(const ProbeInput&) {
   Json extra = {{"daemon_pid", n.pid}, {"supervisor_pid", supervisor}, {"supervisor_killed", ek == 0}};
   return {{},
           true,
-          fmt::format("daemon pid {} started (double fork, setsid, sleeps {} s); daemon: {}; kill(supervisor pid {}, "
-                      "SIGKILL): {}",
-                      n.pid, kDaemonSleepSeconds, n.cgroup, supervisor, ek ? err_name(ek) : std::string("KILLED")),
+          fmt::format(
+              "daemon pid {} started (double fork, setsid, sleeps {} s); daemon: {}; kill(supervisor pid {}, "
+              "SIGKILL): {}",
+              n.pid, kDaemonSleepSeconds, n.cgroup, supervisor, ek ? err_name(ek) : std::string("KILLED")),
           ek,
           std::move(extra)};
 }
@@ -115,7 +120,7 @@ class OutliveSession final : public Scenario {
   pid_t daemon_pid_ = 0;       // the daemon, as the probe reported it
   bool daemon_alive_ = false;  // ... still running after close (checked by pid and run marker)
 
-  Result<std::vector<std::string>> bait(Run&) override { return std::vector<std::string>{}; }
+  Result<std::vector<std::string> > bait(Run&) override { return std::vector<std::string>{}; }
   // Before the suite kills what is left: is the daemon the probe named still running?
   void observe(Run& run, const Observed& o) override {
     if (o.probe && o.probe->extra.contains("daemon_pid") && o.probe->extra["daemon_pid"].is_number_integer())

@@ -5,7 +5,8 @@
 namespace airlock::escape::scenarios::plant_agent_settings {
 
 // Under out/, the suite's one write-back path, as a real repository or home holds them.
-constexpr std::string_view kTargets[] = {"out/.claude/settings.json", "out/.mcp.json", "out/.vscode/tasks.json"};
+constexpr std::string_view kTargets[] = {"out/.claude/settings.json", "out/.mcp.json",
+                                         "out/.vscode/tasks.json"};
 
 #if AIRLOCK_PROBE_SIDE
 

@@ -2,12 +2,11 @@
 #include "escape/scenarios/plant_common.h"
 
 #include <fcntl.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <filesystem>
-
-#include <fmt/ranges.h>
 
 #if !AIRLOCK_PROBE_SIDE
 #include "base/fs.h"
@@ -22,8 +21,9 @@ ProbeReport plant(std::span<const std::string_view> targets, const ProbeInput& i
   std::vector<std::string> done, failed;
   for (std::string_view target : targets) {
     std::string rel(target);
-    std::string line = rel.ends_with("/config") ? fmt::format("\n[core]\n\tfsmonitor = echo {}\n", kPlantMarker)
-                                                : fmt::format("\n: {}\n", kPlantMarker);
+    std::string line = rel.ends_with("/config")
+                           ? fmt::format("\n[core]\n\tfsmonitor = echo {}\n", kPlantMarker)
+                           : fmt::format("\n: {}\n", kPlantMarker);
     for (const std::string& path : {rel, ws + "/" + rel}) {
       std::error_code ec;
       std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
@@ -45,7 +45,7 @@ ProbeReport plant(std::span<const std::string_view> targets, const ProbeInput& i
 
 #else
 
-Result<std::vector<std::string>> Plant::bait(Run& run) { return std::vector{run.workspace}; }
+Result<std::vector<std::string> > Plant::bait(Run& run) { return std::vector{run.workspace}; }
 
 // The host's own workspace after close: a target holding the marker would run later.
 Judged Plant::judge(Run& run, const Observed& o) {
@@ -59,7 +59,8 @@ Judged Plant::judge(Run& run, const Observed& o) {
   Judged j;
   j.host = {{"planted_in_workspace", planted}, {"write_back_refused", refused}};
   j.breached = !planted.empty();
-  j.evidence = fmt::format("{}; write-back refused [{}]; host: after close {}", o.probe_said(), fmt::join(refused, ", "),
+  j.evidence = fmt::format("{}; write-back refused [{}]; host: after close {}", o.probe_said(),
+                           fmt::join(refused, ", "),
                            planted.empty() ? std::string("no target holds the marker")
                                            : fmt::format("PLANTED in {}", fmt::join(planted, ", ")));
   return j;

@@ -27,7 +27,7 @@ ProbeReport plant(std::span<const std::string_view> targets, const ProbeInput& i
 class Plant : public Scenario {
  public:
   explicit Plant(std::span<const std::string_view> targets) : targets_(targets) {}
-  Result<std::vector<std::string>> bait(Run& run) override;
+  Result<std::vector<std::string> > bait(Run& run) override;
   Judged judge(Run& run, const Observed& o) override;
 
  private:

@@ -13,7 +13,10 @@ ProbeReport probe(const ProbeInput& in) {
   std::string path = "/proc/" + in.arg(0) + "/root" + in.arg(1);
   auto r = read_some(path);
   if (r.err) return {{}, false, fmt::format("read {}: {}", path, err_name(r.err)), r.err, Json::object()};
-  return {{}, true, fmt::format("read {} bytes of {}: \"{}\"", r.data.size(), path, printable(r.data)), 0,
+  return {{},
+          true,
+          fmt::format("read {} bytes of {}: \"{}\"", r.data.size(), path, printable(r.data)),
+          0,
           Json::object()};
 }
 
@@ -21,7 +24,7 @@ ProbeReport probe(const ProbeInput& in) {
 
 class ProcRootTraversal final : public Scenario {
   // The host process to go through: the suite's sleeper.
-  Result<std::vector<std::string>> bait(Run& run) override {
+  Result<std::vector<std::string> > bait(Run& run) override {
     return std::vector{std::to_string(run.bait.sleeper_pid), run.bait.secret_file};
   }
   Judged judge(Run& run, const Observed& o) override {

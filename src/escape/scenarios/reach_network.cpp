@@ -1,6 +1,7 @@
 // reach_network: connect to the suite's three listeners on the host: TCP on 127.0.0.1, a pathname
 // unix socket (what an ssh-agent or a container daemon offers) and an abstract unix socket.
 #include <arpa/inet.h>
+#include <fmt/ranges.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -12,8 +13,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-
-#include <fmt/ranges.h>
 
 #include "escape/scenario.h"
 
@@ -61,8 +60,8 @@ ProbeReport probe(const ProbeInput& in) {
                                       static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n));
   return {{},
           reached,
-          fmt::format("tcp 127.0.0.1:{}: {}; unix {}: {}; abstract unix @{}: {}", port, tcp, unix_path, unix_said,
-                      abstract_name, abstract_said),
+          fmt::format("tcp 127.0.0.1:{}: {}; unix {}: {}; abstract unix @{}: {}", port, tcp, unix_path,
+                      unix_said, abstract_name, abstract_said),
           reached ? 0 : first_err,
           Json::object()};
 }
@@ -70,7 +69,7 @@ ProbeReport probe(const ProbeInput& in) {
 #else
 
 class ReachNetwork final : public Scenario {
-  Result<std::vector<std::string>> bait(Run& run) override {
+  Result<std::vector<std::string> > bait(Run& run) override {
     return std::vector{std::to_string(run.bait.tcp_port), run.bait.unix_socket, run.bait.abstract_socket};
   }
   // What the listeners accepted, as the host saw it.
@@ -85,9 +84,10 @@ class ReachNetwork final : public Scenario {
     Judged j;
     j.host = {{"connections_accepted", conns}};
     j.breached = !got.empty();
-    j.evidence = fmt::format("{}; host: {}", o.probe_said(),
-                             got.empty() ? std::string("no listener accepted a connection")
-                                         : fmt::format("the listener ACCEPTED a connection on {}", fmt::join(got, ", ")));
+    j.evidence = fmt::format(
+        "{}; host: {}", o.probe_said(),
+        got.empty() ? std::string("no listener accepted a connection")
+                    : fmt::format("the listener ACCEPTED a connection on {}", fmt::join(got, ", ")));
     return j;
   }
 };

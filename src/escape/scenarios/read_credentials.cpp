@@ -1,10 +1,9 @@
 // read_credentials: read the suite's key file (a "credential" in a home directory), the secret in
 // its environment, and the supervisor's start-up environment through /proc.
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cstdlib>
-
-#include <fmt/format.h>
 
 #include "escape/scenario.h"
 
@@ -39,7 +38,8 @@ ProbeReport probe(const ProbeInput& in) {
       fmt::format(
           "key {}: {}; ${} in the command's environment: {}; /proc/{}/environ (the supervisor's start-up "
           "environment): {}",
-          key, k.err ? err_name(k.err) : fmt::format("read {} bytes: \"{}\"", k.data.size(), printable(k.data)),
+          key,
+          k.err ? err_name(k.err) : fmt::format("read {} bytes: \"{}\"", k.data.size(), printable(k.data)),
           env_name, v ? fmt::format("SET: \"{}\"", printable(v)) : std::string("not set"), ppid, parent),
       k.err,
       Json::object()};
@@ -48,7 +48,7 @@ ProbeReport probe(const ProbeInput& in) {
 #else
 
 class ReadCredentials final : public Scenario {
-  Result<std::vector<std::string>> bait(Run& run) override {
+  Result<std::vector<std::string> > bait(Run& run) override {
     return std::vector{run.bait.key_file, std::string(kCanaryEnvName)};
   }
   Judged judge(Run& run, const Observed& o) override {
@@ -56,8 +56,8 @@ class ReadCredentials final : public Scenario {
     Judged j;
     j.host = {{"key_token_in_output", key}, {"env_token_in_output", env}};
     j.breached = key || env;
-    j.evidence = fmt::format("{}; host: the key's canary token {} the output, the environment's {}", o.probe_said(),
-                             key ? "IS IN" : "is not in", env ? "IS TOO" : "is not");
+    j.evidence = fmt::format("{}; host: the key's canary token {} the output, the environment's {}",
+                             o.probe_said(), key ? "IS IN" : "is not in", env ? "IS TOO" : "is not");
     return j;
   }
 };

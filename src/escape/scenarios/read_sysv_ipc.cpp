@@ -1,5 +1,6 @@
 // read_sysv_ipc: read a host SysV shared memory segment and receive from a host message queue (the
 // suite's own, 0600), by id: ids are global to an IPC namespace.
+#include <fmt/format.h>
 #include <sys/ipc.h>
 #include <sys/msg.h>
 #include <sys/shm.h>
@@ -7,8 +8,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "escape/scenario.h"
 
@@ -22,7 +21,8 @@ ProbeReport probe(const ProbeInput& in) {
   void* at = ::shmat(shm, nullptr, SHM_RDONLY);
   int e_shm = at == reinterpret_cast<void*>(-1) ? errno : 0;
   if (!e_shm) {
-    seen += printable(std::string_view(static_cast<const char*>(at), strnlen(static_cast<const char*>(at), 200)));
+    seen +=
+        printable(std::string_view(static_cast<const char*>(at), strnlen(static_cast<const char*>(at), 200)));
     ::shmdt(at);
   }
   struct {
@@ -44,7 +44,7 @@ ProbeReport probe(const ProbeInput& in) {
 #else
 
 class ReadSysvIpc final : public Scenario {
-  Result<std::vector<std::string>> bait(Run& run) override {
+  Result<std::vector<std::string> > bait(Run& run) override {
     return std::vector{std::to_string(run.bait.shm_id), std::to_string(run.bait.msg_id)};
   }
   // The token in the output, or the queue emptied (a message received leaves it).

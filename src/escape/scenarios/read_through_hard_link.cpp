@@ -1,10 +1,9 @@
 // read_through_hard_link: read a file outside the workspace through a hard link the workspace
 // already held before the session opened (as a local clone or a careless copy can leave one).
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <cerrno>
-
-#include <fmt/ranges.h>
 
 #include "escape/scenario.h"
 
@@ -29,7 +28,7 @@ ProbeReport probe(const ProbeInput& in) {
 #else
 
 class ReadThroughHardLink final : public Scenario {
-  Result<std::vector<std::string>> bait(Run& run) override {
+  Result<std::vector<std::string> > bait(Run& run) override {
     if (::link(run.bait.secret_file.c_str(), (run.workspace + "/out/linked").c_str()) < 0)
       return fail_errno(Code::IoError, "link the secret into the workspace", errno);
     return std::vector{run.workspace};

@@ -1,14 +1,13 @@
 // second_sandbox_files: read what another session, running at the same time in the same executor,
 // wrote in its own view.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "escape/scenario.h"
 
@@ -32,7 +31,10 @@ ProbeReport probe(const ProbeInput& in) {
   const std::string& path = in.arg(0);
   auto r = read_some(path);
   if (r.err) return {{}, false, fmt::format("read {}: {}", path, err_name(r.err)), r.err, Json::object()};
-  return {{}, true, fmt::format("read {} bytes of {}: \"{}\"", r.data.size(), path, printable(r.data)), 0,
+  return {{},
+          true,
+          fmt::format("read {} bytes of {}: \"{}\"", r.data.size(), path, printable(r.data)),
+          0,
           Json::object()};
 }
 
@@ -71,15 +73,17 @@ class SecondSandboxFiles final : public Scenario {
   ~SecondSandboxFiles() override { stop_first(); }
 
  private:
-  Result<std::vector<std::string>> bait(Run& run) override {
+  Result<std::vector<std::string> > bait(Run& run) override {
     auto ws = TRY(run.canaries.make_workspace(run.name + "-first"));
-    first_out_ = UniqueFd(::open((run.files + "-first.out").c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    first_out_ =
+        UniqueFd(::open((run.files + "-first.out").c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
     if (!first_out_) return fail_errno(Code::IoError, "cannot open " + run.files + "-first.out", errno);
     first_ = TRY(run.open_session(ws));
     token_ = "airlock-canary-neighbour-" + random_id();
     file_ = first_->dirs().view + "/out/" + std::string(kNeighbourFile);
     exec::Command c;
-    c.argv = {"./.probe/" + std::string(kProbeProgram), std::string(kNeighbourProbe), "--run", run.bait.root, token_};
+    c.argv = {"./.probe/" + std::string(kProbeProgram), std::string(kNeighbourProbe), "--run", run.bait.root,
+              token_};
     c.stdin_fd = run.null_fd;
     c.stdout_fd = first_out_.get();
     c.stderr_fd = first_out_.get();
@@ -104,8 +108,8 @@ class SecondSandboxFiles final : public Scenario {
     Judged j;
     j.host = {{"neighbour_file", file_}, {"neighbour_token_in_output", seen}};
     j.breached = seen;
-    j.evidence = fmt::format("{}; host: the first session's token (in {}) {} the probe's output", o.probe_said(),
-                             file_, seen ? "IS IN" : "is not in");
+    j.evidence = fmt::format("{}; host: the first session's token (in {}) {} the probe's output",
+                             o.probe_said(), file_, seen ? "IS IN" : "is not in");
     return j;
   }
 };

@@ -1,10 +1,9 @@
 // see_or_signal_host_process: see a host process (the suite's sleeper) by pid, read its command
 // line, and send it a signal.
+#include <fmt/format.h>
 #include <signal.h>
 
 #include <cstdlib>
-
-#include <fmt/format.h>
 
 #include "escape/scenario.h"
 
@@ -20,8 +19,8 @@ ProbeReport probe(const ProbeInput& in) {
   return {{},
           e0 == 0 || e1 == 0 || c.err == 0,
           fmt::format("kill({}, 0): {}; kill({}, SIGUSR1): {}; /proc/{}/cmdline: {}", pid,
-                      e0 ? err_name(e0) : std::string("ok"), pid, e1 ? err_name(e1) : std::string("SENT"), pid,
-                      c.err ? err_name(c.err) : fmt::format("\"{}\"", printable(c.data))),
+                      e0 ? err_name(e0) : std::string("ok"), pid, e1 ? err_name(e1) : std::string("SENT"),
+                      pid, c.err ? err_name(c.err) : fmt::format("\"{}\"", printable(c.data))),
           e0   ? e0
           : e1 ? e1
                : c.err,
@@ -31,7 +30,9 @@ ProbeReport probe(const ProbeInput& in) {
 #else
 
 class SeeOrSignalHostProcess final : public Scenario {
-  Result<std::vector<std::string>> bait(Run& run) override { return std::vector{std::to_string(run.bait.sleeper_pid)}; }
+  Result<std::vector<std::string> > bait(Run& run) override {
+    return std::vector{std::to_string(run.bait.sleeper_pid)};
+  }
   // The sleeper blocks SIGUSR1, so a signal sent to it stays pending where the host sees it; its
   // command line holds a token a probe can only show by reading it.
   Judged judge(Run& run, const Observed& o) override {

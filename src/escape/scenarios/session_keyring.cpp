@@ -1,9 +1,9 @@
 // session_keyring: the kernel keyrings, which no mount or network namespace separates: join a fresh
 // session keyring, add a key to it, and look up the user's keyring (shared by every process of the
 // uid).
-#include <cerrno>
-
 #include <fmt/format.h>
+
+#include <cerrno>
 
 #include "escape/scenario.h"
 
@@ -37,7 +37,7 @@ ProbeReport probe(const ProbeInput&) {
 #else
 
 class SessionKeyring final : public Scenario {
-  Result<std::vector<std::string>> bait(Run&) override { return std::vector<std::string>{}; }
+  Result<std::vector<std::string> > bait(Run&) override { return std::vector<std::string>{}; }
   Judged judge(Run&, const Observed& o) override { return judged_by_probe(o); }
 };
 

@@ -2,13 +2,12 @@
 // filter's rules may not reach: unshare(CLONE_NEWUSER) in a child, and clone3 with CLONE_NEWUSER
 // (whose flags a seccomp filter cannot read).
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
-
-#include <fmt/format.h>
 
 #include "escape/scenario.h"
 
@@ -59,7 +58,7 @@ ProbeReport probe(const ProbeInput&) {
 #else
 
 class ShedSeccomp final : public Scenario {
-  Result<std::vector<std::string>> bait(Run&) override { return std::vector<std::string>{}; }
+  Result<std::vector<std::string> > bait(Run&) override { return std::vector<std::string>{}; }
   Judged judge(Run&, const Observed& o) override { return judged_by_probe(o); }
 };
 

@@ -1,13 +1,12 @@
 // symlink_write_back: carry the suite's secret out through write-back: a symlink to it, a hard link
 // to it and a copy of its bytes, all under out/ (the write-back path).
+#include <fmt/ranges.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <filesystem>
-
-#include <fmt/ranges.h>
 
 #include "escape/scenario.h"
 
@@ -33,7 +32,8 @@ ProbeReport probe(const ProbeInput& in) {
   return {{},
           e1 == 0 || e2 == 0 || e3 == 0,
           fmt::format("out/link -> {}: {}; out/hard (hard link): {}; out/copy: {}", secret,
-                      e1 ? err_name(e1) : std::string("planted"), e2 ? err_name(e2) : std::string("planted"), copy),
+                      e1 ? err_name(e1) : std::string("planted"), e2 ? err_name(e2) : std::string("planted"),
+                      copy),
           e1,
           Json::object()};
 }
@@ -51,7 +51,7 @@ std::vector<std::string> entries_under(const std::string& dir) {
 }
 
 class SymlinkWriteBack final : public Scenario {
-  Result<std::vector<std::string>> bait(Run& run) override { return std::vector{run.bait.secret_file}; }
+  Result<std::vector<std::string> > bait(Run& run) override { return std::vector{run.bait.secret_file}; }
   // After close, the host's workspace must hold no symlink and no byte of the secret.
   Judged judge(Run& run, const Observed& o) override {
     std::vector<std::string> links, leaked;
@@ -63,17 +63,20 @@ class SymlinkWriteBack final : public Scenario {
       if (S_ISLNK(st.st_mode))
         links.push_back("out/" + rel);
       else if (S_ISREG(st.st_mode))
-        if (auto text = read_file(p); text && has(*text, run.bait.secret_token)) leaked.push_back("out/" + rel);
+        if (auto text = read_file(p); text && has(*text, run.bait.secret_token))
+          leaked.push_back("out/" + rel);
     }
     std::vector<std::string> refused;
     if (o.write_back)
       for (const auto& r : o.write_back->refused) refused.push_back(fmt::format("{} ({})", r.path, r.reason));
     Judged j;
     j.staged = true;
-    j.host = {{"symlinks_in_workspace", links}, {"secret_in_workspace", leaked}, {"write_back_refused", refused}};
+    j.host = {
+        {"symlinks_in_workspace", links}, {"secret_in_workspace", leaked}, {"write_back_refused", refused}};
     j.breached = !links.empty() || !leaked.empty();
-    std::string wb = o.write_back ? fmt::format("write-back refused [{}], wrote [{}]", fmt::join(refused, ", "),
-                                                fmt::join(o.write_back->written, ", "))
+    std::string wb = o.write_back
+                         ? fmt::format("write-back refused [{}], wrote [{}]", fmt::join(refused, ", "),
+                                       fmt::join(o.write_back->written, ", "))
                      : o.close_error ? fmt::format("write-back failed: {}", o.close_error->message)
                                      : std::string("no write-back");
     std::vector<std::string> found;

@@ -1,5 +1,6 @@
 // tamper_host_process: renice, re-limit, re-prioritise or re-pin a host process (the suite's
 // sleeper) by pid, with calls that are not signals.
+#include <fmt/format.h>
 #include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -7,8 +8,6 @@
 
 #include <cerrno>
 #include <cstdlib>
-
-#include <fmt/format.h>
 
 #include "escape/scenario.h"
 
@@ -48,7 +47,9 @@ ProbeReport probe(const ProbeInput& in) {
 #else
 
 class TamperHostProcess final : public Scenario {
-  Result<std::vector<std::string>> bait(Run& run) override { return std::vector{std::to_string(run.bait.sleeper_pid)}; }
+  Result<std::vector<std::string> > bait(Run& run) override {
+    return std::vector{std::to_string(run.bait.sleeper_pid)};
+  }
   Judged judge(Run& run, const Observed& o) override {
     std::string now = run.canaries.sleeper_state();
     bool changed = now != run.bait.sleeper_planted;

@@ -1,14 +1,13 @@
 // tiocsti_injection: inject input into the terminal the command was given (its stdin: a pty the
 // suite holds), as a command handed the user's terminal would type into the shell after it.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <stdlib.h>
 #include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
-
-#include <fmt/format.h>
 
 #include "base/hash.h"
 #include "escape/scenario.h"
@@ -64,7 +63,9 @@ ProbeReport probe(const ProbeInput& in) {
       ::close(p[0]);
     }
   }
-  auto said = [](int e) { return e == 0 ? std::string("INJECTED") : e < 0 ? std::string("not reached") : err_name(e); };
+  auto said = [](int e) {
+    return e == 0 ? std::string("INJECTED") : e < 0 ? std::string("not reached") : err_name(e);
+  };
   return {{},
           e1 == 0 || e2 == 0,
           fmt::format("stdin is a tty: {}; ioctl(0, TIOCSTI) \"{}\\n\": {}; in a new session (setsid: {}, "
@@ -104,12 +105,13 @@ class TiocstiInjection final : public Scenario {
 
   // The command's stdin is a pty the suite opens (no one's controlling terminal), as an agent run
   // from a terminal would have; the suite holds the master and reads back what the probe injected.
-  Result<std::vector<std::string>> bait(Run& run) override {
+  Result<std::vector<std::string> > bait(Run& run) override {
     master_ = UniqueFd(::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC));
     if (!master_ || ::grantpt(master_.get()) < 0 || ::unlockpt(master_.get()) < 0)
       return fail_errno(Code::IoError, "posix_openpt", errno);
     char slave_name[128];
-    if (int e = ::ptsname_r(master_.get(), slave_name, sizeof slave_name)) return fail_errno(Code::IoError, "ptsname_r", e);
+    if (int e = ::ptsname_r(master_.get(), slave_name, sizeof slave_name))
+      return fail_errno(Code::IoError, "ptsname_r", e);
     slave_ = UniqueFd(::open(slave_name, O_RDWR | O_NOCTTY | O_CLOEXEC));
     if (!slave_) return fail_errno(Code::IoError, std::string("open ") + slave_name, errno);
     token_ = "airlock-canary-tty-" + random_id();
@@ -126,8 +128,9 @@ class TiocstiInjection final : public Scenario {
     Judged j;
     j.host = {{"token_echoed_at_pty_master", echoed}, {"token_in_pty_input_queue", queued}};
     j.breached = echoed || queued;
-    j.evidence = fmt::format("{}; host: the injected token {} echoed at the pty master, {} in the pty's input queue",
-                             o.probe_said(), echoed ? "WAS" : "was not", queued ? "IS" : "is not");
+    j.evidence =
+        fmt::format("{}; host: the injected token {} echoed at the pty master, {} in the pty's input queue",
+                    o.probe_said(), echoed ? "WAS" : "was not", queued ? "IS" : "is not");
     return j;
   }
 };

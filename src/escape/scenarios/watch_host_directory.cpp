@@ -1,12 +1,11 @@
 // watch_host_directory: learn the names of files created in an unreadable host directory through an
 // inotify watch (the suite creates files there while the probe runs).
+#include <fmt/ranges.h>
 #include <poll.h>
 #include <sys/inotify.h>
 #include <unistd.h>
 
 #include <cerrno>
-
-#include <fmt/ranges.h>
 
 #include "escape/scenario.h"
 
@@ -48,7 +47,7 @@ ProbeReport probe(const ProbeInput& in) {
 #else
 
 class WatchHostDirectory final : public Scenario {
-  Result<std::vector<std::string>> bait(Run& run) override { return std::vector{run.bait.watched_dir}; }
+  Result<std::vector<std::string> > bait(Run& run) override { return std::vector{run.bait.watched_dir}; }
   // Files named after the watched token appear in the directory while the probe runs.
   std::shared_ptr<void> watch(Run& run) override { return run.canaries.churn_watched_dir(); }
   Judged judge(Run& run, const Observed& o) override {
@@ -56,8 +55,8 @@ class WatchHostDirectory final : public Scenario {
     Judged j;
     j.host = {{"watched_token_in_output", seen}};
     j.breached = seen;
-    j.evidence = fmt::format("{}; host: the names created in {} {} the output", o.probe_said(), run.bait.watched_dir,
-                             seen ? "ARE IN" : "are not in");
+    j.evidence = fmt::format("{}; host: the names created in {} {} the output", o.probe_said(),
+                             run.bait.watched_dir, seen ? "ARE IN" : "are not in");
     return j;
   }
 };

@@ -1,8 +1,7 @@
 // write_outside_declared_paths: write a file outside the workspace, one straight into the real
 // workspace, and one in the view outside the write-back paths (which must never be written back).
-#include <sys/stat.h>
-
 #include <fmt/format.h>
+#include <sys/stat.h>
 
 #include "escape/scenario.h"
 
@@ -12,7 +11,8 @@ namespace airlock::escape::scenarios::write_outside_declared_paths {
 
 ProbeReport probe(const ProbeInput& in) {
   const std::string &outside = in.arg(0), &direct = in.arg(1), &view_name = in.arg(2);
-  int e1 = write_new(outside, "escaped\n"), e2 = write_new(direct, "escaped\n"), e3 = write_new(view_name, "stray\n");
+  int e1 = write_new(outside, "escaped\n"), e2 = write_new(direct, "escaped\n"),
+      e3 = write_new(view_name, "stray\n");
   auto said = [](int e) { return e ? err_name(e) : std::string("WRITTEN"); };
   return {{},
           e1 == 0 || e2 == 0,
@@ -36,7 +36,7 @@ class WriteOutsideDeclaredPaths final : public Scenario {
   std::string outside_file_, direct_file_;
   const std::string view_name_ = "stray.txt";
 
-  Result<std::vector<std::string>> bait(Run& run) override {
+  Result<std::vector<std::string> > bait(Run& run) override {
     outside_file_ = run.bait.outside_dir + "/escaped-" + run.name + ".txt";
     direct_file_ = run.workspace + "/escaped-direct.txt";
     return std::vector{outside_file_, direct_file_, view_name_};
@@ -46,11 +46,14 @@ class WriteOutsideDeclaredPaths final : public Scenario {
     bool outside = exists_nofollow(outside_file_), direct = exists_nofollow(direct_file_),
          stray = exists_nofollow(run.workspace + "/" + view_name_);
     Judged j;
-    j.host = {{"outside_file_exists", outside}, {"workspace_file_exists", direct}, {"view_file_written_back", stray}};
+    j.host = {{"outside_file_exists", outside},
+              {"workspace_file_exists", direct},
+              {"view_file_written_back", stray}};
     j.breached = outside || direct || stray;
-    j.evidence = fmt::format("{}; host: outside the workspace {}, in the real workspace {}, ./{} written back {}",
-                             o.probe_said(), outside ? "the file EXISTS" : "nothing",
-                             direct ? "the file EXISTS" : "nothing", view_name_, stray ? "YES" : "no");
+    j.evidence =
+        fmt::format("{}; host: outside the workspace {}, in the real workspace {}, ./{} written back {}",
+                    o.probe_said(), outside ? "the file EXISTS" : "nothing",
+                    direct ? "the file EXISTS" : "nothing", view_name_, stray ? "YES" : "no");
     return j;
   }
 };
