@@ -25,7 +25,7 @@ head -c 32 /dev/urandom | base64 > "$work/token"
 chmod 600 "$work/token"
 cat > "$work/policy.json" <<JSON
 {"schema_version": "airlock.task_policy.v1", "workspace": "$work/ws", "readable": ["src", "reports"],
- "write_back_paths": ["reports"], "tools": [{"name": "count", "argv": ["wc", "-c", "src/app.py"]}],
+ "write_back_paths": ["reports"], "tools": [{"name": "count", "argv": ["/usr/bin/wc", "-c", "src/app.py"]}],
  "limits": {"max_actions_per_minute": 100000}}
 JSON
 threads=$((sessions + 8))

@@ -13,7 +13,7 @@ namespace airlock {
 
 Result<UniqueFd> open_pidfd(pid_t pid) {
   int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-  if (fd < 0) return fail_errno(Code::ConfigError, fmt::format("pidfd_open({})", pid), errno);
+  if (fd < 0) return fail_errno(Code::IoError, fmt::format("pidfd_open({})", pid), errno);
   return UniqueFd(fd);
 }
 
@@ -42,7 +42,7 @@ void ChildProcess::kill_and_reap() noexcept {
 Result<void> ChildProcess::signal(int sig) const {
   if (status_) return {};
   if (::syscall(SYS_pidfd_send_signal, pidfd_.get(), sig, nullptr, 0) < 0 && errno != ESRCH)
-    return fail_errno(Code::ConfigError, "pidfd_send_signal", errno);
+    return fail_errno(Code::IoError, "pidfd_send_signal", errno);
   return {};
 }
 
@@ -55,7 +55,7 @@ Result<std::optional<ExitStatus>> ChildProcess::wait_for(
     do {
       r = ::poll(&p, 1, static_cast<int>(timeout->count()));
     } while (r < 0 && errno == EINTR);
-    if (r < 0) return fail_errno(Code::ConfigError, "poll(pidfd)", errno);
+    if (r < 0) return fail_errno(Code::IoError, "poll(pidfd)", errno);
     if (r == 0) return std::optional<ExitStatus>{};
   }
   siginfo_t info{};
@@ -63,7 +63,7 @@ Result<std::optional<ExitStatus>> ChildProcess::wait_for(
   do {
     r = ::waitid(P_PIDFD, static_cast<id_t>(pidfd_.get()), &info, WEXITED);
   } while (r < 0 && errno == EINTR);
-  if (r < 0) return fail_errno(Code::ConfigError, "waitid(pidfd)", errno);
+  if (r < 0) return fail_errno(Code::IoError, "waitid(pidfd)", errno);
   ExitStatus st;
   if (info.si_code == CLD_EXITED) {
     st.code = info.si_status;

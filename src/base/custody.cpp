@@ -39,6 +39,20 @@ std::unexpected<Error> unsafe(std::string what, const std::string& path, const s
                {"fix", fix}});
 }
 
+// What an executable's custody check does not look at, said with every refusal of one (the
+// runner design states these limits): passing it is no claim about them.
+constexpr const char* kNotChecked[] = {"the identity of the binary's publisher",
+                                       "the directories above the binary's parent", "ACLs",
+                                       "extended attributes"};
+
+std::unexpected<Error> unsafe_executable(std::string what, const std::string& path, const struct stat& st,
+                                         std::vector<std::string> fix) {
+  auto e = unsafe(fmt::format("{} (this check does not cover {})", what, fmt::join(kNotChecked, ", ")), path, st,
+                  std::move(fix));
+  e.error().facts["not_checked"] = kNotChecked;
+  return e;
+}
+
 std::string parent_of(const std::string& p) {
   auto slash = p.rfind('/');
   return slash == 0 ? "/" : p.substr(0, slash);
@@ -59,24 +73,24 @@ Result<void> check_executable_custody(const std::string& path, uid_t uid) {
   auto move_away = std::vector<std::string>{fmt::format("install -d -m 0755 {}", safe_home),
                                             fmt::format("install -m 0755 {} {}/airlock", quote(exe), safe_home)};
   if (!custodian(st.st_uid, uid))
-    return unsafe(fmt::format("the airlock executable {} is owned by {}, neither root nor the running user {}", exe,
+    return unsafe_executable(fmt::format("the airlock executable {} is owned by {}, neither root nor the running user {}", exe,
                               user_name(st.st_uid), user_name(uid)),
                   exe, st, {fmt::format("chown {} {}", uid == 0 ? "root" : user_name(uid), quote(exe))});
   if (st.st_mode & (S_IWGRP | S_IWOTH))
-    return unsafe(fmt::format("the airlock executable {} is writable by {} (mode {})", exe,
+    return unsafe_executable(fmt::format("the airlock executable {} is writable by {} (mode {})", exe,
                               (st.st_mode & S_IWOTH) ? "everyone" : "its group", mode_text(st.st_mode)),
                   exe, st, {fmt::format("chmod go-w {}", quote(exe))});
   if (st.st_uid != uid && uid != 0 && !(st.st_mode & S_IXOTH))
-    return unsafe(fmt::format("the airlock executable {} is run by {} through its group's execute bit; a "
+    return unsafe_executable(fmt::format("the airlock executable {} is run by {} through its group's execute bit; a "
                               "non-owner may run it only through the others' execute bit",
                               exe, user_name(uid)),
                   exe, st, {fmt::format("chmod o+x,g-w {}", quote(exe))});
   if (!custodian(dst.st_uid, uid))
-    return unsafe(fmt::format("the directory {} holding the airlock executable is owned by {}, who could replace it",
+    return unsafe_executable(fmt::format("the directory {} holding the airlock executable is owned by {}, who could replace it",
                               dir, user_name(dst.st_uid)),
                   dir, dst, move_away);
   if (dst.st_mode & (S_IWGRP | S_IWOTH))
-    return unsafe(fmt::format("the directory {} holding the airlock executable is writable by {} (mode {}){}", dir,
+    return unsafe_executable(fmt::format("the directory {} holding the airlock executable is writable by {} (mode {}){}", dir,
                               (dst.st_mode & S_IWOTH) ? "everyone" : "its group", mode_text(dst.st_mode),
                               (dst.st_mode & S_ISVTX) ? "; the sticky bit still lets anyone add a file beside it" : ""),
                   dir, dst,

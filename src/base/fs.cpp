@@ -53,15 +53,15 @@ Result<void> append_record(int fd, std::string_view bytes, Code code, const std:
 Result<void> write_file_atomic(const std::string& path, std::string_view bytes, unsigned mode) {
   std::string tmp = path + ".tmp-" + random_id().substr(0, 12);
   UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode));
-  if (!fd) return fail_errno(Code::ConfigError, "cannot create " + tmp, errno);
-  if (auto w = write_all(fd.get(), bytes, Code::ConfigError, "cannot write " + tmp); !w) {
+  if (!fd) return fail_errno(Code::IoError, "cannot create " + tmp, errno);
+  if (auto w = write_all(fd.get(), bytes, Code::IoError, "cannot write " + tmp); !w) {
     ::unlink(tmp.c_str());
     return w;
   }
   if (::rename(tmp.c_str(), path.c_str()) < 0) {
     int e = errno;
     ::unlink(tmp.c_str());
-    return fail_errno(Code::ConfigError, "cannot rename into " + path, e);
+    return fail_errno(Code::IoError, "cannot rename into " + path, e);
   }
   return {};
 }
@@ -69,7 +69,7 @@ Result<void> write_file_atomic(const std::string& path, std::string_view bytes, 
 Result<void> make_dirs(const std::string& path, unsigned mode) {
   std::error_code ec;
   std::filesystem::create_directories(path, ec);
-  if (ec) return fail(Code::ConfigError, fmt::format("cannot create directory {}: {}", path, ec.message()));
+  if (ec) return fail(Code::IoError, fmt::format("cannot create directory {}: {}", path, ec.message()));
   (void)mode;
   return {};
 }
@@ -118,7 +118,7 @@ Result<void> remove_tree(const std::string& path) {
     std::filesystem::remove_all(path, ec);
   }
   if (ec && ec != std::errc::no_such_file_or_directory)
-    return fail(Code::ConfigError, fmt::format("cannot remove {}: {}", path, ec.message()));
+    return fail(Code::IoError, fmt::format("cannot remove {}: {}", path, ec.message()));
   return {};
 }
 

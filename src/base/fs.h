@@ -8,7 +8,7 @@
 
 namespace airlock {
 
-Result<std::string> read_file(const std::string& path, Code code = Code::ConfigError);
+Result<std::string> read_file(const std::string& path, Code code = Code::IoError);
 // Writes to a temporary sibling and renames it over `path`: a reader never sees half a file.
 Result<void> write_file_atomic(const std::string& path, std::string_view bytes, unsigned mode = 0644);
 // Writes all of `bytes`, retrying short writes and EINTR; an error is `code` naming `what`.

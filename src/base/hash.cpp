@@ -45,7 +45,7 @@ std::string sha256_hex(std::string_view bytes) {
 Result<std::string> sha256_file(const std::string& path) {
   init_crypto_once();
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return fail_errno(Code::ConfigError, "open " + path, errno);
+  if (!fd) return fail_errno(Code::IoError, "open " + path, errno);
   EVP_MD_CTX* ctx = EVP_MD_CTX_new();
   EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
   std::array<char, 65536> buf;
@@ -54,7 +54,7 @@ Result<std::string> sha256_file(const std::string& path) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       EVP_MD_CTX_free(ctx);
-      return fail_errno(Code::ConfigError, "read " + path, errno);
+      return fail_errno(Code::IoError, "read " + path, errno);
     }
     if (n == 0) break;
     EVP_DigestUpdate(ctx, buf.data(), static_cast<size_t>(n));

@@ -63,8 +63,8 @@ std::string policy_text(const std::string& workspace, int port, int any_port, in
     {{ "host": "*", "ports": [{}], "schemes": ["http"] }}
   ],
   "tools": [
-    {{ "name": "greet", "argv": ["echo", "hello"], "allow_args": false, "timeout_seconds": 30 }},
-    {{ "name": "sleeper", "argv": ["sleep", "30"], "allow_args": false, "timeout_seconds": 60 }}
+    {{ "name": "greet", "argv": ["/usr/bin/echo", "hello"], "allow_args": false, "timeout_seconds": 30 }},
+    {{ "name": "sleeper", "argv": ["/usr/bin/sleep", "30"], "allow_args": false, "timeout_seconds": 60 }}
   ],
   "limits": {{ "max_actions_per_minute": {}, "max_response_bytes": 65536 }}
 }})",

@@ -45,7 +45,7 @@ Result<PathGuard> PathGuard::open(const std::string& root, std::vector<std::stri
                                   std::vector<std::string> writable, std::vector<std::string> denied_names,
                                   std::vector<policy::ProtectedPath> protected_paths) {
   UniqueFd fd(::open(root.c_str(), O_DIRECTORY | O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-  if (!fd) return fail_errno(Code::ConfigError, "open the session view " + root, errno);
+  if (!fd) return fail_errno(Code::IoError, "open the session view " + root, errno);
   for (const auto& w : writable)
     if (!under_any(w, readable)) readable.push_back(w);
   return PathGuard(std::move(fd), std::move(readable), std::move(writable), std::move(denied_names),
@@ -213,11 +213,11 @@ Result<Listing> PathGuard::list(std::string_view path, size_t max_entries) const
   }
   UniqueFd fd = TRY(open_checked(*rel, O_DIRECTORY | O_RDONLY));
   int dup = ::fcntl(fd.get(), F_DUPFD_CLOEXEC, 0);
-  if (dup < 0) return fail_errno(Code::ConfigError, "dup", errno);
+  if (dup < 0) return fail_errno(Code::IoError, "dup", errno);
   DIR* d = ::fdopendir(dup);
   if (!d) {
     ::close(dup);
-    return fail_errno(Code::ConfigError, "fdopendir " + *rel, errno);
+    return fail_errno(Code::IoError, "fdopendir " + *rel, errno);
   }
   Listing out;
   while (dirent* e = ::readdir(d)) {

@@ -12,6 +12,7 @@
 #include "base/hash.h"
 #include "egress/door.h"
 #include "exec/captured_run.h"
+#include "exec/owned_executor.h"
 #include "exec/planner.h"
 
 namespace airlock::broker {
@@ -20,109 +21,98 @@ std::string receipts_dir(const std::string& state_dir) { return state_dir + "/re
 
 namespace {
 
-// Records a refused open in its own receipts file, so a refusal leaves a trace too.
-Error record_refusal(Error e, const std::string& state_dir, const std::string& id, const Json& body) {
-  auto log = ledger::ReceiptLog::create(receipts_dir(state_dir) + "/" + id + ".jsonl", id);
-  if (!log) return e;
-  Json b = body;
-  b["decision"] = "refused";
-  b["error"] = e.to_json();
-  if (log->append("session.refused", b)) e.facts["receipts"] = log->path();
-  return e;
+// The body every receipt of an open starts from: what was asked, on what host.
+Json opening_record(const policy::TaskPolicy& pol, const plan::HostFacts& facts, const SessionOptions& opts,
+                    const std::optional<std::string>& workspace) {
+  Json j = {{"policy_digest", policy::digest(pol)},
+            {"policy", policy::to_json(pol)},
+            {"host_facts", plan::to_json(facts)},
+            {"profile", plan::to_string(opts.profile)},
+            {"workspace", workspace ? Json(*workspace) : Json(nullptr)}};
+  if (!opts.agent.is_null()) j["agent"] = opts.agent;
+  return j;
+}
+
+Result<void> check_workspace(const std::optional<std::string>& workspace) {
+  struct stat st{};
+  if (workspace && (::stat(workspace->c_str(), &st) < 0 || !S_ISDIR(st.st_mode)))
+    return fail(Code::PolicyInvalid, fmt::format("the workspace {} is not a directory", *workspace),
+                {{"workspace", *workspace}});
+  return {};
 }
 
 }  // namespace
 
+// Open is a sequence of steps, each owning one concern: the receipt log first (so a refusal at
+// any later step is recorded in it as session.refused), the plan, the sandbox
+// (exec::build_owned_executor: the directories, the view, the executor, removed together if a
+// later step fails), the path guard, then session.open. Until the last step the session is not
+// open, and its destructor leaves the sandbox to the OwnedExecutor that holds it.
 Result<std::unique_ptr<Session>> Session::open(const policy::TaskPolicy& pol, const plan::HostFacts& facts,
                                                const SessionOptions& opts) {
   std::string id = random_id();
   TRY(make_dirs(receipts_dir(opts.state_dir)));
-  // What an airlock killed with SIGKILL left behind: its view, its cgroups.
-  (void)exec::sweep_abandoned_sessions(opts.state_dir);
-  std::optional<std::string> workspace = opts.workspace ? opts.workspace : pol.workspace;
-  if (workspace) workspace = absolute_path(*workspace);
-  Json base = {{"policy_digest", policy::digest(pol)},
-               {"policy", policy::to_json(pol)},
-               {"host_facts", plan::to_json(facts)},
-               {"profile", plan::to_string(opts.profile)},
-               {"workspace", workspace ? Json(*workspace) : Json(nullptr)}};
-  if (!opts.agent.is_null()) base["agent"] = opts.agent;
-
-  auto planned = exec::plan_session(pol, facts, {opts.profile, workspace.value_or(""), opts.vm_pool});
-  if (!planned) return std::unexpected(record_refusal(planned.error(), opts.state_dir, id, base));
-  base["plan"] = plan::to_json(*planned);
-
-  if (workspace) {
-    struct stat st{};
-    if (::stat(workspace->c_str(), &st) < 0 || !S_ISDIR(st.st_mode))
-      return std::unexpected(record_refusal(
-          Error{Code::PolicyInvalid, fmt::format("the workspace {} is not a directory", *workspace),
-                {{"workspace", *workspace}}},
-          opts.state_dir, id, base));
-  }
-
-  auto dirs = exec::make_session_dirs(opts.state_dir, id);
-  if (!dirs) return std::unexpected(record_refusal(dirs.error(), opts.state_dir, id, base));
-  auto cleanup = [&] { (void)exec::remove_session_dirs(*dirs); };
-
-  auto copy = exec::create_view(workspace.value_or(""), dirs->view, exec::view_rules(*planned));
-  if (!copy) {
-    cleanup();
-    return std::unexpected(record_refusal(copy.error(), opts.state_dir, id, base));
-  }
-  if (planned->protected_first_wall) dirs->view_read_only = copy->protected_present;
-  // The network door, when the plan has one: served by airlock for each run, its receipts in this
-  // session's log (the session exists by the time any run starts).
-  auto door_record = std::make_shared<std::function<void(Json)>>();
-  exec::DoorStarter door;
-  if (planned->door)
-    door = [rules = planned->door->rules, resolver = opts.resolver,
-            door_record](UniqueFd listener) -> Result<std::shared_ptr<void>> {
-      egress::DoorOptions d{rules, resolver, [door_record](Json j) {
-                              if (*door_record) (*door_record)(std::move(j));
-                            }};
-      return std::shared_ptr<void>(TRY(egress::DoorServer::start(std::move(d), std::move(listener))));
-    };
-  auto executor = exec::make_executor(*planned, *dirs, id, workspace.value_or(""), std::move(door));
-  if (!executor) {
-    cleanup();
-    return std::unexpected(record_refusal(executor.error(), opts.state_dir, id, base));
-  }
-  auto log = ledger::ReceiptLog::create(receipts_dir(opts.state_dir) + "/" + id + ".jsonl", id);
-  if (!log) {
-    cleanup();
-    return std::unexpected(log.error());
-  }
-  Json open_body = base;
-  open_body["decision"] = "allowed";
-  open_body["executor"] = policy::to_string(planned->executor);
-  open_body["tier"] = planned->tier;
-  open_body["landlock_abi"] = facts.landlock_abi;
-  open_body["enforced"] = (*executor)->enforced();
-  open_body["view"] = {{"path", dirs->view}, {"copied", copy->to_json()}};
-  if (auto r = log->append("session.open", open_body); !r) {
-    cleanup();
-    return std::unexpected(r.error());
-  }
-  auto guard = PathGuard::open(dirs->view, planned->view_paths, planned->write_back_paths, planned->denied_names,
-                               planned->protected_paths);
-  if (!guard) {
-    cleanup();
-    return std::unexpected(guard.error());
-  }
-  std::unique_ptr<Session> s(new Session(id, std::move(*planned), std::move(*dirs), std::move(*log)));
-  s->workspace_ = workspace;
-  s->executor_ = std::move(*executor);
-  s->manifest_ = std::move(copy->manifest);
+  auto log = TRY(ledger::ReceiptLog::create(receipts_dir(opts.state_dir) + "/" + id + ".jsonl", id));
+  std::unique_ptr<Session> s(new Session(id, std::move(log)));
   s->policy_ = pol;
-  s->guard_ = std::move(*guard);
   s->clock_ = opts.clock;
   s->resolver_ = opts.resolver;
   s->ca_file_ = opts.ca_file;
+  s->max_receipt_bytes_ = opts.max_receipt_bytes;
+  s->workspace_ = opts.workspace ? opts.workspace : pol.workspace;
+  if (s->workspace_) s->workspace_ = absolute_path(*s->workspace_);
+  const std::string workspace = s->workspace_.value_or("");
+
+  Json record = opening_record(pol, facts, opts, s->workspace_);
+  auto refused = [&](Error e) {
+    Json body = record;
+    body["decision"] = "refused";
+    body["error"] = e.to_json();
+    if (s->receipts_.append("session.refused", std::move(body))) e.facts["receipts"] = s->receipts_.path();
+    return std::unexpected(std::move(e));
+  };
+
+  auto planned = exec::plan_session(pol, facts, {opts.profile, workspace, opts.vm_pool});
+  if (!planned) return refused(planned.error());
+  record["plan"] = plan::to_json(*planned);
+  // Every receipt from here on names what confines the session and why it was chosen.
+  s->receipts_.stamp("sandbox", {{"executor", policy::to_string(planned->executor)},
+                                 {"tier", planned->tier},
+                                 {"reason", planned->why}});
+  if (auto w = check_workspace(s->workspace_); !w) return refused(w.error());
+
+  // The network door, when the plan has one: served by airlock for each run, its requests
+  // recorded in this session's log.
+  exec::DoorStarter door;
+  if (planned->door)
+    door = [rules = planned->door->rules, resolver = opts.resolver,
+            raw = s.get()](UniqueFd listener) -> Result<std::shared_ptr<void>> {
+      egress::DoorOptions d{rules, resolver, [raw](Json j) { raw->record_door(std::move(j)); }};
+      return std::shared_ptr<void>(TRY(egress::DoorServer::start(std::move(d), std::move(listener))));
+    };
+  auto box = exec::build_owned_executor(std::move(*planned), opts.state_dir, id, workspace, std::move(door));
+  if (!box) return refused(box.error());
+  auto guard = PathGuard::open(box->dirs.view, box->plan.view_paths, box->plan.write_back_paths,
+                               box->plan.denied_names, box->plan.protected_paths);
+  if (!guard) return refused(guard.error());
+
+  record["decision"] = "allowed";
+  record["executor"] = policy::to_string(box->plan.executor);
+  record["tier"] = box->plan.tier;
+  record["landlock_abi"] = facts.landlock_abi;
+  record["enforced"] = box->executor->enforced();
+  record["view"] = {{"path", box->dirs.view}, {"copied", box->view.to_json()}};
+  TRY(s->receipts_.append("session.open", std::move(record)));
+
+  // Open: the session owns the sandbox from here, and its close or kill removes it.
+  s->plan_ = std::move(box->plan);
+  s->dirs_ = std::exchange(box->dirs, {});
+  s->manifest_ = std::move(box->view.manifest);
+  s->executor_ = std::move(box->executor);
+  s->guard_ = std::move(*guard);
   s->opened_at_ = s->clock_();
   s->refusal_window_ = s->opened_at_;
-  s->max_receipt_bytes_ = opts.max_receipt_bytes;
-  *door_record = [raw = s.get()](Json body) { raw->record_door(std::move(body)); };
+  s->ended_ = false;
   return s;
 }
 
@@ -138,6 +128,18 @@ Json ToolResult::to_json() const {
   put("stderr", err);
   j["write_back"] = landing.to_json();
   return j;
+}
+
+Result<Session::Bound> Session::bound_by_budget(uint64_t own_ms) const {
+  uint64_t budget = plan_.limits.session_budget_ms;
+  if (budget == 0) return Bound{own_ms, false};
+  uint64_t spent = spent_ms();
+  if (spent >= budget)
+    return fail(Code::BudgetExhausted, fmt::format("the session's budget of {} s is spent", budget / 1000),
+                {{"budget_ms", budget}, {"spent_ms", spent}});
+  uint64_t left = budget - spent;
+  if (own_ms == 0 || left < own_ms) return Bound{left, true};
+  return Bound{own_ms, false};
 }
 
 uint64_t Session::spent_ms() const {
@@ -164,7 +166,7 @@ Result<void> Session::admit(std::string_view kind, const Json& args) {
     return refuse(Error{Code::CapacityExhausted,
                         fmt::format("the session's receipts hold {} bytes, the most allowed", receipts_.bytes()),
                         {{"receipt_bytes", receipts_.bytes()}, {"max_receipt_bytes", max_receipt_bytes_}}});
-  uint64_t budget = static_cast<uint64_t>(policy_.limits.session_budget_seconds) * 1000;
+  uint64_t budget = plan_.limits.session_budget_ms;
   if (uint64_t spent = spent_ms(); budget && spent >= budget) {
     Error e{Code::BudgetExhausted, fmt::format("the session's budget of {} s is spent", budget / 1000),
             {{"budget_ms", budget}, {"spent_ms", spent}}};
@@ -410,27 +412,20 @@ Result<ToolResult> Session::run_tool(const std::string& name, const std::vector<
     cmd.argv = tool->argv;
     cmd.argv.insert(cmd.argv.end(), args.begin(), args.end());
     // The tool's own timeout, never past what is left of the session's budget.
-    uint64_t timeout = static_cast<uint64_t>(tool->timeout_seconds) * 1000;
-    bool budget_binds = false;
-    if (uint64_t budget = static_cast<uint64_t>(policy_.limits.session_budget_seconds) * 1000) {
-      uint64_t spent = spent_ms();
-      uint64_t left = spent < budget ? budget - spent : 0;
-      if (left < timeout) {
-        timeout = left;
-        budget_binds = true;
-      }
-    }
+    auto bound = TRY(bound_by_budget(static_cast<uint64_t>(tool->timeout_seconds) * 1000));
+    uint64_t timeout = bound.timeout_ms;
     cmd.timeout_ms = timeout;
     // The tool's own cap, never more than the policy's limit for any tool.
     auto cap = static_cast<size_t>(std::min(tool->max_output_bytes, policy_.limits.max_output_bytes));
     auto run = TRY(exec::run_captured(*executor_, cmd, "", cap));
+    run.outcome.budget_exhausted = run.outcome.timed_out && bound.budget_binds;
     Json facts = {{"tool", name}, {"outcome", run.outcome.to_json()}};
     if (run.output_limited)
       return fail(Code::OutputLimit,
                   fmt::format("the tool \"{}\" wrote more than {} bytes and was stopped", name, cap),
                   facts);
     if (run.outcome.stopped && killed_) return fail(Code::SessionKilled, "the session was killed", facts);
-    if (run.outcome.timed_out && budget_binds)
+    if (run.outcome.budget_exhausted)
       return fail(Code::BudgetExhausted, "the session's budget ran out while the tool ran", facts);
     if (run.outcome.timed_out)
       return fail(Code::ToolTimeout, fmt::format("the tool \"{}\" ran past {} ms", name, timeout), facts);
@@ -475,29 +470,23 @@ Session::~Session() {
 }
 
 Result<exec::RunOutcome> Session::run_command(const exec::Command& cmd) {
-  if (killed_) return fail(Code::SessionKilled, "the session was killed");
-  if (ended_) return fail(Code::SessionClosed, "the session is closed");
   Json argv = cmd.argv;
-  exec::Command bounded = cmd;
-  bool budget_binds = false;
-  if (uint64_t budget = plan_.limits.session_budget_ms) {
-    auto spent = static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - opened_at_).count());
-    if (spent >= budget) {
-      Error e{Code::BudgetExhausted, fmt::format("the session's budget of {} s is spent", budget / 1000),
-              {{"budget_ms", budget}, {"spent_ms", spent}}};
-      TRY(receipts_.append("tool.run", {{"argv", argv}, {"decision", "refused"}, {"error", e.to_json()}}));
-      return std::unexpected(e);
-    }
-    uint64_t left = budget - spent;
-    uint64_t own = cmd.timeout_ms.value_or(plan_.limits.wall_timeout_ms);
-    if (own == 0 || left < own) {
-      bounded.timeout_ms = left;
-      budget_binds = true;
-    }
+  if (killed_ || ended_) {
+    Error e = killed_ ? Error{Code::SessionKilled, "the session was killed", {}}
+                      : Error{Code::SessionClosed, "the session is closed", {}};
+    std::unique_lock lk(mu_);
+    TRY(append_refusal("tool.run", {{"argv", argv}, {"decision", "refused"}, {"error", e.to_json()}}, e.code));
+    return std::unexpected(std::move(e));
   }
+  exec::Command bounded = cmd;
+  auto bound = bound_by_budget(cmd.timeout_ms.value_or(plan_.limits.wall_timeout_ms));
+  if (!bound) {
+    TRY(receipts_.append("tool.run", {{"argv", argv}, {"decision", "refused"}, {"error", bound.error().to_json()}}));
+    return std::unexpected(bound.error());
+  }
+  if (bound->budget_binds) bounded.timeout_ms = bound->timeout_ms;
   auto out = executor_->run(bounded);
-  if (out && out->timed_out && budget_binds) out->budget_exhausted = true;
+  if (out) out->budget_exhausted = out->timed_out && bound->budget_binds;
   if (!out) {
     TRY(receipts_.append("tool.run", {{"argv", argv}, {"decision", "refused"}, {"error", out.error().to_json()}}));
     return out;
@@ -521,8 +510,13 @@ Result<void> Session::finish(std::string_view how, Json body) {
 
 Result<exec::WriteBackReport> Session::close(bool write_back, const CloseCause& cause) {
   std::unique_lock lk(mu_);
-  if (killed_) return fail(Code::SessionKilled, fmt::format("the session was killed ({})", kill_reason_));
-  if (ended_) return fail(Code::SessionClosed, "the session is closed");
+  if (killed_ || ended_) {
+    // Refused like any action on an ended session, and recorded like one (after session.close).
+    Error e = killed_ ? Error{Code::SessionKilled, fmt::format("the session was killed ({})", kill_reason_), {}}
+                      : Error{Code::SessionClosed, "the session is closed", {}};
+    TRY(append_refusal("close", {{"decision", "refused"}, {"write_back", write_back}, {"error", e.to_json()}}, e.code));
+    return std::unexpected(std::move(e));
+  }
   exec::WriteBackReport rep;
   Json body = {{"write_back", write_back}, {"reason", cause.reason}};
   if (!cause.signal.empty()) body["signal"] = cause.signal;
@@ -569,13 +563,13 @@ Result<pid_t> request_operator_kill(const std::string& state_dir, const std::str
                 {{"session", id}, {"state_dir", state_dir}});
   struct stat st{};
   if (::stat((root + kKillListener).c_str(), &st) < 0)
-    return fail(Code::ConfigError,
+    return fail(Code::SessionUnknown,
                 fmt::format("session {} is owned by pid {}, which takes no operator kill (`airlock mcp` and "
                             "`airlock session` do; a server's session is killed through its API)",
                             id, *owner),
                 {{"session", id}, {"pid", *owner}});
   TRY(write_file_atomic(root + kKillRequest, who + "\n", 0600));
-  if (::kill(*owner, SIGUSR1) < 0) return fail_errno(Code::ConfigError, fmt::format("signal pid {}", *owner), errno);
+  if (::kill(*owner, SIGUSR1) < 0) return fail_errno(Code::IoError, fmt::format("signal pid {}", *owner), errno);
   return *owner;
 }
 

@@ -173,8 +173,8 @@ class Session {
   std::optional<std::string> operator_kill_requested() const;
 
  private:
-  Session(std::string id, plan::ExecutionPlan plan, exec::SessionDirs dirs, ledger::ReceiptLog receipts)
-      : id_(std::move(id)), plan_(std::move(plan)), dirs_(std::move(dirs)), receipts_(std::move(receipts)) {}
+  // Not open (ended_) until open() has made everything and written session.open.
+  Session(std::string id, ledger::ReceiptLog receipts) : id_(std::move(id)), receipts_(std::move(receipts)) {}
   Result<void> finish(std::string_view how, Json body);
   // The checks every action passes first; on success the action is admitted and in flight.
   Result<void> admit(std::string_view kind, const Json& args);
@@ -183,6 +183,13 @@ class Session {
   Result<T> record(std::string_view kind, const Json& args, Result<T> r,
                    std::chrono::steady_clock::time_point started, const std::function<Json(const T&)>& summary);
   uint64_t spent_ms() const;
+  // A run's wall-time limit: its own (`own_ms`, 0 for none), or what is left of the session's
+  // budget when that is less (budget_binds). AIRLOCK_BUDGET_EXHAUSTED when nothing is left.
+  struct Bound {
+    uint64_t timeout_ms;
+    bool budget_binds;
+  };
+  Result<Bound> bound_by_budget(uint64_t own_ms) const;
   // Under write_back "immediate": writes the view's changes back now, records write_back, and
   // moves the manifest on so that later landings (and close) see only later changes. Runs
   // while the action is in flight, so a kill waits for it before the view goes.
@@ -211,7 +218,7 @@ class Session {
   std::deque<std::chrono::steady_clock::time_point> recent_;  // admitted actions, last minute
   std::mutex action_mu_;   // one action at a time, in the order they arrive
   mutable std::mutex mu_;  // ended_, in_flight_, receipts_ (kill() takes it from any thread)
-  bool ended_ = false;
+  bool ended_ = true;  // until open() succeeds
   bool in_flight_ = false;
   std::atomic<bool> killed_ = false;
   std::string kill_reason_;

@@ -70,12 +70,12 @@ Result<std::optional<Credential>> find_credential(const policy::AgentProfile& p,
     UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
     if (!fd) {
       if (errno == ENOENT) continue;
-      return fail_errno(Code::ConfigError, "open the credential file " + path, errno);
+      return fail_errno(Code::IoError, "open the credential file " + path, errno);
     }
     std::string secret;
     char buf[4096];
     for (ssize_t n; (n = ::read(fd.get(), buf, sizeof buf)) != 0;) {
-      if (n < 0) return fail_errno(Code::ConfigError, "read the credential file " + path, errno);
+      if (n < 0) return fail_errno(Code::IoError, "read the credential file " + path, errno);
       secret.append(buf, static_cast<size_t>(n));
     }
     return Credential{"file " + path, std::move(secret)};
@@ -91,11 +91,20 @@ int agent_run(Globals& g, AgentOptions& o) {
     const policy::TaskPolicy& pol = start.policy;
     TRY(policy::check_agent_args(*profile, o.args, pol.agent));
     bool engine = pol.confinement == policy::Confinement::Engine;
+    if (!engine) TRY(policy::check_vendor_args(*profile, o.args));
 
     std::string exe = real_path(TRY(policy::resolve_trusted(o.executable.value_or(profile->executable))));
     std::string self = real_path("/proc/self/exe");
     auto exe_sha = TRY(sha256_file(exe));
     auto self_sha = TRY(sha256_file(self));
+    // Pinned digests are enforced, not only recorded: a replaced binary never starts.
+    for (const auto& [what, path, pin, have] :
+         {std::tuple{"the agent executable", exe, pol.agent.executable_sha256, exe_sha},
+          std::tuple{"airlock itself", self, pol.agent.airlock_sha256, self_sha}})
+      if (pin && *pin != have)
+        return fail(Code::CustodyUnsafe,
+                    fmt::format("{} {} has sha256 {}, not the {} the policy pins", what, path, have, *pin),
+                    {{"path", path}, {"sha256", have}, {"pinned", *pin}});
     if (engine) {
       std::vector<std::string> visible = {"/usr", "/bin", "/sbin", "/lib", "/lib64"};
       visible.insert(visible.end(), pol.read_only_paths.begin(), pol.read_only_paths.end());
@@ -123,6 +132,14 @@ int agent_run(Globals& g, AgentOptions& o) {
     if (pol.agent.model) {
       argv.push_back(profile->model_flags.front());
       argv.push_back(*pol.agent.model);
+    }
+    // Vendor confinement: the tool's own sandbox, composed as strict as the tool allows.
+    Json vendor_settings = nullptr;
+    if (!engine) {
+      bool network = pol.code_network.mode == policy::NetworkMode::Allowlist;
+      const auto& settings = network ? profile->vendor_settings.network_allowed : profile->vendor_settings.network_off;
+      argv.insert(argv.end(), settings.begin(), settings.end());
+      vendor_settings = {{"arguments", settings}, {"network", network ? "as the policy allows" : "off"}};
     }
     argv.insert(argv.end(), o.args.begin(), o.args.end());
     o.run.command = argv;
@@ -158,6 +175,7 @@ int agent_run(Globals& g, AgentOptions& o) {
         {"airlock_sha256", self_sha},
         {"argv", argv},
         {"confinement", policy::to_string(pol.confinement)},
+        {"vendor_settings", vendor_settings},
         {"claim", engine ? "airlock confines the agent: the receipt's plan and enforced say how"
                          : std::string(kVendorClaim)},
         {"credential", credential},

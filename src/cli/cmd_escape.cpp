@@ -43,7 +43,7 @@ Result<escape::SuiteReport> run_escape_suite(escape::SuiteOptions so, bool json)
 
   // A signal cancels the suite, which then stops the running probe and removes its canaries.
   int sp[2];
-  if (::pipe2(sp, O_CLOEXEC) < 0) return fail_errno(Code::ConfigError, "pipe2", errno);
+  if (::pipe2(sp, O_CLOEXEC) < 0) return fail_errno(Code::IoError, "pipe2", errno);
   UniqueFd sig_read(sp[0]), sig_write(sp[1]);
   UniqueFd donefd(::eventfd(0, EFD_CLOEXEC));
   g_signal_pipe = sig_write.get();
@@ -92,7 +92,7 @@ int escape_verb(Globals& g, const EscapeOptions& o) {
   escape::SuiteOptions so;
   so.state_dir = *state;
   so.profile = *profile;
-  if (!o.executor.empty()) so.executor = policy::executor_from_string(o.executor);
+  if (!o.executor.empty()) so.executor = enum_from_string<policy::ExecutorKind>(o.executor);
   auto report = run_escape_suite(so, g.json);
   if (!report) return refuse(report.error(), g.json);
   print_escape_report(*report, g.json);

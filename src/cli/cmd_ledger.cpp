@@ -1,5 +1,6 @@
-// `airlock ledger scan FILE`: an effect ledger's rows, orphaned intents, torn artifacts and
-// corruption, for a person (or as JSON).
+// `airlock ledger scan FILE...`: effect ledgers' rows, orphaned intents, torn artifacts and
+// corruption, for a person (or as JSON). Several ledgers (one per worker) make one report, each
+// orphan attributed to its file.
 #include <cstdio>
 #include <ctime>
 
@@ -55,33 +56,75 @@ void print_scan(const std::string& file, const ledger::LedgerScan& s) {
                 s.tail->sha256.c_str());
 }
 
+// Several ledgers in one report: each one's scan under its file, then every orphaned intent of
+// them all, attributed to its file (the list an operator reconciles).
+Json several_json(const std::vector<std::string>& files, const std::vector<ledger::LedgerScan>& scans) {
+  Json ledgers = Json::array(), orphans = Json::array();
+  size_t rows = 0, torn = 0, corrupt = 0;
+  for (size_t i = 0; i < files.size(); ++i) {
+    Json one = scans[i].to_json();
+    for (auto o : one["orphans"]) {
+      o["file"] = files[i];
+      orphans.push_back(std::move(o));
+    }
+    one["file"] = files[i];
+    ledgers.push_back(std::move(one));
+    rows += scans[i].rows.size();
+    torn += scans[i].torn.size();
+    corrupt += scans[i].corrupt.size();
+  }
+  return {{"ledgers", ledgers},
+          {"orphans", orphans},
+          {"totals", {{"ledgers", files.size()}, {"rows", rows}, {"orphans", orphans.size()}, {"torn", torn},
+                      {"corrupt", corrupt}}}};
+}
+
 }  // namespace
 
 void add_ledger(CLI::App& app, Globals& g, Action& run) {
   auto* led = app.add_subcommand("ledger", "read effect ledgers");
   led->require_subcommand(1);
-  auto* scan = led->add_subcommand("scan", "list an effect ledger's rows, orphaned intents, torn tails and corruption");
-  static std::string file;
+  auto* scan = led->add_subcommand(
+      "scan", "list effect ledgers' rows, orphaned intents, torn tails and corruption (several: one report)");
+  static std::vector<std::string> files;
   static bool tolerant = false;
-  scan->add_option("FILE", file, "the effect ledger (JSONL)")->required();
+  scan->add_option("FILE", files, "the effect ledgers (JSONL), one or more")->required();
   scan->add_flag("--tolerant", tolerant, "report corrupt lines as data instead of refusing");
   scan->add_flag("--json", g.json, "print JSON");
   scan->callback([&g, &run] {
     run = [&g] {
-      auto s = ledger::scan_ledger(file, tolerant);
-      if (!s) {
-        int rc = refuse(s.error(), g.json);
-        if (!g.json)
-          for (const auto& p : s.error().facts.value("problems", Json::array()))
-            std::fprintf(stderr, "  line %s (byte %s, %s bytes, sha256 %s): %s\n", p["line"].dump().c_str(),
-                         p["offset"].dump().c_str(), p["length"].dump().c_str(),
-                         p["sha256"].get<std::string>().c_str(), p["reason"].get<std::string>().c_str());
-        return rc;
+      std::vector<ledger::LedgerScan> scans;
+      for (const auto& file : files) {
+        auto s = ledger::scan_ledger(file, tolerant);
+        if (!s) {
+          int rc = refuse(s.error(), g.json);
+          if (!g.json)
+            for (const auto& p : s.error().facts.value("problems", Json::array()))
+              std::fprintf(stderr, "  line %s (byte %s, %s bytes, sha256 %s): %s\n", p["line"].dump().c_str(),
+                           p["offset"].dump().c_str(), p["length"].dump().c_str(),
+                           p["sha256"].get<std::string>().c_str(), p["reason"].get<std::string>().c_str());
+          return rc;
+        }
+        scans.push_back(std::move(*s));
       }
-      if (g.json)
-        std::printf("%s\n", s->to_json().dump().c_str());
-      else
-        print_scan(file, *s);
+      if (g.json) {
+        std::printf("%s\n", (files.size() == 1 ? scans[0].to_json() : several_json(files, scans)).dump().c_str());
+        return 0;
+      }
+      for (size_t i = 0; i < files.size(); ++i) {
+        if (i) std::printf("\n");
+        print_scan(files[i], scans[i]);
+      }
+      if (files.size() > 1) {
+        Json all = several_json(files, scans);
+        std::printf("\n%zu ledgers: %s row(s), %s orphaned intent(s), %s torn, %s corrupt\n", files.size(),
+                    all["totals"]["rows"].dump().c_str(), all["totals"]["orphans"].dump().c_str(),
+                    all["totals"]["torn"].dump().c_str(), all["totals"]["corrupt"].dump().c_str());
+        for (const auto& o : all["orphans"])
+          std::printf("  orphan %s line %s: tool %s, key %s, attempt %s\n", o["file"].get<std::string>().c_str(),
+                      o["line"].dump().c_str(), o["tool"].get<std::string>().c_str(),
+                      o["key"].get<std::string>().c_str(), o["attempt_id"].get<std::string>().c_str());
+      }
       return 0;
     };
   });

@@ -64,7 +64,7 @@ int run_confined(Globals& g, RunOptions& o, const std::function<Result<void>(Ses
   auto session = broker::Session::open(start->policy, start->facts, so);
   if (!session) return refuse_run(session.error());
   auto& s = **session;
-  (void)seat.record_enforcement(std::string(policy::to_string(s.plan().executor)), s.plan().tier,
+  (void)seat.record_enforcement(std::string(policy::to_string(s.plan().executor)), s.plan().tier, s.plan().why,
                                 plan::to_json(start->facts));
   if (!o.quiet && !g.json) {
     if (start->policy.confinement == policy::Confinement::Vendor)
@@ -97,6 +97,15 @@ int run_confined(Globals& g, RunOptions& o, const std::function<Result<void>(Ses
   command.pass_fd = o.pass_fd;
   command.scrub_env = o.scrub_env;
   command.private_tmpdir = o.private_tmpdir;
+  // The last look before the spawn: a seat finalised meanwhile (by another machine that judged
+  // its holder dead, or by an operator) takes no command.
+  if (auto held_still = seat.still_held(); !held_still) {
+    uint64_t one = 1;
+    (void)!::write(donefd.get(), &one, sizeof one);
+    waiter.join();
+    (void)s.kill();
+    return refuse_run(held_still.error());
+  }
   auto outcome = s.run_command(command);
   uint64_t one = 1;
   (void)!::write(donefd.get(), &one, sizeof one);

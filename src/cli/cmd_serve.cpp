@@ -40,7 +40,7 @@ Result<int> serve(Globals& g, ServeOptions& o) {
   if (o.listen) {
     tcp = TRY(server::parse_listen(*o.listen));
     if (!o.token_file)
-      return fail(Code::ConfigError, "--listen needs --token-file: the TCP listener admits only bearer tokens");
+      return fail(Code::OptionInvalid, "--listen needs --token-file: the TCP listener admits only bearer tokens");
     token = TRY(server::read_token_file(*o.token_file));
   }
   // Before any thread starts: every thread then leaves SIGINT/SIGTERM/SIGHUP to sigwait below.

@@ -44,7 +44,7 @@ int session_verb(Globals& g, SessionVerbOptions& o) {
   }
   auto& s = **session;
   (void)s.listen_for_operator_kill();
-  (void)seat.record_enforcement(std::string(policy::to_string(s.plan().executor)), s.plan().tier,
+  (void)seat.record_enforcement(std::string(policy::to_string(s.plan().executor)), s.plan().tier, s.plan().why,
                                 plan::to_json(start->facts));
   // The first line says what was enforced, before any action is read.
   emit_line({{"id", nullptr},

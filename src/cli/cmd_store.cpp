@@ -233,7 +233,7 @@ int runs_show(Globals& g, const StoreOptionsCli& o) {
   if (!run) return refuse(run.error(), g.json);
   if (!*run)
     return refuse(
-        {Code::ConfigError, fmt::format("no run {} in {}", o.run_id, (*st)->url()), {{"run", o.run_id}}},
+        {Code::NotFound, fmt::format("no run {} in {}", o.run_id, (*st)->url()), {{"run", o.run_id}}},
         g.json);
   const auto& r = **run;
   if (g.json) {
@@ -246,6 +246,7 @@ int runs_show(Globals& g, const StoreOptionsCli& o) {
                {"policy", fmt::format("sha256 {}", r.policy_digest)},
                {"executor", r.executor.empty() ? "-" : r.executor},
                {"tier", r.tier ? std::to_string(*r.tier) : "-"},
+               {"chosen because", r.executor_reason.empty() ? "-" : r.executor_reason},
                {"holder", fmt::format("pid {} (start time {}) on {}", r.holder.pid, r.holder.start_time,
                                       r.holder.machine_id)},
                {"started", utc(r.started_at_ms)},

@@ -29,7 +29,7 @@ Result<ledger::RunKeying> load_or_start_run(const ToolOptions& o) {
   if (!o.run_file) return ledger::start_run(o.run_id.value_or(random_id()));
   struct stat st{};
   if (::stat(o.run_file->c_str(), &st) == 0) {
-    auto text = TRY(read_file(*o.run_file, Code::ConfigError));
+    auto text = TRY(read_file(*o.run_file, Code::IoError));
     auto j = TRY(parse_json(text, Code::LedgerCorrupt, *o.run_file));
     return ledger::RunKeying::from_json(j);
   }

@@ -17,7 +17,7 @@ namespace airlock::cli {
 Result<plan::Profile> parse_profile(const std::string& s) {
   if (s == "production") return plan::Profile::Production;
   if (s == "development") return plan::Profile::Development;
-  return fail(Code::ConfigError, fmt::format("unknown profile \"{}\" (production or development)", s),
+  return fail(Code::OptionInvalid, fmt::format("unknown profile \"{}\" (production or development)", s),
               {{"profile", s}});
 }
 

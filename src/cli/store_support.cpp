@@ -34,7 +34,7 @@ Result<SlotRef> parse_slot_ref(const Globals& g, const std::string& spec) {
   SlotRef ref = colon == std::string::npos ? SlotRef{machine_identity(g), spec}
                                            : SlotRef{spec.substr(0, colon), spec.substr(colon + 1)};
   if (ref.machine_id.empty() || ref.name.empty() || ref.name.find(':') != std::string::npos)
-    return fail(Code::ConfigError, fmt::format("slot \"{}\" is not NAME or MACHINE:NAME", spec),
+    return fail(Code::OptionInvalid, fmt::format("slot \"{}\" is not NAME or MACHINE:NAME", spec),
                 {{"slot", spec}});
   return ref;
 }

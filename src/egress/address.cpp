@@ -87,25 +87,6 @@ Result<Cidr> parse_cidr(std::string_view text) {
   return c;
 }
 
-std::string_view to_string(AddressClass c) {
-  switch (c) {
-    case AddressClass::Global: return "global";
-    case AddressClass::Unspecified: return "unspecified";
-    case AddressClass::Loopback: return "loopback";
-    case AddressClass::Private: return "private";
-    case AddressClass::SharedNat: return "shared (carrier-grade NAT)";
-    case AddressClass::LinkLocal: return "link-local";
-    case AddressClass::Metadata: return "cloud metadata";
-    case AddressClass::Multicast: return "multicast";
-    case AddressClass::Broadcast: return "broadcast";
-    case AddressClass::Documentation: return "documentation";
-    case AddressClass::Benchmarking: return "benchmarking";
-    case AddressClass::Reserved: return "reserved";
-    case AddressClass::Ipv4Mapped: return "IPv4-mapped IPv6";
-  }
-  return "unknown";
-}
-
 std::string Classification::describe() const {
   std::string s(to_string(cls));
   if (embedded) s += fmt::format(" (embeds {})", embedded->to_string());

@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "base/enum_names.h"
 #include "base/error.h"
 
 namespace airlock::egress {
@@ -37,22 +38,23 @@ Result<Cidr> parse_cidr(std::string_view text);
 // the rule says allow_private. An address that embeds an IPv4 address (IPv4-mapped,
 // IPv4-compatible, NAT64, 6to4) is classed by what it embeds, and the mapped/compatible
 // forms are never global: a resolver has no business answering them.
-enum class AddressClass {
-  Global,
-  Unspecified,
-  Loopback,
-  Private,       // RFC 1918, IPv6 unique local
-  SharedNat,     // 100.64.0.0/10 (carrier-grade NAT)
-  LinkLocal,
-  Metadata,      // cloud instance metadata (169.254.169.254, fd00:ec2::254, 100.100.100.200)
-  Multicast,
-  Broadcast,
-  Documentation,
-  Benchmarking,
-  Reserved,      // IETF special-purpose ranges, deprecated site-local, Teredo, ORCHID, discard
-  Ipv4Mapped,    // ::ffff:a.b.c.d and ::a.b.c.d, whatever they embed
-};
-std::string_view to_string(AddressClass c);
+#define AIRLOCK_ADDRESS_CLASSES(X)                                                             \
+  X(Global, "global")                                                                          \
+  X(Unspecified, "unspecified")                                                                \
+  X(Loopback, "loopback")                                                                      \
+  X(Private, "private")                     /* RFC 1918, IPv6 unique local */                  \
+  X(SharedNat, "shared (carrier-grade NAT)") /* 100.64.0.0/10 */                               \
+  X(LinkLocal, "link-local")                                                                   \
+  /* cloud instance metadata (169.254.169.254, fd00:ec2::254, 100.100.100.200) */              \
+  X(Metadata, "cloud metadata")                                                                \
+  X(Multicast, "multicast")                                                                    \
+  X(Broadcast, "broadcast")                                                                    \
+  X(Documentation, "documentation")                                                            \
+  X(Benchmarking, "benchmarking")                                                              \
+  /* IETF special-purpose ranges, deprecated site-local, Teredo, ORCHID, discard */            \
+  X(Reserved, "reserved")                                                                      \
+  X(Ipv4Mapped, "IPv4-mapped IPv6") /* ::ffff:a.b.c.d and ::a.b.c.d, whatever they embed */
+AIRLOCK_ENUM(AddressClass, AIRLOCK_ADDRESS_CLASSES)
 
 struct Classification {
   AddressClass cls = AddressClass::Global;

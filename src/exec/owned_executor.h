@@ -1,5 +1,6 @@
-// OwnedExecutor: an executor with session directories of its own and no broker around it, for
-// `airlock tool call` and the tests that drive executors directly.
+// OwnedExecutor: a plan, the session directories and view made for it, and the executor prepared
+// on them, torn down together. broker::Session builds its sandbox this way; `airlock tool call`
+// and the tests that drive executors directly use it with no broker around it.
 #pragma once
 
 #include <memory>
@@ -8,6 +9,7 @@
 
 #include "base/error.h"
 #include "exec/executor.h"
+#include "exec/session_view.h"
 #include "plan/plan.h"
 #include "policy/task_policy.h"
 
@@ -17,6 +19,7 @@ struct OwnedExecutor {
   std::string id;
   plan::ExecutionPlan plan;
   SessionDirs dirs;
+  ViewCopy view;  // what the view was made of (its manifest, what was skipped)
   std::unique_ptr<Executor> executor;
 
   OwnedExecutor() = default;
@@ -26,9 +29,15 @@ struct OwnedExecutor {
   ~OwnedExecutor();
 };
 
-// Plans `policy` on `facts` (refusing as the planner does), sweeps sessions abandoned under
-// `state_dir`, makes this one's directories (the view copied from `workspace` when given) and
-// prepares the planned executor. Fails closed: nothing runs unless every step succeeded.
+// Sweeps sessions abandoned under `state_dir`, makes session `id`'s directories (the view copied
+// from `workspace` when it is not empty) and prepares `plan`'s executor, with `door` serving a
+// plan's network door. Fails closed: nothing runs unless every step succeeded, and what was made
+// is removed.
+Result<OwnedExecutor> build_owned_executor(plan::ExecutionPlan plan, const std::string& state_dir, std::string id,
+                                           const std::string& workspace, DoorStarter door = {});
+
+// Plans `policy` on `facts` (refusing as the planner does), then build_owned_executor under a
+// fresh id.
 Result<OwnedExecutor> open_owned_executor(const policy::TaskPolicy& policy, const plan::HostFacts& facts,
                                           plan::Profile profile, const std::string& state_dir,
                                           const std::optional<std::string>& workspace = std::nullopt,

@@ -42,7 +42,7 @@ Result<void> copy_fd(int in, int out, const std::string& what) {
   for (;;) {
     ssize_t n = ::sendfile(out, in, nullptr, 1 << 30);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return fail_errno(Code::ConfigError, "copying " + what, errno);
+    if (n < 0) return fail_errno(Code::IoError, "copying " + what, errno);
     if (n == 0) return {};
   }
 }
@@ -93,9 +93,11 @@ Result<SessionDirs> make_session_dirs(const std::string& state_dir, const std::s
   d.view = d.root + "/view";
   d.scratch = d.root + "/tmp";
   TRY(make_dirs(state_dir + "/sessions"));
-  if (::mkdir(d.root.c_str(), 0700) < 0) return fail_errno(Code::ConfigError, "mkdir " + d.root, errno);
-  if (::mkdir(d.view.c_str(), 0700) < 0) return fail_errno(Code::ConfigError, "mkdir " + d.view, errno);
-  if (::mkdir(d.scratch.c_str(), 0700) < 0) return fail_errno(Code::ConfigError, "mkdir " + d.scratch, errno);
+  // What an airlock killed with SIGKILL left behind (views, cgroups) goes before a new one is made.
+  (void)sweep_abandoned_sessions(state_dir);
+  if (::mkdir(d.root.c_str(), 0700) < 0) return fail_errno(Code::IoError, "mkdir " + d.root, errno);
+  if (::mkdir(d.view.c_str(), 0700) < 0) return fail_errno(Code::IoError, "mkdir " + d.view, errno);
+  if (::mkdir(d.scratch.c_str(), 0700) < 0) return fail_errno(Code::IoError, "mkdir " + d.scratch, errno);
   TRY(write_file_atomic(d.root + "/owner", process_identity(::getpid()), 0600));
   return d;
 }
@@ -158,7 +160,7 @@ std::vector<std::string> list_names(int dirfd) {
 
 Result<UniqueFd> open_subdir(int dirfd, const std::string& name, const std::string& what) {
   UniqueFd fd(::openat(dirfd, name.c_str(), O_DIRECTORY | O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-  if (!fd) return fail_errno(Code::ConfigError, "open " + what, errno);
+  if (!fd) return fail_errno(Code::IoError, "open " + what, errno);
   return fd;
 }
 
@@ -201,7 +203,7 @@ Result<void> copy_entry(int src_dir, int dst_dir, const std::string& name, const
   }
   struct stat st{};
   if (::fstatat(src_dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0)
-    return fail_errno(Code::ConfigError, "stat " + rel + " in the workspace", errno);
+    return fail_errno(Code::IoError, "stat " + rel + " in the workspace", errno);
   if (is_write_back_temp(name)) {
     sweep_write_back_temp(src_dir, name, st);
     return {};
@@ -222,20 +224,20 @@ Result<void> copy_entry(int src_dir, int dst_dir, const std::string& name, const
   if (protect && rules.first_wall) mode &= ~mode_t{0222};
   if (is_dir) {
     if (::mkdirat(dst_dir, name.c_str(), mode | 0500) < 0 && errno != EEXIST)
-      return fail_errno(Code::ConfigError, "mkdir " + rel + " in the view", errno);
+      return fail_errno(Code::IoError, "mkdir " + rel + " in the view", errno);
     UniqueFd src = TRY(open_subdir(src_dir, name, rel + " in the workspace"));
     UniqueFd dst = TRY(open_subdir(dst_dir, name, rel + " in the view"));
     // Writable while we fill it, then the mode it keeps.
-    if (::fchmod(dst.get(), 0700) < 0) return fail_errno(Code::ConfigError, "chmod " + rel + " in the view", errno);
+    if (::fchmod(dst.get(), 0700) < 0) return fail_errno(Code::IoError, "chmod " + rel + " in the view", errno);
     for (const auto& child : list_names(src.get()))
       TRY(copy_entry(src.get(), dst.get(), child, rel + "/" + child, rules, protect, out));
     if (::fchmod(dst.get(), protect && rules.first_wall ? mode | 0500 : mode | 0700) < 0)
-      return fail_errno(Code::ConfigError, "chmod " + rel + " in the view", errno);
+      return fail_errno(Code::IoError, "chmod " + rel + " in the view", errno);
   } else {
     UniqueFd in(::openat(src_dir, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-    if (!in) return fail_errno(Code::ConfigError, "open " + rel + " in the workspace", errno);
+    if (!in) return fail_errno(Code::IoError, "open " + rel + " in the workspace", errno);
     UniqueFd o(::openat(dst_dir, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-    if (!o) return fail_errno(Code::ConfigError, "create " + rel + " in the view", errno);
+    if (!o) return fail_errno(Code::IoError, "create " + rel + " in the view", errno);
     TRY(copy_fd(in.get(), o.get(), rel));
     ::fchmod(o.get(), mode);  // exactly the workspace's bits (less the first wall's), whatever the umask
     out.files++;
@@ -357,9 +359,9 @@ Result<ViewCopy> create_view(const std::string& workspace, const std::string& vi
     return out;
   }
   UniqueFd ws(::open(workspace.c_str(), O_DIRECTORY | O_RDONLY | O_CLOEXEC));
-  if (!ws) return fail_errno(Code::ConfigError, "open workspace " + workspace, errno);
+  if (!ws) return fail_errno(Code::IoError, "open workspace " + workspace, errno);
   UniqueFd vw(::open(view.c_str(), O_DIRECTORY | O_RDONLY | O_CLOEXEC));
-  if (!vw) return fail_errno(Code::ConfigError, "open view " + view, errno);
+  if (!vw) return fail_errno(Code::IoError, "open view " + view, errno);
 
   for (const auto& p : outermost(paths)) {
     if (p == ".") {
@@ -380,7 +382,7 @@ Result<ViewCopy> create_view(const std::string& workspace, const std::string& vi
       }
       missing = true;
     } else if (::fstatat(parent->get(), name_of(p).c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0) {
-      if (errno != ENOENT) return fail_errno(Code::ConfigError, "stat " + p + " in the workspace", errno);
+      if (errno != ENOENT) return fail_errno(Code::IoError, "stat " + p + " in the workspace", errno);
       missing = true;
     }
     if (missing) continue;  // a missing write-back path is made below
@@ -419,9 +421,9 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
   WriteBackReport rep;
   if (workspace.empty()) return rep;
   UniqueFd ws(::open(workspace.c_str(), O_DIRECTORY | O_RDONLY | O_CLOEXEC));
-  if (!ws) return fail_errno(Code::ConfigError, "open workspace " + workspace, errno);
+  if (!ws) return fail_errno(Code::IoError, "open workspace " + workspace, errno);
   UniqueFd vw(::open(view.c_str(), O_DIRECTORY | O_RDONLY | O_CLOEXEC));
-  if (!vw) return fail_errno(Code::ConfigError, "open view " + view, errno);
+  if (!vw) return fail_errno(Code::IoError, "open view " + view, errno);
 
   // Pass 1: walk the view by descriptor (nothing runs in it any more; no symlink is ever
   // followed, at any depth) and decide every entry.
@@ -449,7 +451,7 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
     struct stat st{};
     if (::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0) {
       if (errno == ENOENT) return {};
-      return fail_errno(Code::ConfigError, "stat " + rel + " in the view", errno);
+      return fail_errno(Code::IoError, "stat " + rel + " in the view", errno);
     }
     seen.push_back(rel);
     if (policy::is_denied_name(rules.denied_names, name)) {
@@ -533,7 +535,7 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
         continue;
       }
       if (::mkdirat(parent->get(), name.c_str(), op.mode) < 0)
-        return fail_errno(Code::ConfigError, "mkdir " + op.rel + " in the workspace", errno);
+        return fail_errno(Code::IoError, "mkdir " + op.rel + " in the workspace", errno);
       ::fchmodat(parent->get(), name.c_str(), op.mode, 0);  // exactly the view's bits, whatever the umask
       rep.created_dirs.push_back(op.rel);
       continue;
@@ -546,18 +548,18 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
     // (a fifo would block, a hard link or a device must not cross), it is refused, not read.
     UniqueFd in = TRY(open_beneath(vw.get(), op.rel, O_RDONLY | O_NOFOLLOW | O_NONBLOCK));
     struct stat now{};
-    if (::fstat(in.get(), &now) < 0) return fail_errno(Code::ConfigError, "stat " + op.rel + " in the view", errno);
+    if (::fstat(in.get(), &now) < 0) return fail_errno(Code::IoError, "stat " + op.rel + " in the view", errno);
     if (std::string why = refusal_reason(now); !why.empty() || now.st_ino != op.ino) {
       rep.refused.push_back({op.rel, why.empty() ? "changed during write-back" : why});
       continue;
     }
     std::string tmp = ".airlock-wb-" + random_id().substr(0, 12);
     UniqueFd out(::openat(parent->get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-    if (!out) return fail_errno(Code::ConfigError, "create a temporary file for " + op.rel, errno);
+    if (!out) return fail_errno(Code::IoError, "create a temporary file for " + op.rel, errno);
     auto copied = copy_fd(in.get(), out.get(), op.rel);
-    if (copied && ::fchmod(out.get(), op.mode) < 0) copied = fail_errno(Code::ConfigError, "chmod", errno);
+    if (copied && ::fchmod(out.get(), op.mode) < 0) copied = fail_errno(Code::IoError, "chmod", errno);
     if (copied && ::renameat(parent->get(), tmp.c_str(), parent->get(), name.c_str()) < 0)
-      copied = fail_errno(Code::ConfigError, "rename " + op.rel + " into the workspace", errno);
+      copied = fail_errno(Code::IoError, "rename " + op.rel + " into the workspace", errno);
     if (!copied) {
       ::unlinkat(parent->get(), tmp.c_str(), 0);
       return std::unexpected(copied.error());

@@ -25,7 +25,8 @@ struct SessionDirs {
   std::vector<std::string> view_read_only;
 };
 
-// Makes the directories and records the owning process (pid and start time) in root/owner.
+// Sweeps abandoned sessions (below), then makes the directories and records the owning process
+// (pid and start time) in root/owner.
 Result<SessionDirs> make_session_dirs(const std::string& state_dir, const std::string& session_id);
 Result<void> remove_session_dirs(const SessionDirs& dirs);
 

@@ -39,7 +39,7 @@ Result<std::string> run_credential_command(const std::string& command, const Too
   char* argv[] = {sh.data(), dash_c.data(), cmd.data(), nullptr};
 
   int p[2];
-  if (::pipe2(p, O_CLOEXEC) < 0) return fail_errno(Code::ConfigError, "pipe2 for the credential provider", errno);
+  if (::pipe2(p, O_CLOEXEC) < 0) return fail_errno(Code::IoError, "pipe2 for the credential provider", errno);
   UniqueFd rd(p[0]), wr(p[1]);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
@@ -48,7 +48,7 @@ Result<std::string> run_credential_command(const std::string& command, const Too
   int rc = ::posix_spawn(&pid, "/bin/sh", &fa, nullptr, argv, envp.data());
   posix_spawn_file_actions_destroy(&fa);
   wr.reset();
-  if (rc != 0) return fail_errno(Code::ConfigError, "start the credential provider", rc);
+  if (rc != 0) return fail_errno(Code::IoError, "start the credential provider", rc);
   std::string out;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   bool timed_out = false;
@@ -136,12 +136,12 @@ Result<Json> parse_tool_output(std::string_view stdout_bytes) {
 // file, and no copy of the write end (the supervisor inherits ours) can keep it open.
 Result<UniqueFd> secret_pipe(std::string_view secret) {
   int p[2];
-  if (::pipe2(p, O_CLOEXEC) < 0) return fail_errno(Code::ConfigError, "pipe2 for credentials", errno);
+  if (::pipe2(p, O_CLOEXEC) < 0) return fail_errno(Code::IoError, "pipe2 for credentials", errno);
   UniqueFd rd(p[0]), wr(p[1]);
   if (secret.size() > 60 * 1024)
     return fail(Code::ConfigError, "the credentials are larger than 60 KiB, more than a pipe holds",
                 {{"bytes", secret.size()}});
-  TRY(write_all(wr.get(), secret, Code::ConfigError, "write credentials"));
+  TRY(write_all(wr.get(), secret, Code::IoError, "write credentials"));
   return rd;
 }
 
@@ -158,7 +158,7 @@ Result<ToolCallResult> call_tool_program(Executor& executor, const SessionDirs& 
                 {{"tool", tool.name}});
   std::string line;
   try {
-    line = canonical_json({{"tool", tool.name}, {"args", call.args}, {"idempotency_key", call.idempotency_key}});
+    line = canonical_json({{"tool", tool.name}, {"args", call.args}, {"idempotencyKey", call.idempotency_key}});
   } catch (const Json::exception& e) {
     return fail(Code::ToolArgsDenied, fmt::format("the arguments cannot be sent as JSON: {}", e.what()));
   }

@@ -59,7 +59,7 @@ struct ToolCallResult {
 // Before the dispatch: a fresh empty working directory under the scratch directory, fresh
 // credentials from `credentials` (if given), and the intent recorded (a failure refuses the
 // call with AIRLOCK_LEDGER_WRITE_FAILED and nothing runs). The program gets
-// {"tool", "args", "idempotency_key"} as one line on stdin, the executor's allow-listed
+// {"tool", "args", "idempotencyKey"} (the isolated-executor design's spelling) as one line on stdin, the executor's allow-listed
 // environment plus the tool's `env` names that are set in airlock's environment, AIRLOCK_TOOL
 // and AIRLOCK_IDEMPOTENCY_KEY, the tool's timeout (SIGTERM, then SIGKILL) and output cap.
 // Afterwards the working directory is removed and the outcome recorded, ok or not. Errors:

@@ -64,14 +64,14 @@ Result<void> run_step(const std::vector<std::string>& argv, const std::string& c
   int rc = ::posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
   wr.reset();
-  if (rc != 0) return fail_errno(Code::ConfigError, "cannot start " + argv[0], rc);
+  if (rc != 0) return fail_errno(Code::IoError, "cannot start " + argv[0], rc);
   std::string pending;
   char buf[8192];
   for (;;) {
     ssize_t n = ::read(rd.get(), buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
-    (void)write_all(log, std::string_view(buf, n), Code::ConfigError, "build.log");
+    (void)write_all(log, std::string_view(buf, n), Code::IoError, "build.log");
     pending.append(buf, n);
     size_t nl;
     while ((nl = pending.find('\n')) != std::string::npos) {
@@ -244,7 +244,7 @@ Result<GuestImage> build_guest_image(const BuildOptions& o) {
   TRY(make_dirs(work, 0755));
   std::string log_path = o.dir + "/build.log";
   UniqueFd log(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (!log) return fail_errno(Code::ConfigError, "open " + log_path, errno);
+  if (!log) return fail_errno(Code::IoError, "open " + log_path, errno);
   auto with_log = [&](Error e) {
     e.facts["log"] = log_path;
     e.message += fmt::format(" (log: {})", log_path);
@@ -255,7 +255,7 @@ Result<GuestImage> build_guest_image(const BuildOptions& o) {
     // only the agent changed.
     say("compile", "the cache already holds this kernel; digest verified");
     if (::link(have->kernel.c_str(), (work + "/vmlinux").c_str()) < 0)
-      return fail_errno(Code::ConfigError, "link " + have->kernel + " into " + work, errno);
+      return fail_errno(Code::IoError, "link " + have->kernel + " into " + work, errno);
   } else {
     if (auto r = build_kernel(o, work, log.get()); !r) return with_log(r.error());
   }
@@ -274,7 +274,7 @@ Result<GuestImage> build_guest_image(const BuildOptions& o) {
   img.kernel = o.dir + "/" + kernel_name;
   img.initramfs = o.dir + "/" + initramfs_name;
   if (::rename((work + "/vmlinux").c_str(), img.kernel.c_str()) < 0)
-    return fail_errno(Code::ConfigError, "rename vmlinux into " + o.dir, errno);
+    return fail_errno(Code::IoError, "rename vmlinux into " + o.dir, errno);
   TRY(write_file_atomic(img.initramfs, initramfs));
   Json manifest = {{"key", key},
                    {"kernel_key", kkey},

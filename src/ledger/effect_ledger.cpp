@@ -95,6 +95,7 @@ class Fields {
     return v->get<double>();
   }
   const Json* raw(const char* k) { return get(k); }
+  bool has(const char* k) const { return j_.contains(k); }
   void fail_with(std::string why) {
     if (why_.empty()) why_ = std::move(why);
   }
@@ -124,8 +125,15 @@ class Fields {
 #define AIRLOCK_INTENT_KEYS "attempt_id", "key", "tool", "args_hash", "run_id", "span", "workdir", "started_at"
 #define AIRLOCK_OUTCOME_KEYS "status", "error", "finished_at", "wall_ms"
 
+// A record written before attempt ids pairs by (idempotency key, start time), as the design says:
+// its attempt is named by those two.
+std::string legacy_attempt(const std::string& key, int64_t started_at) {
+  return fmt::format("legacy:{}@{}", key, started_at);
+}
+
 void read_intent(Fields& f, EffectIntent& i) {
-  i.attempt_id = f.str("attempt_id");
+  bool legacy = !f.has("attempt_id");
+  if (!legacy) i.attempt_id = f.str("attempt_id");
   i.key = f.str("key");
   i.tool = f.str("tool");
   i.args_hash = f.str("args_hash");
@@ -133,12 +141,19 @@ void read_intent(Fields& f, EffectIntent& i) {
   i.span = f.str("span");
   i.workdir = f.str("workdir");
   i.started_at = f.i64("started_at");
+  if (legacy && f.ok()) i.attempt_id = legacy_attempt(i.key, i.started_at);
   if (f.ok() && i.attempt_id.empty()) f.fail_with("empty attempt_id");
 }
 
 void read_outcome(Fields& f, EffectOutcome& o) {
-  o.attempt_id = f.str("attempt_id");
   o.key = f.str("key");
+  // Without an attempt id (a legacy record) the outcome carries its intent's start time instead.
+  if (f.has("attempt_id")) {
+    o.attempt_id = f.str("attempt_id");
+  } else {
+    int64_t started_at = f.i64("started_at");
+    if (f.ok()) o.attempt_id = legacy_attempt(o.key, started_at);
+  }
   std::string status = f.str("status");
   o.finished_at = f.i64("finished_at");
   o.wall_ms = f.num("wall_ms");
@@ -179,7 +194,10 @@ std::optional<std::string> decode(std::string_view bytes, Decoded& d) {
     read_intent(f, d.intent);
   } else if (phase == "outcome") {
     d.phase = Phase::Outcome;
-    f.only({"phase", "attempt_id", "key", AIRLOCK_OUTCOME_KEYS});
+    if (f.has("attempt_id"))
+      f.only({"phase", "attempt_id", "key", AIRLOCK_OUTCOME_KEYS});
+    else
+      f.only({"phase", "key", "started_at", AIRLOCK_OUTCOME_KEYS});
     read_outcome(f, d.outcome);
   } else if (phase == "single") {
     d.phase = Phase::Single;

@@ -25,9 +25,14 @@ Result<RunKeying> RunKeying::from_json(const Json& j) {
     if (k != "run_id" && k != "generation" && k != "key_derivation") return bad("unknown key \"" + k + "\"");
   if (!j.contains("run_id") || !j["run_id"].is_string()) return bad("run_id must be a string");
   if (!j.contains("generation") || !j["generation"].is_string()) return bad("generation must be a string");
-  if (!j.contains("key_derivation") || !j["key_derivation"].is_number_integer())
-    return bad("key_derivation must be an integer");
-  RunKeying r{j["run_id"].get<std::string>(), j["generation"].get<std::string>(), j["key_derivation"].get<int>()};
+  // A run recorded before the derivation was stamped derives version-1 keys for its whole life:
+  // no stamp is version 1, never corrupt. A stamp that is there must be an integer.
+  int version = kKeyDerivationV1;
+  if (j.contains("key_derivation")) {
+    if (!j["key_derivation"].is_number_integer()) return bad("key_derivation must be an integer");
+    version = j["key_derivation"].get<int>();
+  }
+  RunKeying r{j["run_id"].get<std::string>(), j["generation"].get<std::string>(), version};
   if (r.derivation_version != kKeyDerivationV1 && r.derivation_version != kKeyDerivationCurrent)
     return fail(Code::KeyDerivationUnknown,
                 fmt::format("the run {} records key derivation version {}, which this build does not know "

@@ -34,6 +34,8 @@ Result<Json> ReceiptLog::append(std::string_view kind, Json body) {
   if (broken_)
     return fail(Code::LedgerWriteFailed, fmt::format("{} failed an earlier write; it takes no more receipts", path_));
   Json r = body.is_object() ? std::move(body) : Json::object();
+  for (const auto& [k, v] : stamps_.items())
+    if (!r.contains(k)) r[k] = v;
   // A receipt is never lost to an encoding: bytes from a sandbox (a file name, a header, a
   // tool's output) that are not UTF-8 are written lossy and, beside them, exactly.
   if (Json exact = repair_utf8(r); !exact.empty()) r[std::string(kNotUtf8Key)] = std::move(exact);

@@ -33,6 +33,10 @@ class ReceiptLog {
   // exactly under kNotUtf8Key.
   Result<Json> append(std::string_view kind, Json body);
 
+  // Adds `key: value` to every receipt appended from now on (a body's own key wins). A session
+  // stamps the executor, tier and reason that confine it, so every receipt names them.
+  void stamp(const std::string& key, Json value) { stamps_[key] = std::move(value); }
+
   const std::string& path() const { return path_; }
   uint64_t count() const { return seq_; }
   // Bytes this log has appended (its file's size: a log is never appended to by another).
@@ -48,6 +52,7 @@ class ReceiptLog {
   uint64_t bytes_ = 0;
   bool broken_ = false;  // a failed write may have left a torn line: no more appends
   std::string prev_ = std::string(kGenesis);
+  Json stamps_ = Json::object();
 };
 
 struct ChainCheck {

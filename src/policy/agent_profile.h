@@ -35,6 +35,14 @@ struct AgentProfile {
   std::vector<std::string> credential_variables;
   std::vector<std::string> config_files;          // configuration that names the credentials
   std::vector<std::string> config_dirs;
+  // Under `confinement: vendor` the agent tool's own sandbox is all there is, so airlock composes
+  // the tool's strictest per-run settings (its sandbox on, network off unless the policy allows
+  // it, no retry outside the sandbox, its strict-configuration mode), records them, and refuses
+  // the operator's arguments that would override them.
+  struct VendorSettings {
+    std::vector<std::string> network_off, network_allowed;
+    std::vector<std::string> reserved_flags;  // refused as FLAG, FLAG=value
+  } vendor_settings;
 };
 
 // Strict parse of one profile document (unknown keys refused with their JSON path).
@@ -43,14 +51,32 @@ Json to_json(const AgentProfile& p);
 
 // The profiles built into this binary (agents/*.json), by name.
 const std::vector<AgentProfile>& builtin_agent_profiles();
-// AIRLOCK_CONFIG_ERROR naming the known profiles when `name` is not one of them.
+// AIRLOCK_OPTION_INVALID naming the known profiles when `name` is not one of them.
 Result<AgentProfile> find_agent_profile(const std::string& name);
 
 // Checks the agent's arguments (after the executable) before anything starts:
 // AIRLOCK_BYPASS_REFUSED for a bypass token (exact, or TOKEN=value; never a prefix or
 // substring), a model other than the policy's, a resume or continue the policy did not ask for.
+// The closed list of known bypass tokens, refused on every agent's final command line whatever
+// the profile (a Claude Code flag passed to Codex is refused too): each matched as an exact
+// argument, and a flag as FLAG=value. The profiles' own lists add short forms and value flags.
+inline constexpr std::string_view kSharedBypassTokens[] = {
+    "--dangerously-skip-permissions",            // Claude Code
+    "--allow-dangerously-skip-permissions",      // Claude Code
+    "--permission-mode=bypassPermissions",       // Claude Code
+    "--dangerously-bypass-approvals-and-sandbox",  // Codex
+    "--dangerously-bypass-hook-trust",           // Codex
+    "--sandbox=danger-full-access",              // Codex
+    "--config=sandbox_mode=danger-full-access",  // Codex
+    "--yolo",                                    // Gemini CLI
+    "--approval-mode=yolo",                      // Gemini CLI
+};
+
 Result<void> check_agent_args(const AgentProfile& profile, const std::vector<std::string>& args,
                               const AgentPolicy& wanted);
+// Under vendor confinement: AIRLOCK_BYPASS_REFUSED for an argument that would override the
+// settings airlock composes (the profile's reserved flags).
+Result<void> check_vendor_args(const AgentProfile& profile, const std::vector<std::string>& args);
 
 // Every credential file and configuration file of every built-in profile, with "~/" made `home`.
 std::vector<std::string> credential_paths(const std::string& home);

@@ -19,99 +19,6 @@
 
 namespace airlock::policy {
 
-std::string_view to_string(Workload w) {
-  switch (w) {
-    case Workload::TrustedToolchain: return "trusted_toolchain";
-    case Workload::UntrustedCode: return "untrusted_code";
-  }
-  return "unknown";
-}
-
-std::string_view to_string(Tenancy t) {
-  switch (t) {
-    case Tenancy::SingleTenant: return "single_tenant";
-    case Tenancy::MultiTenant: return "multi_tenant";
-  }
-  return "unknown";
-}
-
-std::string_view to_string(ExecutorKind e) {
-  switch (e) {
-    case ExecutorKind::Auto: return "auto";
-    case ExecutorKind::Host: return "host";
-    case ExecutorKind::Landlock: return "landlock";
-    case ExecutorKind::Namespaces: return "namespaces";
-    case ExecutorKind::Microvm: return "microvm";
-    case ExecutorKind::Container: return "container";
-  }
-  return "unknown";
-}
-
-std::string_view to_string(ToolProtocol p) {
-  switch (p) {
-    case ToolProtocol::Argv: return "argv";
-    case ToolProtocol::Json: return "json";
-  }
-  return "?";
-}
-
-std::string_view to_string(NetworkMode m) {
-  switch (m) {
-    case NetworkMode::Off: return "off";
-    case NetworkMode::Allowlist: return "allowlist";
-  }
-  return "unknown";
-}
-
-std::string_view to_string(WriteBack w) {
-  switch (w) {
-    case WriteBack::OnClose: return "on_close";
-    case WriteBack::Immediate: return "immediate";
-  }
-  return "unknown";
-}
-
-std::string_view to_string(Confinement c) {
-  switch (c) {
-    case Confinement::Engine: return "engine";
-    case Confinement::Vendor: return "vendor";
-  }
-  return "unknown";
-}
-
-namespace {
-
-// Every enumerator of each enum, so parsing and the "allowed:" hints come from one list.
-constexpr std::array kWorkloads = {Workload::TrustedToolchain, Workload::UntrustedCode};
-constexpr std::array kTenancies = {Tenancy::SingleTenant, Tenancy::MultiTenant};
-constexpr std::array kExecutors = {ExecutorKind::Auto,       ExecutorKind::Host,    ExecutorKind::Landlock,
-                                   ExecutorKind::Namespaces, ExecutorKind::Microvm, ExecutorKind::Container};
-constexpr std::array kNetworkModes = {NetworkMode::Off, NetworkMode::Allowlist};
-constexpr std::array kToolProtocols = {ToolProtocol::Argv, ToolProtocol::Json};
-
-template <typename E, size_t N>
-std::optional<E> enum_from_string(const std::array<E, N>& all, std::string_view s) {
-  for (E e : all)
-    if (to_string(e) == s) return e;
-  return std::nullopt;
-}
-
-template <typename E, size_t N>
-std::string enum_names(const std::array<E, N>& all) {
-  std::string out;
-  for (E e : all) {
-    if (!out.empty()) out += ", ";
-    out += to_string(e);
-  }
-  return out;
-}
-
-}  // namespace
-
-std::optional<ExecutorKind> executor_from_string(std::string_view s) {
-  return enum_from_string(kExecutors, s);
-}
-
 bool is_denied_name(const std::vector<std::string>& denied_names, std::string_view name) {
   std::string n(name);
   return std::any_of(denied_names.begin(), denied_names.end(),
@@ -181,9 +88,8 @@ constexpr std::array<std::string_view, 19> kTopKeys = {
     "executor",        "code_network", "egress",    "readable",     "write_back_paths",
     "read_only_paths", "tools",        "limits",    "denied_names", "agent",
     "confinement",     "protected_paths", "writable_protected_paths", "write_back"};
-constexpr std::array<std::string_view, 3> kAgentKeys = {"model", "resume", "continue"};
-constexpr std::array<Confinement, 2> kConfinements = {Confinement::Engine, Confinement::Vendor};
-constexpr std::array<WriteBack, 2> kWriteBacks = {WriteBack::OnClose, WriteBack::Immediate};
+constexpr std::array<std::string_view, 5> kAgentKeys = {"model", "resume", "continue", "executable_sha256",
+                                                       "airlock_sha256"};
 constexpr std::array<std::string_view, 2> kCodeNetworkKeys = {"mode", "rules"};
 constexpr std::array<std::string_view, 5> kEgressKeys = {"host", "cidr", "ports", "schemes", "allow_private"};
 constexpr std::array<std::string_view, 7> kToolKeys = {"name",     "argv", "allow_args",      "timeout_seconds",
@@ -292,11 +198,11 @@ Result<std::vector<std::string>> get_string_array(const Json& v, const std::stri
 
 namespace {
 
-template <typename E, size_t N>
-Result<E> get_enum(const Json& v, const std::string& path, const std::array<E, N>& all) {
+template <typename E>
+Result<E> get_enum(const Json& v, const std::string& path) {
   auto s = TRY(get_string(v, path));
-  if (auto e = enum_from_string(all, s)) return *e;
-  return invalid(path, fmt::format("{} is \"{}\", which is not one of: {}", path, s, enum_names(all)));
+  if (auto e = enum_from_string<E>(s)) return *e;
+  return invalid(path, fmt::format("{} is \"{}\", which is not one of: {}", path, s, enum_name_list<E>()));
 }
 
 // An absolute host path, lexically normalised (no symlink resolution: the policy names
@@ -454,7 +360,7 @@ Result<void> parse_code_network(const Json& v, CodeNetwork& net) {
   TRY(require_object(v, path));
   TRY(check_keys(v, path, kCodeNetworkKeys));
   if (v.contains("mode")) {
-    net.mode = TRY(get_enum(v["mode"], path_join(path, "mode"), kNetworkModes));
+    net.mode = TRY(get_enum<NetworkMode>(v["mode"], path_join(path, "mode")));
     // Switching the network off drops the lower layer's rules: "off" must mean off,
     // not "off, with rules waiting for someone to flip the mode back".
     if (net.mode == NetworkMode::Off) net.rules.clear();
@@ -508,9 +414,16 @@ Result<Tool> parse_tool(const Json& v, const std::string& path) {
   t.argv = TRY(get_string_array(v["argv"], argv_path));
   if (t.argv.empty()) return invalid(argv_path, fmt::format("{} must name a program", argv_path));
 
-  // Resolved once, here: what runs and what the receipt records is this absolute path,
-  // whatever PATH the caller of a later session has.
+  // An absolute path, checked once, here: what runs and what the receipt records is exactly the
+  // program the policy names, never a PATH lookup (the design's rule). A bare name is refused
+  // with where the trusted PATH would find it, so the fix is one edit.
   std::string argv0_path = path_join(argv_path, size_t{0});
+  if (!t.argv[0].starts_with('/')) {
+    auto found = resolve_trusted(t.argv[0]);
+    return invalid(argv0_path, fmt::format("{} is \"{}\": a tool's program must be an absolute path{}", argv0_path,
+                                           t.argv[0],
+                                           found ? fmt::format(" (here that is \"{}\")", *found) : std::string()));
+  }
   auto resolved = resolve_trusted(t.argv[0]);
   if (!resolved) {
     Error e = std::move(resolved).error();
@@ -523,7 +436,7 @@ Result<Tool> parse_tool(const Json& v, const std::string& path) {
   if (v.contains("allow_args")) t.allow_args = TRY(get_bool(v["allow_args"], path_join(path, "allow_args")));
   if (v.contains("timeout_seconds"))
     t.timeout_seconds = TRY(get_positive_int32(v["timeout_seconds"], path_join(path, "timeout_seconds")));
-  if (v.contains("protocol")) t.protocol = TRY(get_enum(v["protocol"], path_join(path, "protocol"), kToolProtocols));
+  if (v.contains("protocol")) t.protocol = TRY(get_enum<ToolProtocol>(v["protocol"], path_join(path, "protocol")));
   // A json tool takes its arguments as JSON on stdin; argv it has none to allow.
   if (t.protocol == ToolProtocol::Json && t.allow_args)
     return invalid(path_join(path, "allow_args"),
@@ -666,6 +579,14 @@ Result<void> parse_agent(const Json& v, AgentPolicy& a) {
                                    : std::optional(TRY(get_nonempty_string(v["model"], "$.agent.model")));
   if (v.contains("resume")) a.resume = TRY(get_bool(v["resume"], "$.agent.resume"));
   if (v.contains("continue")) a.continue_session = TRY(get_bool(v["continue"], "$.agent.continue"));
+  for (auto [key, pin] : {std::pair{"executable_sha256", &a.executable_sha256}, std::pair{"airlock_sha256", &a.airlock_sha256}}) {
+    if (!v.contains(key)) continue;
+    std::string path = std::string("$.agent.") + key;
+    std::string hex = TRY(get_nonempty_string(v[key], path));
+    if (hex.size() != 64 || hex.find_first_not_of("0123456789abcdef") != std::string::npos)
+      return invalid(path, fmt::format("{} must be a sha256: 64 lower-case hex digits", path));
+    *pin = hex;
+  }
   return {};
 }
 
@@ -682,9 +603,9 @@ Result<TaskPolicy> parse_layer(const Json& doc, const TaskPolicy& base, bool wor
   TaskPolicy p = base;
   if (doc.contains("task_id")) p.task_id = TRY(parse_task_id(doc["task_id"], "$.task_id"));
   if (doc.contains("workspace")) p.workspace = TRY(parse_workspace(doc["workspace"], "$.workspace"));
-  if (doc.contains("workload")) p.workload = TRY(get_enum(doc["workload"], "$.workload", kWorkloads));
-  if (doc.contains("tenancy")) p.tenancy = TRY(get_enum(doc["tenancy"], "$.tenancy", kTenancies));
-  if (doc.contains("executor")) p.executor = TRY(get_enum(doc["executor"], "$.executor", kExecutors));
+  if (doc.contains("workload")) p.workload = TRY(get_enum<Workload>(doc["workload"], "$.workload"));
+  if (doc.contains("tenancy")) p.tenancy = TRY(get_enum<Tenancy>(doc["tenancy"], "$.tenancy"));
+  if (doc.contains("executor")) p.executor = TRY(get_enum<ExecutorKind>(doc["executor"], "$.executor"));
   if (doc.contains("code_network")) TRY(parse_code_network(doc["code_network"], p.code_network));
   if (doc.contains("egress")) p.egress = TRY(parse_egress_rules(doc["egress"], "$.egress"));
   if (doc.contains("readable")) p.readable = TRY(get_path_array(doc["readable"], "$.readable", false));
@@ -699,12 +620,12 @@ Result<TaskPolicy> parse_layer(const Json& doc, const TaskPolicy& base, bool wor
   if (doc.contains("agent")) TRY(parse_agent(doc["agent"], p.agent));
   if (doc.contains("confinement")) {
     // Checked before the layer question, so a wrong value is named as such wherever it is.
-    p.confinement = TRY(get_enum(doc["confinement"], "$.confinement", kConfinements));
+    p.confinement = TRY(get_enum<Confinement>(doc["confinement"], "$.confinement"));
     if (!worker_layer)
       return invalid("$.confinement",
                      "confinement is a worker setting: only the worker's defaults (--defaults) may set it");
   }
-  if (doc.contains("write_back")) p.write_back = TRY(get_enum(doc["write_back"], "$.write_back", kWriteBacks));
+  if (doc.contains("write_back")) p.write_back = TRY(get_enum<WriteBack>(doc["write_back"], "$.write_back"));
   return p;
 }
 
@@ -788,10 +709,13 @@ Json to_json(const TaskPolicy& p) {
   };
   // Written only when set, so that a policy without them keeps the digest it had before they
   // existed (recorded receipts and plans name that digest).
-  if (p.agent != AgentPolicy{})
+  if (p.agent != AgentPolicy{}) {
     j["agent"] = {{"model", p.agent.model ? Json(*p.agent.model) : Json(nullptr)},
                   {"resume", p.agent.resume},
                   {"continue", p.agent.continue_session}};
+    if (p.agent.executable_sha256) j["agent"]["executable_sha256"] = *p.agent.executable_sha256;
+    if (p.agent.airlock_sha256) j["agent"]["airlock_sha256"] = *p.agent.airlock_sha256;
+  }
   if (p.confinement != Confinement::Engine) j["confinement"] = to_string(p.confinement);
   // The policy's own additions and removals (the built-in list is the plan's to show), written
   // only when there are any, so the output parses again as the same policy.

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "base/enum_names.h"
 #include "base/error.h"
 #include "base/json_util.h"
 #include "policy/protected_paths.h"
@@ -16,20 +17,21 @@ inline constexpr std::string_view kSchemaVersion = "airlock.task_policy.v1";
 // The fixed PATH a tool's argv[0] is resolved against: never the caller's PATH.
 inline constexpr std::string_view kTrustedPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-enum class Workload { TrustedToolchain, UntrustedCode };
-enum class Tenancy { SingleTenant, MultiTenant };
-enum class ExecutorKind { Auto, Host, Landlock, Namespaces, Microvm, Container };
-enum class NetworkMode { Off, Allowlist };
+#define AIRLOCK_WORKLOADS(X) X(TrustedToolchain, "trusted_toolchain") X(UntrustedCode, "untrusted_code")
+AIRLOCK_ENUM(Workload, AIRLOCK_WORKLOADS)
+#define AIRLOCK_TENANCIES(X) X(SingleTenant, "single_tenant") X(MultiTenant, "multi_tenant")
+AIRLOCK_ENUM(Tenancy, AIRLOCK_TENANCIES)
+#define AIRLOCK_EXECUTOR_KINDS(X)                                                                  \
+  X(Auto, "auto") X(Host, "host") X(Landlock, "landlock") X(Namespaces, "namespaces") X(Microvm, "microvm") \
+  X(Container, "container")
+AIRLOCK_ENUM(ExecutorKind, AIRLOCK_EXECUTOR_KINDS)
+#define AIRLOCK_NETWORK_MODES(X) X(Off, "off") X(Allowlist, "allowlist")
+AIRLOCK_ENUM(NetworkMode, AIRLOCK_NETWORK_MODES)
 // How airlock talks to a tool: plain argv/stdout, or the tool-program protocol (one JSON line
 // on stdin, the JSON result on stdout; see exec/tool_program.h).
-enum class ToolProtocol { Argv, Json };
+#define AIRLOCK_TOOL_PROTOCOLS(X) X(Argv, "argv") X(Json, "json")
+AIRLOCK_ENUM(ToolProtocol, AIRLOCK_TOOL_PROTOCOLS)
 
-std::string_view to_string(Workload w);
-std::string_view to_string(Tenancy t);
-std::string_view to_string(ExecutorKind e);
-std::string_view to_string(NetworkMode m);
-std::string_view to_string(ToolProtocol p);
-std::optional<ExecutorKind> executor_from_string(std::string_view s);
 
 // One allow-list rule: a host name or a CIDR range, with ports and schemes.
 struct EgressRule {
@@ -90,20 +92,24 @@ struct AgentPolicy {
   std::optional<std::string> model;  // passed as the profile's model flag; any other model is refused
   bool resume = false;               // the profile's resume flags or commands are allowed
   bool continue_session = false;     // its continue flags are allowed ("continue" in JSON)
+  // Pinned sha256 (64 lower-case hex digits) of the agent's executable and of airlock itself:
+  // a mismatch is refused (AIRLOCK_CUSTODY_UNSAFE) before anything starts.
+  std::optional<std::string> executable_sha256;
+  std::optional<std::string> airlock_sha256;
   bool operator==(const AgentPolicy&) const = default;
 };
 
 // Who confines an agent run: airlock (engine), or the agent tool's own sandbox (vendor), in
 // which case airlock records that it makes no claim the agent is confined. A worker setting:
 // only the worker's defaults layer may set it.
-enum class Confinement { Engine, Vendor };
-std::string_view to_string(Confinement c);
+#define AIRLOCK_CONFINEMENTS(X) X(Engine, "engine") X(Vendor, "vendor")
+AIRLOCK_ENUM(Confinement, AIRLOCK_CONFINEMENTS)
 
 // When a session's changes reach the workspace: when it closes normally (on_close, the
 // default), or as each write_file and each tool run completes (immediate), for clients whose
 // end airlock cannot see. The same write-back rules and refusals apply either way.
-enum class WriteBack { OnClose, Immediate };
-std::string_view to_string(WriteBack w);
+#define AIRLOCK_WRITE_BACKS(X) X(OnClose, "on_close") X(Immediate, "immediate")
+AIRLOCK_ENUM(WriteBack, AIRLOCK_WRITE_BACKS)
 
 struct TaskPolicy {
   std::string task_id = "default";

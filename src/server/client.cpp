@@ -30,23 +30,23 @@ Result<void> HttpClient::connect() {
   if (!at_.unix_path.empty()) {
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
-    if (at_.unix_path.size() >= sizeof addr.sun_path) return fail(Code::ConfigError, "socket path too long");
+    if (at_.unix_path.size() >= sizeof addr.sun_path) return fail(Code::OptionInvalid, "socket path too long");
     std::memcpy(addr.sun_path, at_.unix_path.c_str(), at_.unix_path.size() + 1);
     UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (!fd || ::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0)
-      return fail_errno(Code::ConfigError, fmt::format("cannot connect to {}", at_.unix_path), errno);
+      return fail_errno(Code::ServerUnreachable, fmt::format("cannot connect to {}", at_.unix_path), errno);
     fd_ = std::move(fd);
   } else {
     addrinfo hints{}, *res = nullptr;
     hints.ai_socktype = SOCK_STREAM;
     std::string port = std::to_string(at_.port);
     if (int rc = ::getaddrinfo(at_.host.c_str(), port.c_str(), &hints, &res); rc != 0)
-      return fail(Code::ConfigError, fmt::format("cannot resolve {}: {}", at_.host, ::gai_strerror(rc)));
+      return fail(Code::ServerUnreachable, fmt::format("cannot resolve {}: {}", at_.host, ::gai_strerror(rc)));
     UniqueFd fd(::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
     int rc = fd ? ::connect(fd.get(), res->ai_addr, res->ai_addrlen) : -1;
     int err = errno;
     ::freeaddrinfo(res);
-    if (rc < 0) return fail_errno(Code::ConfigError, fmt::format("cannot connect to {}:{}", at_.host, at_.port), err);
+    if (rc < 0) return fail_errno(Code::ServerUnreachable, fmt::format("cannot connect to {}:{}", at_.host, at_.port), err);
     int one = 1;
     ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     fd_ = std::move(fd);

@@ -284,9 +284,9 @@ Result<Json> parse_request_body(std::string_view body, Code code) {
 
 Result<std::string> read_token_file(const std::string& path) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-  if (!fd) return fail_errno(Code::ConfigError, fmt::format("cannot open the token file {}", path), errno);
+  if (!fd) return fail_errno(Code::IoError, fmt::format("cannot open the token file {}", path), errno);
   struct stat st{};
-  if (::fstat(fd.get(), &st) < 0) return fail_errno(Code::ConfigError, fmt::format("cannot stat {}", path), errno);
+  if (::fstat(fd.get(), &st) < 0) return fail_errno(Code::IoError, fmt::format("cannot stat {}", path), errno);
   Json facts = {{"token_file", path}, {"owner_uid", st.st_uid}, {"mode", fmt::format("{:04o}", st.st_mode & 07777)}};
   if (!S_ISREG(st.st_mode))
     return fail(Code::CustodyUnsafe, fmt::format("the token file {} is not a regular file", path), facts);
@@ -305,7 +305,7 @@ Result<std::string> read_token_file(const std::string& path) {
   for (ssize_t n; (n = ::read(fd.get(), buf, sizeof buf)) != 0;) {
     if (n < 0) {
       if (errno == EINTR) continue;
-      return fail_errno(Code::ConfigError, fmt::format("cannot read {}", path), errno);
+      return fail_errno(Code::IoError, fmt::format("cannot read {}", path), errno);
     }
     token.append(buf, static_cast<size_t>(n));
     if (token.size() > 4096) return fail(Code::ConfigError, fmt::format("the token file {} is too large", path), facts);
@@ -319,19 +319,19 @@ Result<std::string> read_token_file(const std::string& path) {
 Result<ListenAddress> parse_listen(const std::string& spec) {
   size_t colon = spec.rfind(':');
   if (colon == std::string::npos)
-    return fail(Code::ConfigError, fmt::format("--listen {}: expected HOST:PORT", spec), {{"listen", spec}});
+    return fail(Code::OptionInvalid, fmt::format("--listen {}: expected HOST:PORT", spec), {{"listen", spec}});
   std::string host = spec.substr(0, colon), port_text = spec.substr(colon + 1);
   int port = -1;
   if (!port_text.empty() && port_text.size() <= 5 && port_text.find_first_not_of("0123456789") == std::string::npos)
     port = std::stoi(port_text);
   if (port < 0 || port > 65535)
-    return fail(Code::ConfigError, fmt::format("--listen {}: the port must be 0..65535", spec), {{"listen", spec}});
+    return fail(Code::OptionInvalid, fmt::format("--listen {}: the port must be 0..65535", spec), {{"listen", spec}});
   in_addr v4{};
   if (host == "[::1]") return ListenAddress{"::1", port};
   // Only loopback: the token is sent in clear text, so it must not cross a network.
   if (::inet_pton(AF_INET, host.c_str(), &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127)
     return ListenAddress{host, port};
-  return fail(Code::ConfigError, fmt::format("--listen {}: only a loopback address (127.0.0.0/8 or [::1])", spec),
+  return fail(Code::OptionInvalid, fmt::format("--listen {}: only a loopback address (127.0.0.0/8 or [::1])", spec),
               {{"listen", spec}});
 }
 
@@ -523,7 +523,7 @@ struct Server::Impl {
       return std::pair{200, Json{{"status", stopping ? "stopping" : "ok"}, {"sessions_open", live()}}};
     }
     if (r.path == "/v1/executors") {
-      if (!opts.executors_report) return fail(Code::ConfigError, "this server has no executors report");
+      if (!opts.executors_report) return fail(Code::InternalError, "this server has no executors report");
       return std::pair{200, opts.executors_report()};
     }
     if (r.path == "/v1/openapi.json") return std::pair{200, Json::parse(openapi_json())};
@@ -540,7 +540,7 @@ struct Server::Impl {
           else
             reply_error(res, out.error());
         } catch (const std::exception& ex) {
-          reply_error(res, Error{Code::ConfigError, fmt::format("internal error: {}", ex.what())});
+          reply_error(res, Error{Code::InternalError, fmt::format("internal error: {}", ex.what())});
         }
       };
       if (r.method == "GET")
@@ -595,7 +595,7 @@ Result<void> Server::bind_unix(const std::string& path) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.size() >= sizeof addr.sun_path)
-    return fail(Code::ConfigError,
+    return fail(Code::OptionInvalid,
                 fmt::format("the socket path {} is {} bytes; at most {}", path, path.size(), sizeof addr.sun_path - 1),
                 {{"socket", path}});
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
@@ -609,15 +609,15 @@ Result<void> Server::bind_unix(const std::string& path) {
     ::unlink(path.c_str());  // stale: its server is gone
   }
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd) return fail_errno(Code::ConfigError, "cannot create a unix socket", errno);
+  if (!fd) return fail_errno(Code::IoError, "cannot create a unix socket", errno);
   // The socket is born 0600: no moment exists when another user could connect. umask is
   // process-wide, which is safe here because listeners are bound before any thread starts.
   mode_t old = ::umask(0177);
   int rc = ::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr);
   int err = errno;
   ::umask(old);
-  if (rc < 0) return fail_errno(Code::ConfigError, fmt::format("cannot bind {}", path), err);
-  if (::listen(fd.get(), SOMAXCONN) < 0) return fail_errno(Code::ConfigError, fmt::format("cannot listen on {}", path), errno);
+  if (rc < 0) return fail_errno(Code::IoError, fmt::format("cannot bind {}", path), err);
+  if (::listen(fd.get(), SOMAXCONN) < 0) return fail_errno(Code::IoError, fmt::format("cannot listen on {}", path), errno);
   if (::lstat(path.c_str(), &st) == 0) {
     impl_->socket_dev = st.st_dev;
     impl_->socket_ino = st.st_ino;
@@ -656,7 +656,7 @@ Result<int> Server::bind_tcp(const ListenAddress& at, std::string token) {
   }
   if (port == 0) {
     impl_->listeners.pop_back();
-    return fail(Code::ConfigError, fmt::format("cannot listen on {}:{}", at.host, at.port),
+    return fail(Code::IoError, fmt::format("cannot listen on {}:{}", at.host, at.port),
                 {{"host", at.host}, {"port", at.port}});
   }
   l.name = fmt::format("tcp:{}:{}", at.host, port);

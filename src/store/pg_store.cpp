@@ -102,7 +102,7 @@ class PgStore final : public Store {
     auto st = res ? pq_->PQresultStatus(res) : PGRES_FATAL_ERROR;
     if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
       std::string msg = res ? trimmed(pq_->PQresultErrorMessage(res)) : trimmed(pq_->PQerrorMessage(conn_));
-      return fail(Code::ConfigError, fmt::format("PostgreSQL store {}: {}", url(), msg), {{"store", url()}});
+      return fail(Code::IoError, fmt::format("PostgreSQL store {}: {}", url(), msg), {{"store", url()}});
     }
     Rows out;
     for (int r = 0, nr = pq_->PQntuples(res); r < nr; ++r) {
@@ -154,7 +154,7 @@ Result<std::unique_ptr<Store>> open_postgresql(const std::string& url, const std
   if (!conn || pq->PQstatus(conn) != CONNECTION_OK) {
     std::string msg = conn ? trimmed(pq->PQerrorMessage(conn)) : "out of memory";
     if (conn) pq->PQfinish(conn);
-    return fail(Code::ConfigError, fmt::format("cannot connect to the PostgreSQL store {}: {}", shown, msg),
+    return fail(Code::ServerUnreachable, fmt::format("cannot connect to the PostgreSQL store {}: {}", shown, msg),
                 {{"store", shown}});
   }
   // "relation already exists, skipping" and the like are for a DBA's log, not airlock's stderr.

@@ -40,13 +40,15 @@ const std::vector<Migration>& migrations() {
            "CREATE UNIQUE INDEX runs_live_seat ON runs (machine_id, slot, ordinal) WHERE finished_at IS NULL",
            "CREATE INDEX runs_started ON runs (started_at)",
        }},
+      // Every run record names why its executor was chosen, beside which it was.
+      {2, {"ALTER TABLE runs ADD COLUMN executor_reason TEXT NOT NULL DEFAULT ''"}},
   };
   return m;
 }
 
 constexpr const char* kRunColumns =
     "id, machine_id, slot, ordinal, policy_digest, executor, tier, kernel_facts, holder_machine, holder_pid,"
-    " holder_start_time, started_at, heartbeat_at, finished_at, outcome";
+    " holder_start_time, started_at, heartbeat_at, finished_at, outcome, executor_reason";
 
 int64_t to_i64(const std::optional<std::string>& s) { return s ? std::stoll(*s) : 0; }
 
@@ -102,6 +104,7 @@ Json RunRecord::to_json() const {
       {"ordinal", ordinal},
       {"policy_digest", policy_digest},
       {"executor", executor.empty() ? Json(nullptr) : Json(executor)},
+      {"executor_reason", executor_reason.empty() ? Json(nullptr) : Json(executor_reason)},
       {"tier", tier ? Json(*tier) : Json(nullptr)},
       {"kernel_facts", kernel_facts},
       {"holder", {{"machine", holder.machine_id}, {"pid", holder.pid}, {"start_time", holder.start_time}}},
@@ -121,13 +124,13 @@ Result<std::unique_ptr<Store>> Store::open(const std::string& url, const StoreOp
     std::string path = url.substr(7);
     if (path.starts_with("//")) path = path.substr(2);
     if (path.empty())
-      return fail(Code::ConfigError, fmt::format("store URL \"{}\" names no file", url), {{"store", url}});
+      return fail(Code::OptionInvalid, fmt::format("store URL \"{}\" names no file", url), {{"store", url}});
     s = TRY(open_sqlite(path, options));
   } else if (url.starts_with("/")) {
     s = TRY(open_sqlite(url, options));
   } else {
     return fail(
-        Code::ConfigError,
+        Code::OptionInvalid,
         fmt::format("store URL \"{}\" is neither postgresql://... nor sqlite:PATH nor an absolute path",
                     redact(url)),
         {{"store", redact(url)}});
@@ -217,7 +220,7 @@ Result<void> check_slot_name(const std::string& name) {
     return u < 0x20 || u == 0x7f;
   });
   if (name.empty() || name.size() > 128 || !printable || !is_valid_utf8(name))
-    return fail(Code::ConfigError, "a slot name is 1 to 128 bytes of printable UTF-8",
+    return fail(Code::OptionInvalid, "a slot name is 1 to 128 bytes of printable UTF-8",
                 {{"slot_base64", base64_encode(name)}});
   return {};
 }
@@ -227,7 +230,7 @@ Result<void> check_slot_name(const std::string& name) {
 Result<void> Store::set_slot(const SlotRecord& s) {
   TRY(check_slot_name(s.name));
   if (s.max_sessions && *s.max_sessions < 1)
-    return fail(Code::ConfigError, fmt::format("max_sessions must be at least 1, not {}", *s.max_sessions),
+    return fail(Code::OptionInvalid, fmt::format("max_sessions must be at least 1, not {}", *s.max_sessions),
                 {{"slot", s.name}, {"max_sessions", *s.max_sessions}});
   Param max = s.max_sessions ? Param{int64_t{*s.max_sessions}} : Param{nullptr};
   TRY(
@@ -286,6 +289,7 @@ Result<std::vector<RunRecord>> Store::select_runs(const std::string& where,
     run.heartbeat_at_ms = to_i64(row[12]);
     if (row[13]) run.finished_at_ms = to_i64(row[13]);
     run.outcome = row[14].value_or("");
+    run.executor_reason = row[15].value_or("");
     out.push_back(std::move(run));
   }
   return out;
@@ -301,7 +305,7 @@ Result<std::optional<RunRecord>> Store::live_run_at(const std::string& machine_i
 
 Result<RunRecord> Store::reserve(const RunRequest& req) {
   if (req.slot.empty() || req.machine_id.empty())
-    return fail(Code::ConfigError, "a reservation needs a machine and a slot name");
+    return fail(Code::InternalError, "a reservation needs a machine and a slot name");
   TRY(check_slot_name(req.slot));
   SlotRecord slot = TRY(this->slot(req.machine_id, req.slot));
   int seats = slot.seats();
@@ -322,7 +326,7 @@ Result<RunRecord> Store::reserve(const RunRequest& req) {
                 req.holder.pid, req.holder.start_time, now, now}));
       if (ins.affected == 1) {
         auto runs = TRY(select_runs("WHERE id = ?", {id}));
-        if (runs.empty()) return fail(Code::ConfigError, fmt::format("run {} vanished after its insert", id));
+        if (runs.empty()) return fail(Code::InternalError, fmt::format("run {} vanished after its insert", id));
         return runs.front();
       }
       blocker = TRY(live_run_at(req.machine_id, req.slot, ordinal));
@@ -355,9 +359,9 @@ Result<RunRecord> Store::reserve(const RunRequest& req) {
 }
 
 Result<void> Store::record_enforcement(const std::string& run_id, const std::string& executor, int tier,
-                                       const Json& kernel_facts) {
-  TRY(exec_locked("UPDATE runs SET executor = ?, tier = ?, kernel_facts = ? WHERE id = ?",
-                  {executor, int64_t{tier}, kernel_facts.dump(), run_id}));
+                                       const std::string& reason, const Json& kernel_facts) {
+  TRY(exec_locked("UPDATE runs SET executor = ?, tier = ?, executor_reason = ?, kernel_facts = ? WHERE id = ?",
+                  {executor, int64_t{tier}, reason, kernel_facts.dump(), run_id}));
   return {};
 }
 
@@ -410,11 +414,24 @@ void Seat::beat() {
   }
 }
 
-Result<void> Seat::record_enforcement(const std::string& executor, int tier, const Json& kernel_facts) {
+Result<void> Seat::record_enforcement(const std::string& executor, int tier, const std::string& reason,
+                                      const Json& kernel_facts) {
   run_.executor = executor;
   run_.tier = tier;
+  run_.executor_reason = reason;
   run_.kernel_facts = kernel_facts;
-  return store_.record_enforcement(run_.id, executor, tier, kernel_facts);
+  return store_.record_enforcement(run_.id, executor, tier, reason, kernel_facts);
+}
+
+Result<void> Seat::still_held() {
+  auto now = TRY(store_.run(run_.id));
+  if (now && now->live()) return {};
+  std::string outcome = now ? now->outcome : std::string("gone");
+  return fail(Code::SessionKilled,
+              fmt::format("the seat's run {} was finalised ({}) before the command started; nothing is spawned "
+                          "onto a dead seat",
+                          run_.id, outcome),
+              {{"run", run_.id}, {"outcome", outcome}, {"slot", run_.slot}});
 }
 
 void Seat::release(const std::string& outcome) {

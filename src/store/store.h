@@ -21,7 +21,7 @@ namespace airlock::store {
 
 // The schema this build writes and reads. A database at a higher version is refused
 // (AIRLOCK_STORE_SCHEMA_NEWER): this build cannot know what the newer columns mean.
-inline constexpr int kSchemaVersion = 1;
+inline constexpr int kSchemaVersion = 2;
 // The slot `airlock run` uses when none is named. It is created on first use with this many
 // seats, so concurrent runs in one state directory work with no configuration.
 inline constexpr const char* kDefaultSlot = "default";
@@ -68,6 +68,7 @@ struct RunRecord {
   int ordinal = 0;
   std::string policy_digest;
   std::string executor;  // empty until the session says what enforced
+  std::string executor_reason;  // why that executor was chosen (the plan's selection, in words)
   std::optional<int> tier;
   Json kernel_facts = nullptr;  // the facts measured for the run (JSON), null until known
   Holder holder;
@@ -121,7 +122,7 @@ class Store {
   Result<RunRecord> reserve(const RunRequest& req);
   // What enforced the run, once the session knows.
   Result<void> record_enforcement(const std::string& run_id, const std::string& executor, int tier,
-                                  const Json& kernel_facts);
+                                  const std::string& reason, const Json& kernel_facts);
   Result<void> heartbeat(const std::string& run_id);
   // Ends a live run with its outcome; a run already finished is left as it is.
   Result<bool> finish(const std::string& run_id, const std::string& outcome);
@@ -164,7 +165,12 @@ class Seat {
   Seat(const Seat&) = delete;
   Seat& operator=(const Seat&) = delete;
   const RunRecord& run() const { return run_; }
-  Result<void> record_enforcement(const std::string& executor, int tier, const Json& kernel_facts);
+  Result<void> record_enforcement(const std::string& executor, int tier, const std::string& reason,
+                                  const Json& kernel_facts);
+  // Whether the store still has this seat's run live: another machine may have finalised it (its
+  // heartbeat looked expired) or an operator may have. AIRLOCK_SESSION_KILLED when it is dead,
+  // so nothing is spawned onto a dead seat.
+  Result<void> still_held();
   // Releases the seat with this outcome; later calls and the destructor do nothing.
   void release(const std::string& outcome);
 

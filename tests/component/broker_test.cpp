@@ -70,6 +70,24 @@ class BrokerTest : public ::testing::Test {
   } ws{root / "ws"};
 };
 
+// The design's rule: every receipt names the executor, its tier and the reason it was chosen,
+// not only session.open.
+TEST_F(BrokerTest, EveryReceiptNamesTheExecutorItsTierAndWhy) {
+  auto s = open();
+  ASSERT_TRUE(s);
+  ASSERT_TRUE(s->read_file("src/a.txt"));
+  ASSERT_FALSE(s->read_file("README"));
+  ASSERT_TRUE(s->close(true));
+  auto rs = testing::read_receipts(s->receipts_path());
+  ASSERT_GE(rs.size(), 4u);
+  for (const auto& r : rs) {
+    EXPECT_EQ(r["sandbox"]["executor"], "host") << r.dump();
+    EXPECT_EQ(r["sandbox"]["tier"], 0) << r.dump();
+    EXPECT_EQ(r["sandbox"]["reason"], s->plan().why) << r.dump();
+    EXPECT_FALSE(s->plan().why.empty());
+  }
+}
+
 TEST_F(BrokerTest, ReadsInsideReadablePrefixesOnly) {
   auto s = open();
   ASSERT_TRUE(s);
@@ -233,6 +251,28 @@ TEST_F(BrokerTest, ASpentBudgetRefusesThenKills) {
   EXPECT_FALSE(testing::exists(ws / "reports/r.txt"));  // killed: nothing written back
 }
 
+// The design's rule: a tool stopped because the session's budget ran out says so in its outcome
+// (budget_exhausted: true), in the refusal's facts and in its receipt.
+TEST_F(BrokerTest, AToolStoppedByTheSessionBudgetRecordsBudgetExhausted) {
+  FakeClock clock;
+  auto s = open(R"(, "limits": {"session_budget_seconds": 10},
+                  "tools": [{"name": "slow", "argv": ["/bin/sleep", "60"], "timeout_seconds": 300}])",
+                clock.fn());
+  ASSERT_TRUE(s);
+  clock.now += std::chrono::milliseconds(9700);  // 0.3 s of the budget left: it binds, not the tool's 300 s
+  auto r = s->run_tool("slow", {});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Code::BudgetExhausted) << r.error().message;
+  EXPECT_EQ(r.error().facts["outcome"]["budget_exhausted"], true) << r.error().facts.dump();
+  EXPECT_EQ(r.error().facts["outcome"]["timed_out"], true) << r.error().facts.dump();
+  auto rs = testing::read_receipts(s->receipts_path());
+  const Json* ran = nullptr;
+  for (const auto& j : rs)
+    if (j["kind"] == "run_tool") ran = &j;
+  ASSERT_NE(ran, nullptr);
+  EXPECT_EQ((*ran)["error"]["facts"]["outcome"]["budget_exhausted"], true) << ran->dump();
+}
+
 TEST_F(BrokerTest, ABudgetSpentWhileIdleIsEnforcedBeforeClose) {
   FakeClock clock;
   auto s = open(R"(, "limits": {"session_budget_seconds": 10})", clock.fn());
@@ -247,14 +287,28 @@ TEST_F(BrokerTest, ABudgetSpentWhileIdleIsEnforcedBeforeClose) {
   ASSERT_FALSE(c);
   EXPECT_EQ(c.error().code, Code::SessionKilled);
   EXPECT_FALSE(testing::exists(ws / "reports/r.txt"));
+  // The design's rule: a refused action on a killed session gets its receipt, close included.
   auto rs = testing::read_receipts(s->receipts_path());
-  ASSERT_FALSE(rs.empty());
-  EXPECT_EQ(rs.back()["how"], "killed");
-  EXPECT_EQ(rs.back()["reason"], "budget exhausted");
+  ASSERT_GE(rs.size(), 2u);
+  const Json& closed = rs[rs.size() - 2];
+  EXPECT_EQ(closed["kind"], "session.close");
+  EXPECT_EQ(closed["how"], "killed");
+  EXPECT_EQ(closed["reason"], "budget exhausted");
+  EXPECT_EQ(rs.back()["kind"], "close");
+  EXPECT_EQ(rs.back()["decision"], "refused");
+  EXPECT_EQ(rs.back()["error"]["code"], "AIRLOCK_SESSION_KILLED");
+  exec::Command again_cmd;
+  again_cmd.argv = {"/bin/true"};
+  auto again = s->run_command(again_cmd);
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().code, Code::SessionKilled);
+  rs = testing::read_receipts(s->receipts_path());
+  EXPECT_EQ(rs.back()["kind"], "tool.run");
+  EXPECT_EQ(rs.back()["decision"], "refused");
 }
 
 TEST_F(BrokerTest, ImmediateWriteBackLandsAsEachActionCompletesAndOnlyOnce) {
-  auto s = open(R"(, "write_back": "immediate", "tools": [{"name": "rm", "argv": ["rm", "reports/r.txt"]}])");
+  auto s = open(R"(, "write_back": "immediate", "tools": [{"name": "rm", "argv": ["/usr/bin/rm", "reports/r.txt"]}])");
   ASSERT_TRUE(s);
   auto w = s->write_file("reports/r.txt", "one");
   ASSERT_TRUE(w) << w.error().message;
@@ -289,7 +343,7 @@ TEST_F(BrokerTest, KillRefusesEverythingAfterAndWritesNothingBack) {
 }
 
 TEST_F(BrokerTest, KillStopsARunningTool) {
-  auto s = open(R"(, "tools": [{"name": "slow", "argv": ["sleep", "30"], "timeout_seconds": 60}])");
+  auto s = open(R"(, "tools": [{"name": "slow", "argv": ["/usr/bin/sleep", "30"], "timeout_seconds": 60}])");
   ASSERT_TRUE(s);
   Result<ToolResult> r = fail(Code::ConfigError, "not run");
   auto started = std::chrono::steady_clock::now();
@@ -303,7 +357,7 @@ TEST_F(BrokerTest, KillStopsARunningTool) {
 }
 
 TEST_F(BrokerTest, ToolsRunOnlyAsDeclared) {
-  auto s = open(R"(, "tools": [{"name": "greet", "argv": ["echo", "hi"]}, {"name": "say", "argv": ["echo"], "allow_args": true}])");
+  auto s = open(R"(, "tools": [{"name": "greet", "argv": ["/usr/bin/echo", "hi"]}, {"name": "say", "argv": ["/usr/bin/echo"], "allow_args": true}])");
   ASSERT_TRUE(s);
   auto g = s->run_tool("greet", {});
   ASSERT_TRUE(g) << g.error().message;
@@ -316,7 +370,7 @@ TEST_F(BrokerTest, ToolsRunOnlyAsDeclared) {
 }
 
 TEST_F(BrokerTest, ToolOutputIsCappedByThePolicy) {
-  auto s = open(R"(, "limits": {"max_output_bytes": 1000}, "tools": [{"name": "flood", "argv": ["yes"]}])");
+  auto s = open(R"(, "limits": {"max_output_bytes": 1000}, "tools": [{"name": "flood", "argv": ["/usr/bin/yes"]}])");
   ASSERT_TRUE(s);
   auto r = s->run_tool("flood", {});
   ASSERT_FALSE(r);

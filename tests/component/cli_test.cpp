@@ -1,10 +1,13 @@
 // The read-only verbs through the real binary: policy check, plan, doctor, and run --json.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <algorithm>
 
 #include <nlohmann/json.hpp>
 
+#include "base/fs.h"
 #include "cli_support.h"
 
 namespace airlock::testing {
@@ -110,6 +113,44 @@ TEST(CliDoctor, PlanAndDoctorListTheProtectedPathsInForceAndEachRelaxation) {
   EXPECT_NE(p.out.find(", deploy"), std::string::npos) << p.out;
   EXPECT_EQ(p.out.find(".vscode,"), std::string::npos) << "a relaxed entry is not in force: " << p.out;
   EXPECT_NE(p.out.find("relaxed    writable_protected_paths: .vscode"), std::string::npos) << p.out;
+}
+
+// The design's rule: `airlock ledger scan` over several ledgers (one per worker) gives one
+// report, each orphaned intent attributed to its file.
+TEST(CliLedgerScan, SeveralLedgersMakeOneReportWithOrphansAttributedToTheirFile) {
+  CliFixture fx(Identity::Self);
+  auto intent = [](const std::string& attempt, const std::string& key) {
+    return R"({"phase":"intent","attempt_id":")" + attempt + R"(","key":")" + key +
+           R"(","tool":"pay","args_hash":"h","run_id":"r","span":"s","workdir":"/w","started_at":1})" + "\n";
+  };
+  auto outcome = [](const std::string& attempt, const std::string& key) {
+    return R"({"phase":"outcome","attempt_id":")" + attempt + R"(","key":")" + key +
+           R"(","status":"ok","error":null,"finished_at":2,"wall_ms":1})" + "\n";
+  };
+  std::string a = fx.state_dir() + "/worker-a.jsonl", b = fx.state_dir() + "/worker-b.jsonl";
+  ASSERT_TRUE(write_file_atomic(a, intent("a1", "ik2-a") + outcome("a1", "ik2-a") + intent("a2", "ik2-x")));
+  ASSERT_TRUE(write_file_atomic(b, intent("b1", "ik2-b")));
+  ::chmod(a.c_str(), 0644);
+  ::chmod(b.c_str(), 0644);
+  auto r = fx.run({"ledger", "scan", "--json", a, b});
+  ASSERT_EQ(r.status, 0) << r.err;
+  Json j = Json::parse(r.out);
+  ASSERT_EQ(j["ledgers"].size(), 2u);
+  EXPECT_EQ(j["ledgers"][0]["file"], a);
+  EXPECT_EQ(j["totals"]["rows"], 1);
+  ASSERT_EQ(j["orphans"].size(), 2u);
+  EXPECT_EQ(j["orphans"][0]["file"], a);
+  EXPECT_EQ(j["orphans"][0]["attempt_id"], "a2");
+  EXPECT_EQ(j["orphans"][1]["file"], b);
+  EXPECT_EQ(j["orphans"][1]["attempt_id"], "b1");
+  auto text = fx.run({"ledger", "scan", a, b});
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("2 ledgers: 1 row(s), 2 orphaned intent(s)"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("orphan " + b + " line 1"), std::string::npos) << text.out;
+  // One ledger alone keeps the single-ledger report.
+  auto one = fx.run({"ledger", "scan", "--json", b});
+  ASSERT_EQ(one.status, 0) << one.err;
+  EXPECT_FALSE(Json::parse(one.out).contains("ledgers"));
 }
 
 TEST(CliRun, JsonSummaryIsTheLastLineOfStdout) {

@@ -81,6 +81,17 @@ class ConfinedRun : public ::testing::TestWithParam<Case> {
       if (p.cmdline.find(marker) != std::string::npos) out.push_back(p.pid);
     return out;
   }
+  // Waits (30 s at most) until the command has reached `sleep MARKER` (that very process, not
+  // airlock or a shell whose arguments mention it): the event a test's signal must follow,
+  // never a fixed sleep.
+  static void wait_for_marker(const std::string& marker) {
+    auto sleeping = [&] {
+      for (const auto& p : live_processes())
+        if (p.cmdline.starts_with("sleep " + marker)) return true;
+      return false;
+    };
+    for (int i = 0; i < 3000 && !sleeping(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   std::string executor_;
   CliResult run_sh(const std::string& script, const std::string& policy = "") {
     return fx_->run({"run", "--policy", policy.empty() ? policy_ : policy, "--workspace", fx_->workspace(), "--",
@@ -350,13 +361,13 @@ TEST_P(ConfinedRun, InvalidPolicyIsRefusedWithItsPath) {
 pid_t g_started = 0;
 TEST_P(ConfinedRun, StopSignalKillsTheCommandAndWritesNothingBack) {
   g_started = 0;
-  std::thread killer([] {
-    for (int i = 0; i < 100 && g_started == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  std::string marker = "31." + std::to_string(::getpid()) + std::to_string(static_cast<int>(GetParam().identity)) + "2";
+  std::thread killer([marker] {
+    wait_for_marker(marker);  // out/p is written in the view by then
     if (g_started > 0) ::kill(g_started, SIGTERM);
   });
   auto r = fx_->run({"run", "--policy", policy_, "--workspace", fx_->workspace(), "--", "/bin/sh", "-c",
-                     "echo partial > out/p; sleep 30"},
+                     "echo partial > out/p; exec sleep " + marker},
                     {}, 60, [](pid_t p) { g_started = p; });
   killer.join();
   EXPECT_EQ(r.status, 125) << r.err;
@@ -373,12 +384,11 @@ TEST_P(ConfinedRun, SessionViewIsRemovedAfterTheRun) {
 
 TEST_P(ConfinedRun, AbandonedSessionIsSweptByTheNextRun) {
   g_started = 0;
-  std::thread killer([] {
-    for (int i = 0; i < 100 && g_started == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  std::string marker = "30." + std::to_string(::getpid()) + std::to_string(static_cast<int>(GetParam().identity)) + "1";
+  std::thread killer([marker] {
+    wait_for_marker(marker);
     if (g_started > 0) ::kill(g_started, SIGKILL);  // airlock itself dies without cleaning up
   });
-  std::string marker = "30." + std::to_string(::getpid()) + std::to_string(static_cast<int>(GetParam().identity)) + "1";
   auto killed = fx_->run({"run", "-q", "--policy", policy_, "--workspace", fx_->workspace(), "--", "/bin/sh", "-c",
                           "sleep " + marker + " & exec sleep " + marker},
                          {}, 60, [](pid_t p) { g_started = p; });
@@ -606,9 +616,8 @@ TEST_P(ConfinedRun, GitWorksInside) {
 TEST_P(ConfinedRun, NoDaemonOutlivesAnAirlockKilledOutright) {
   g_started = 0;
   std::string marker = "301." + std::to_string(::getpid()) + std::to_string(static_cast<int>(GetParam().identity));
-  std::thread killer([] {
-    for (int i = 0; i < 100 && g_started == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  std::thread killer([marker] {
+    wait_for_marker(marker);  // the daemon has left the command's session by then
     if (g_started > 0) ::kill(g_started, SIGKILL);
   });
   auto killed = fx_->run({"run", "-q", "--policy", policy_, "--workspace", fx_->workspace(), "--",

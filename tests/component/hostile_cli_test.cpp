@@ -213,7 +213,7 @@ TEST_F(HostileCli, ASlotNameThatIsNotUtf8IsRefused) {
     EXPECT_EQ(r.status, 125) << r.err;
     Json j = Json::parse(r.out, nullptr, false);
     ASSERT_FALSE(j.is_discarded()) << r.out;
-    EXPECT_EQ(j["refused"]["code"], "AIRLOCK_CONFIG_ERROR") << j.dump();
+    EXPECT_EQ(j["refused"]["code"], "AIRLOCK_OPTION_INVALID") << j.dump();
   }
   auto list = f->run({"slot", "list", "--json"});
   EXPECT_EQ(list.status, 0) << list.err;
@@ -221,7 +221,7 @@ TEST_F(HostileCli, ASlotNameThatIsNotUtf8IsRefused) {
                                  "--workspace", f->workspace(), "--slot", "\xff"},
                                 "");
   EXPECT_EQ(session.status, 125) << session.err;
-  EXPECT_NE(session.err.find("AIRLOCK_CONFIG_ERROR"), std::string::npos) << session.err;
+  EXPECT_NE(session.err.find("AIRLOCK_OPTION_INVALID"), std::string::npos) << session.err;
 }
 
 // (g): a json tool that prints JSON nested 200,000 deep is a refusal of `tool call`, not a crash.

@@ -19,8 +19,8 @@ using Json = nlohmann::json;
 
 const char* kPolicy = R"({"schema_version": "airlock.task_policy.v1", "readable": ["src", "reports"],
   "write_back_paths": ["reports"], "egress": [{"host": "docs.python.org", "ports": [443], "schemes": ["https"]}],
-  "tools": [{"name": "count", "argv": ["wc", "-c", "src/app.py"]},
-            {"name": "grep", "argv": ["grep", "-n"], "allow_args": true}]})";
+  "tools": [{"name": "count", "argv": ["/usr/bin/wc", "-c", "src/app.py"]},
+            {"name": "grep", "argv": ["/usr/bin/grep", "-n"], "allow_args": true}]})";
 
 std::string rpc(int id, const std::string& method, const Json& params = Json::object()) {
   return Json{{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", params}}.dump() + "\n";
@@ -162,7 +162,7 @@ class McpShutdown : public ::testing::TestWithParam<Identity> {
   }
   std::string policy(const std::string& extra = "") {
     return f->write_policy(R"({"schema_version": "airlock.task_policy.v1", "readable": ["src", "reports"],
-      "write_back_paths": ["reports"], "tools": [{"name": "make", "argv": ["sh", "-c", "echo made > reports/made.txt"]}]
+      "write_back_paths": ["reports"], "tools": [{"name": "make", "argv": ["/bin/sh", "-c", "echo made > reports/made.txt"]}]
       )" + extra + "}");
   }
   // Starts `airlock mcp`, initializes, and writes reports/r.txt; false (and a skip) when no
@@ -268,7 +268,7 @@ TEST_P(McpShutdown, SigintIsANormalClose) {
 // written before lands, and the client's SIGKILL (500 ms later for Claude Code) finds it gone.
 TEST_P(McpShutdown, SigtermWhileAToolRunsStopsItAndStillWritesBack) {
   std::string pol = f->write_policy(R"({"schema_version": "airlock.task_policy.v1", "readable": ["src", "reports"],
-      "write_back_paths": ["reports"], "tools": [{"name": "slow", "argv": ["sleep", "3607"], "timeout_seconds": 3600}]})");
+      "write_back_paths": ["reports"], "tools": [{"name": "slow", "argv": ["/usr/bin/sleep", "3607"], "timeout_seconds": 3600}]})");
   if (!start(pol)) GTEST_SKIP() << "no executor for the policy here";
   ASSERT_TRUE(p->send(call(3, "slow", Json::object())));
   auto started = std::chrono::steady_clock::now();

@@ -32,7 +32,7 @@ std::string policy_json(const CliFixture& f, const Json& limits = Json::object()
             {"workspace", f.workspace()},
             {"readable", {"src", "reports"}},
             {"write_back_paths", {"reports"}},
-            {"tools", {{{"name", "count"}, {"argv", {"wc", "-c", "src/app.py"}}}}},
+            {"tools", {{{"name", "count"}, {"argv", {"/usr/bin/wc", "-c", "src/app.py"}}}}},
             {"limits", l}};
   return p.dump();
 }

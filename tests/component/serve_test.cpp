@@ -28,8 +28,8 @@ std::string policy_json(const CliFixture& f, const std::string& sleep_seconds = 
             {"readable", {"src", "reports"}},
             {"write_back_paths", {"reports"}},
             {"tools",
-             {{{"name", "count"}, {"argv", {"wc", "-c", "src/app.py"}}},
-              {{"name", "wait"}, {"argv", {"sleep", sleep_seconds}}, {"timeout_seconds", 3600}}}},
+             {{{"name", "count"}, {"argv", {"/usr/bin/wc", "-c", "src/app.py"}}},
+              {{"name", "wait"}, {"argv", {"/usr/bin/sleep", sleep_seconds}}, {"timeout_seconds", 3600}}}},
             {"limits", {{"session_budget_seconds", 7200}, {"command_timeout_seconds", 3600}}}};
   return p.dump();
 }
@@ -181,7 +181,7 @@ TEST_F(Serve, TcpListenerRequiresTheBearerToken) {
   EXPECT_NE(loose.err.find(token_file), std::string::npos) << loose.err;
   auto remote = f->run({"serve", "--listen", "0.0.0.0:0", "--token-file", token_file});
   EXPECT_EQ(remote.status, 125);
-  EXPECT_NE(remote.err.find("AIRLOCK_CONFIG_ERROR"), std::string::npos) << remote.err;
+  EXPECT_NE(remote.err.find("AIRLOCK_OPTION_INVALID"), std::string::npos) << remote.err;
   ::chmod(token_file.c_str(), 0600);
 
   start({"--listen", "127.0.0.1:0", "--token-file", token_file});

@@ -20,7 +20,7 @@ std::vector<Json> lines_of(const std::string& out) {
 }
 
 const char* kPolicy = R"({"schema_version": "airlock.task_policy.v1", "readable": ["src"],
-  "write_back_paths": ["reports"], "tools": [{"name": "count", "argv": ["wc", "-c", "src/app.py"]}]})";
+  "write_back_paths": ["reports"], "tools": [{"name": "count", "argv": ["/usr/bin/wc", "-c", "src/app.py"]}]})";
 
 class SessionCli : public ::testing::TestWithParam<Identity> {
  protected:

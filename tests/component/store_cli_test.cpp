@@ -83,7 +83,7 @@ TEST(StoreCli, ARunRecordsItsSeatWhatEnforcedAndItsOutcome) {
   EXPECT_NE(show.out.find("exit 3"), std::string::npos) << show.out;
   auto missing = fx.run({"runs", "show", "no-such-run"});
   EXPECT_EQ(missing.status, 125);
-  EXPECT_NE(missing.err.find("AIRLOCK_CONFIG_ERROR"), std::string::npos);
+  EXPECT_NE(missing.err.find("AIRLOCK_NOT_FOUND"), std::string::npos) << missing.err;
 }
 
 TEST(StoreCli, ADeclaredSlotRefusesPastCapacityAndAKilledHolderIsFinalised) {
@@ -140,14 +140,14 @@ TEST(StoreCli, MachineProbeRecordsMeasuredFactsAndATamperedRowIsNotBelieved) {
   EXPECT_NE(text.out.find("NOT BELIEVED (landlock_abi_above_known"), std::string::npos) << text.out;
 }
 
-TEST(StoreCli, ABadStoreUrlIsAConfigError) {
+TEST(StoreCli, ABadStoreUrlIsAnInvalidOptionAndAnAbsentServerIsUnreachable) {
   CliFixture fx(Identity::Self);
   auto r = fx.run({"--store", "mysql://db", "runs", "list"});
   EXPECT_EQ(r.status, 125);
-  EXPECT_NE(r.err.find("AIRLOCK_CONFIG_ERROR"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("AIRLOCK_OPTION_INVALID"), std::string::npos) << r.err;
   auto run = fx.run({"--store", "postgresql:///x?host=/nonexistent-airlock-dir", "run", "--", "true"});
   EXPECT_EQ(run.status, 125);
-  EXPECT_NE(run.err.find("AIRLOCK_CONFIG_ERROR: cannot connect"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("AIRLOCK_SERVER_UNREACHABLE: cannot connect"), std::string::npos) << run.err;
 }
 
 TEST(StoreCli, TwoMachinesSharingOnePostgresqlNeverOverAdmit) {

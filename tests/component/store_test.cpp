@@ -263,7 +263,9 @@ TEST_P(StoreTest, ASeatBeatsWhileHeldAndReleasesWithItsOutcome) {
     latest = (**s->run(id)).heartbeat_at_ms;
   }
   EXPECT_GT(latest, first);
-  ASSERT_TRUE((*seat)->record_enforcement("landlock", 1, {{"landlock_abi", 7}}).has_value());
+  ASSERT_TRUE((*seat)->record_enforcement("landlock", 1, "auto: landlock is the strongest tier here",
+                                         {{"landlock_abi", 7}})
+                  .has_value());
   (*seat)->release("exit 3");
   seat->reset();
   auto run = **s->run(id);
@@ -271,6 +273,9 @@ TEST_P(StoreTest, ASeatBeatsWhileHeldAndReleasesWithItsOutcome) {
   EXPECT_EQ(run.outcome, "exit 3");
   EXPECT_EQ(run.executor, "landlock");
   EXPECT_EQ(run.tier, 1);
+  // The design's rule: the run store's rows carry the reason the executor was chosen too.
+  EXPECT_EQ(run.executor_reason, "auto: landlock is the strongest tier here");
+  EXPECT_EQ(run.to_json()["executor_reason"], "auto: landlock is the strongest tier here");
   EXPECT_EQ(run.kernel_facts["landlock_abi"], 7);
 }
 
@@ -287,7 +292,24 @@ TEST_P(StoreTest, TheDefaultSlotHasItsDocumentedSeatsAndAnUndeclaredSlotOne) {
   auto second = s->reserve({"m-a", "never-declared", "d", Holder::self("m-a")});
   ASSERT_FALSE(second.has_value());
   EXPECT_NE(second.error().message.find("carries 1 of 1 runs"), std::string::npos);
-  EXPECT_EQ(s->set_slot({"m-a", "bad", 0}).error().code, Code::ConfigError);
+  EXPECT_EQ(s->set_slot({"m-a", "bad", 0}).error().code, Code::OptionInvalid);
+}
+
+// The design's rule: no spawn onto a dead seat. A run finalised by someone else (another machine
+// judged its holder dead) is seen before the command starts.
+TEST_P(StoreTest, ASeatFinalisedByAnotherIsNoLongerHeld) {
+  auto s = open();
+  ASSERT_TRUE(s);
+  auto seat = Seat::reserve(*s, {"m-a", kDefaultSlot, "digest", Holder::self("m-a")});
+  ASSERT_TRUE(seat.has_value()) << seat.error().to_json().dump();
+  EXPECT_TRUE((*seat)->still_held());
+  auto other = open();
+  ASSERT_TRUE(other);
+  ASSERT_TRUE(other->finish((*seat)->run().id, "holder_dead"));
+  auto held = (*seat)->still_held();
+  ASSERT_FALSE(held);
+  EXPECT_EQ(held.error().code, Code::SessionKilled);
+  EXPECT_EQ(held.error().facts["outcome"], "holder_dead");
 }
 
 TEST_P(StoreTest, ConcurrentOpensOfAFreshStoreMigrateOnce) {
@@ -323,13 +345,13 @@ TEST_P(StoreTest, ASchemaNewerThanThisBuildIsRefusedByName) {
 INSTANTIATE_TEST_SUITE_P(Backends, StoreTest, ::testing::Values("sqlite", "postgresql"),
                          [](const auto& info) { return info.param; });
 
-TEST(StoreUrl, UnknownSchemesAndUnreachableServersAreConfigErrors) {
-  EXPECT_EQ(Store::open("mysql://x").error().code, Code::ConfigError);
-  EXPECT_EQ(Store::open("sqlite:").error().code, Code::ConfigError);
-  EXPECT_EQ(Store::open("relative/path.db").error().code, Code::ConfigError);
+TEST(StoreUrl, UnknownSchemesAreInvalidOptionsAndAbsentServersUnreachable) {
+  EXPECT_EQ(Store::open("mysql://x").error().code, Code::OptionInvalid);
+  EXPECT_EQ(Store::open("sqlite:").error().code, Code::OptionInvalid);
+  EXPECT_EQ(Store::open("relative/path.db").error().code, Code::OptionInvalid);
   auto pg = Store::open("postgresql://u:secret@/nodb?host=/nonexistent-airlock-socket-dir");
   ASSERT_FALSE(pg.has_value());
-  EXPECT_EQ(pg.error().code, Code::ConfigError);
+  EXPECT_EQ(pg.error().code, Code::ServerUnreachable);
   EXPECT_EQ(pg.error().message.find("secret"), std::string::npos) << "the password is shown";
 }
 

@@ -68,7 +68,7 @@ TEST_F(ToolProgram, EachWorkdirIsGoneBeforeTheNextCallWhileTheSessionLives) {
     EXPECT_EQ(call_dirs(), std::vector<std::string>{});
     // The tool saw the request line, and an empty directory (ls -A printed nothing before the JSON).
     EXPECT_EQ(read_text(ex_->dirs.scratch + "/effect"),
-              R"({"args":{"n":1},"idempotency_key":"ik2-test","tool":"effect"})" "\n");
+              R"({"args":{"n":1},"idempotencyKey":"ik2-test","tool":"effect"})" "\n");
   }
   auto s = ledger::scan_ledger(state_ / "effects.jsonl");
   ASSERT_TRUE(s);

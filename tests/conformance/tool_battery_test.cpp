@@ -81,11 +81,11 @@ listing = os.listdir(".")
 open("left-behind.txt", "w").write("x")
 print(json.dumps({"cwd": cwd, "listing": listing, "siblings": sorted(os.listdir(".."))}))
 )"),
-      py_tool("ok", "print(json.dumps({'echo': req['args'], 'key': req['idempotency_key']}))\n"),
+      py_tool("ok", "print(json.dumps({'echo': req['args'], 'key': req['idempotencyKey']}))\n"),
       py_tool("quiet", "pass\n"),
       // The effect (a file the host can see), then a hang: the dispatcher is SIGKILLed here.
       py_tool("effect_then_hang",
-              "open('effect', 'w').write(req['idempotency_key'])\ntime.sleep(600)  # " + marker + "\n"),
+              "open('effect', 'w').write(req['idempotencyKey'])\ntime.sleep(600)  # " + marker + "\n"),
   });
 }
 

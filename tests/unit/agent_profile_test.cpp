@@ -39,7 +39,7 @@ TEST(AgentProfiles, TheBuiltInSetIsClaudeCodeCodexAndGemini) {
   }
   auto unknown = find_agent_profile("cursor");
   ASSERT_FALSE(unknown);
-  EXPECT_EQ(unknown.error().code, Code::ConfigError);
+  EXPECT_EQ(unknown.error().code, Code::OptionInvalid);
 }
 
 TEST(AgentProfiles, StrictParseNamesTheOffendingKey) {
@@ -65,6 +65,40 @@ TEST(AgentBypass, EveryTokenOfEveryProfileIsRefusedExactAndInFlagValueForm) {
         EXPECT_EQ(refused(p.name, {b.flag + "=" + v}), Code::BypassRefused) << b.flag << "=" << v;
       }
   }
+}
+
+// The design's rule: one closed list of known bypass tokens, refused on every final command line
+// whichever tool it belongs to, as exact arguments and in --flag=value form only.
+TEST(AgentBypass, TheClosedListIsRefusedForEveryAgentWhicheverToolItBelongsTo) {
+  EXPECT_EQ(std::size(kSharedBypassTokens), 9u);
+  for (const auto& p : builtin_agent_profiles())
+    for (std::string_view t : kSharedBypassTokens) {
+      auto r = check_agent_args(p, {"-p", "hi", std::string(t)}, {});
+      ASSERT_FALSE(r) << p.name << " let " << t << " through";
+      EXPECT_EQ(r.error().code, Code::BypassRefused);
+      EXPECT_EQ(r.error().facts["list"], "shared") << p.name << " " << t;
+      if (t.find('=') == std::string_view::npos) {
+        EXPECT_EQ(refused(p.name, {std::string(t) + "=1"}), Code::BypassRefused) << p.name << " " << t;
+      }
+    }
+  // --yolo (Gemini) to Claude Code and --dangerously-skip-permissions (Claude Code) to Codex.
+  EXPECT_EQ(refused("claude-code", {"--yolo"}), Code::BypassRefused);
+  EXPECT_EQ(refused("codex", {"--dangerously-skip-permissions"}), Code::BypassRefused);
+  // Only exact arguments: never a prefix, a substring or a value of another flag.
+  EXPECT_TRUE(allowed("codex", {"-p", "--yolo is a flag of another tool"}));
+  EXPECT_TRUE(allowed("claude-code", {"--yolo-mode"}));
+  EXPECT_TRUE(allowed("claude-code", {"--approval-mode=ask"}));
+}
+
+TEST(AgentBypass, EveryProfilesOwnLongTokenIsOnTheClosedList) {
+  auto shared = [](const std::string& t) {
+    return std::find(std::begin(kSharedBypassTokens), std::end(kSharedBypassTokens), t) != std::end(kSharedBypassTokens);
+  };
+  for (const auto& p : builtin_agent_profiles())
+    for (const auto& t : p.bypass_tokens)
+      if (t.starts_with("--")) {
+        EXPECT_TRUE(shared(t)) << p.name << " " << t;
+      }
 }
 
 TEST(AgentBypass, NeverByPrefixOrSubstring) {

@@ -67,6 +67,36 @@ TEST_F(EffectLedgerTest, AnIntentAndItsOutcomeMakeARow) {
   EXPECT_EQ(s.lines, 2u);
 }
 
+// The design's rule: rows written without an attempt id pair by (idempotency key, start time).
+TEST_F(EffectLedgerTest, LegacyRowsWithoutAnAttemptIdPairByKeyAndStartTime) {
+  std::string in = R"({"phase":"intent","key":"ik1-a","tool":"pay","args_hash":"h","run_id":"r","span":"s",)"
+                   R"("workdir":"/w","started_at":100})";
+  append_raw(in + "\n");
+  append_raw(R"({"phase":"intent","key":"ik1-a","tool":"pay","args_hash":"h","run_id":"r","span":"s",)"
+             R"("workdir":"/w2","started_at":200})" "\n");
+  // The outcome of the second start; the first stays an orphan.
+  append_raw(R"({"phase":"outcome","key":"ik1-a","started_at":200,"status":"ok","error":null,)"
+             R"("finished_at":250,"wall_ms":50})" "\n");
+  append_raw(R"({"phase":"single","key":"ik1-b","tool":"pay","args_hash":"h","run_id":"r","span":"s",)"
+             R"("workdir":"/w3","started_at":300,"status":"ok","error":null,"finished_at":310,"wall_ms":10})" "\n");
+  auto s = scan_ok();
+  EXPECT_TRUE(s.corrupt.empty()) << s.corrupt.size();
+  ASSERT_EQ(s.rows.size(), 2u);
+  EXPECT_EQ(s.rows[0].intent.workdir, "/w2");
+  EXPECT_EQ(s.rows[0].outcome.key, "ik1-a");
+  EXPECT_TRUE(s.rows[1].single);
+  ASSERT_EQ(s.orphans.size(), 1u);
+  EXPECT_EQ(s.orphans[0].intent.workdir, "/w");
+  // An outcome whose (key, start) no intent has is not paired with a guess.
+  append_raw(R"({"phase":"outcome","key":"ik1-a","started_at":999,"status":"ok","error":null,)"
+             R"("finished_at":1000,"wall_ms":1})" "\n");
+  auto tolerant = scan_ledger(path_, true);
+  ASSERT_TRUE(tolerant);
+  ASSERT_EQ(tolerant->corrupt.size(), 1u);
+  EXPECT_NE(tolerant->corrupt[0].reason.find("no intent"), std::string::npos) << tolerant->corrupt[0].reason;
+  EXPECT_EQ(tolerant->rows.size(), 2u);
+}
+
 TEST_F(EffectLedgerTest, ASiblingAttemptsOutcomeNeverClearsAnOrphan) {
   auto led = EffectLedger::open(path_);
   ASSERT_TRUE(led);

@@ -70,6 +70,22 @@ TEST(IdempotencyKey, AnUnknownRecordedVersionIsRefusedNeverAFallback) {
   EXPECT_EQ(loaded.error().facts["key_derivation"], 3);
 }
 
+// The design's rule: a run recorded before the derivation stamp derives version-1 keys for its
+// whole life, every resume included; only an unknown recorded version is refused.
+TEST(IdempotencyKey, ARunRecordedBeforeTheStampDerivesVersionOneKeysForItsWholeLife) {
+  auto legacy = RunKeying::from_json(Json::parse(R"({"run_id": "run-old", "generation": "g-old"})"));
+  ASSERT_TRUE(legacy) << legacy.error().message;
+  EXPECT_EQ(legacy->derivation_version, kKeyDerivationV1);
+  auto k = derive_key(*legacy, {1, 0}, "pay", kArgs);
+  ASSERT_TRUE(k);
+  EXPECT_TRUE(k->starts_with("ik1-")) << *k;
+  // Saved again (as a resume does) and loaded again: still version 1, the same key.
+  auto resumed = RunKeying::from_json(legacy->to_json());
+  ASSERT_TRUE(resumed);
+  EXPECT_EQ(resumed->derivation_version, kKeyDerivationV1);
+  EXPECT_EQ(*derive_key(*resumed, {1, 0}, "pay", kArgs), *k);
+}
+
 TEST(IdempotencyKey, FieldBoundariesCannotBeShifted) {
   RunKeying run = start_run("r");
   EXPECT_NE(key(run, 1, 0, Json("x"), "ab"), key(run, 1, 0, Json("bx"), "a"));
@@ -78,7 +94,8 @@ TEST(IdempotencyKey, FieldBoundariesCannotBeShifted) {
 }
 
 TEST(IdempotencyKey, AMalformedRecordedKeyingIsCorruptNotGuessed) {
-  for (const char* bad : {R"({"run_id": "r", "generation": "g"})", R"({"run_id": 1, "generation": "g", "key_derivation": 2})",
+  for (const char* bad : {R"({"run_id": "r", "generation": "g", "key_derivation": "2"})",
+                          R"({"run_id": 1, "generation": "g", "key_derivation": 2})",
                           R"({"run_id": "r", "generation": "g", "key_derivation": 2, "extra": 1})", "[]"}) {
     auto r = RunKeying::from_json(Json::parse(bad));
     ASSERT_FALSE(r) << bad;
