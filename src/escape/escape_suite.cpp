@@ -141,6 +141,52 @@ struct TierContext {
   std::function<void(broker::Session*)> track;  // the session a cancel() must interrupt
 };
 
+// The door resolves the suite's names as its DNS responder does; both start afresh for each door
+// scenario, and nothing an earlier scenario left at the door's bait counts for the next.
+void forget_door_traffic(Canaries& c) {
+  c.reset_names();
+  (void)c.take_requests(false);
+  (void)c.take_requests(true);
+  (void)c.take_dns_queries();
+  (void)c.take_datagrams();
+  (void)c.take_connections();
+}
+
+// The result of a run the probe was started in: the judge's verdict, unless the probe never
+// started, and everything the suite saw, as details.
+void conclude(ScenarioResult& r, const Observed& o, Judged j, const std::string& name) {
+  bool claimed = o.probe && o.probe->breached;
+  if (claimed && !j.breached && !j.staged)
+    j.evidence +=
+        "; the probe's success did not reach the host (inside the executor the name means something else)";
+  if (o.probe && !o.probe->breached && j.breached)
+    j.evidence += "; the host saw a breach the probe did not report";
+
+  bool started = has(o.errors, probe_started_line(name));
+  r.evidence = j.evidence;
+  if (j.breached) {
+    r.verdict = Verdict::Breached;
+  } else if (started) {
+    r.verdict = Verdict::Contained;
+  } else {
+    // Nothing was attempted, so nothing was contained: the executor could not even run the probe.
+    r.verdict = Verdict::Inconclusive;
+    r.error = Error{Code::ToolFailed, "the probe did not start: " + o.probe_said(), {}};
+    r.evidence = fmt::format("INCONCLUSIVE: the probe never started; {}", j.evidence);
+  }
+  r.details["probe_started"] = started;
+  const std::vector<pid_t>& left = o.left_behind;
+  if (!left.empty()) r.evidence += fmt::format("; killed after close: pid {}", fmt::join(left, ", "));
+  r.details["probe"] = o.probe ? o.probe->to_json() : Json(nullptr);
+  r.details["host_check"] = j.host;
+  r.details["outcome"] = o.outcome ? o.outcome->to_json() : Json(nullptr);
+  r.details["run_error"] = o.run_error ? o.run_error->to_json() : Json(nullptr);
+  r.details["write_back"] = o.write_back ? o.write_back->to_json() : Json(nullptr);
+  r.details["close_error"] = o.close_error ? o.close_error->to_json() : Json(nullptr);
+  r.details["left_behind"] = left;
+  if (!o.probe || !started) r.details["stderr"] = o.errors.substr(0, 2000);
+}
+
 ScenarioResult run_one(Breach b, TierContext& t) {
   auto t0 = std::chrono::steady_clock::now();
   ScenarioResult r;
@@ -192,15 +238,8 @@ ScenarioResult run_one(Breach b, TierContext& t) {
 
   broker::SessionOptions so{t.opts.state_dir, t.opts.profile, *ws};
   if (door) {
-    // The door resolves the suite's names as its DNS responder does; both start afresh, and
-    // nothing an earlier scenario left at the door's bait counts for this one.
     so.resolver = t.canaries.resolver();
-    t.canaries.reset_names();
-    (void)t.canaries.take_requests(false);
-    (void)t.canaries.take_requests(true);
-    (void)t.canaries.take_dns_queries();
-    (void)t.canaries.take_datagrams();
-    (void)t.canaries.take_connections();
+    forget_door_traffic(t.canaries);
   }
   auto session = broker::Session::open(door ? *t.door_policy : t.policy, t.facts, so);
   if (!session) return not_run(session.error());
@@ -242,37 +281,7 @@ ScenarioResult run_one(Breach b, TierContext& t) {
   scenario->observe(run, o);
   // Nothing may outlive a scenario: whatever of the probe still runs is noted, then killed.
   o.left_behind = t.canaries.kill_leftovers();
-  const std::vector<pid_t>& left = o.left_behind;
-  Judged j = scenario->judge(run, o);
-  bool claimed = o.probe && o.probe->breached;
-  if (claimed && !j.breached && !j.staged)
-    j.evidence +=
-        "; the probe's success did not reach the host (inside the executor the name means something else)";
-  if (o.probe && !o.probe->breached && j.breached)
-    j.evidence += "; the host saw a breach the probe did not report";
-
-  bool started = has(o.errors, probe_started_line(name));
-  r.evidence = j.evidence;
-  if (j.breached) {
-    r.verdict = Verdict::Breached;
-  } else if (started) {
-    r.verdict = Verdict::Contained;
-  } else {
-    // Nothing was attempted, so nothing was contained: the executor could not even run the probe.
-    r.verdict = Verdict::Inconclusive;
-    r.error = Error{Code::ToolFailed, "the probe did not start: " + o.probe_said(), {}};
-    r.evidence = fmt::format("INCONCLUSIVE: the probe never started; {}", j.evidence);
-  }
-  r.details["probe_started"] = started;
-  if (!left.empty()) r.evidence += fmt::format("; killed after close: pid {}", fmt::join(left, ", "));
-  r.details["probe"] = o.probe ? o.probe->to_json() : Json(nullptr);
-  r.details["host_check"] = j.host;
-  r.details["outcome"] = o.outcome ? o.outcome->to_json() : Json(nullptr);
-  r.details["run_error"] = o.run_error ? o.run_error->to_json() : Json(nullptr);
-  r.details["write_back"] = o.write_back ? o.write_back->to_json() : Json(nullptr);
-  r.details["close_error"] = o.close_error ? o.close_error->to_json() : Json(nullptr);
-  r.details["left_behind"] = left;
-  if (!o.probe || !started) r.details["stderr"] = o.errors.substr(0, 2000);
+  conclude(r, o, scenario->judge(run, o), name);
   r.seconds = seconds_since(t0);
   return r;
 }
