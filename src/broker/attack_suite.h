@@ -12,7 +12,7 @@
 namespace airlock::broker {
 
 struct AttackResult {
-  std::string name;
+  std::string name = {};  // the attack's row in broker/attacks.inc; the suite fills it in
   std::string expected;  // the refusal code, or what containment means ("pinned", "not followed")
   std::string broker;    // what the broker answered: a code, or "allowed"
   bool contained = false;          // the broker gave the expected answer and nothing leaked

@@ -58,24 +58,24 @@ Result<std::unique_ptr<LoopbackHttp>> LoopbackHttp::start(const std::string& add
   std::unique_ptr<LoopbackHttp> s(new LoopbackHttp());
   s->handler_ = std::move(handler);
   s->listener_ = UniqueFd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!s->listener_) return fail_errno(Code::ConfigError, "socket", errno);
+  if (!s->listener_) return fail_errno(Code::IoError, "socket", errno);
   int one = 1;
   ::setsockopt(s->listener_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   sockaddr_in sin{};
   sin.sin_family = AF_INET;
   sin.sin_port = htons(static_cast<uint16_t>(port));
   if (::inet_pton(AF_INET, address.c_str(), &sin.sin_addr) != 1)
-    return fail(Code::ConfigError, fmt::format("{} is not an IPv4 address", address));
+    return fail(Code::OptionInvalid, fmt::format("{} is not an IPv4 address", address));
   if ((ntohl(sin.sin_addr.s_addr) >> 24) != 127)
-    return fail(Code::ConfigError, fmt::format("{} is not a loopback address", address));
+    return fail(Code::OptionInvalid, fmt::format("{} is not a loopback address", address));
   if (::bind(s->listener_.get(), reinterpret_cast<sockaddr*>(&sin), sizeof sin) < 0)
-    return fail_errno(Code::ConfigError, fmt::format("bind {}:{}", address, port), errno);
-  if (::listen(s->listener_.get(), 16) < 0) return fail_errno(Code::ConfigError, "listen", errno);
+    return fail_errno(Code::IoError, fmt::format("bind {}:{}", address, port), errno);
+  if (::listen(s->listener_.get(), 16) < 0) return fail_errno(Code::IoError, "listen", errno);
   socklen_t len = sizeof sin;
   ::getsockname(s->listener_.get(), reinterpret_cast<sockaddr*>(&sin), &len);
   s->port_ = ntohs(sin.sin_port);
   s->stop_ = UniqueFd(::eventfd(0, EFD_CLOEXEC));
-  if (!s->stop_) return fail_errno(Code::ConfigError, "eventfd", errno);
+  if (!s->stop_) return fail_errno(Code::IoError, "eventfd", errno);
   s->thread_ = std::thread([p = s.get()] { p->serve(); });
   return s;
 }

@@ -91,6 +91,7 @@ int agent_run(Globals& g, AgentOptions& o) {
     const policy::TaskPolicy& pol = start.policy;
     TRY(policy::check_agent_args(*profile, o.args, pol.agent));
     bool engine = pol.confinement == policy::Confinement::Engine;
+    if (!engine) TRY(policy::check_vendor_args(*profile, o.args));
 
     std::string exe = real_path(TRY(policy::resolve_trusted(o.executable.value_or(profile->executable))));
     std::string self = real_path("/proc/self/exe");
@@ -132,6 +133,14 @@ int agent_run(Globals& g, AgentOptions& o) {
       argv.push_back(profile->model_flags.front());
       argv.push_back(*pol.agent.model);
     }
+    // Vendor confinement: the tool's own sandbox, composed as strict as the tool allows.
+    Json vendor_settings = nullptr;
+    if (!engine) {
+      bool network = pol.code_network.mode == policy::NetworkMode::Allowlist;
+      const auto& settings = network ? profile->vendor_settings.network_allowed : profile->vendor_settings.network_off;
+      argv.insert(argv.end(), settings.begin(), settings.end());
+      vendor_settings = {{"arguments", settings}, {"network", network ? "as the policy allows" : "off"}};
+    }
     argv.insert(argv.end(), o.args.begin(), o.args.end());
     o.run.command = argv;
 
@@ -166,6 +175,7 @@ int agent_run(Globals& g, AgentOptions& o) {
         {"airlock_sha256", self_sha},
         {"argv", argv},
         {"confinement", policy::to_string(pol.confinement)},
+        {"vendor_settings", vendor_settings},
         {"claim", engine ? "airlock confines the agent: the receipt's plan and enforced say how"
                          : std::string(kVendorClaim)},
         {"credential", credential},

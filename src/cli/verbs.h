@@ -64,8 +64,6 @@ void add_vm(CLI::App& app, Globals& g, Action& run);
 // terminal's stderr unless `json`.
 Result<escape::SuiteReport> run_escape_suite(escape::SuiteOptions so, bool json);
 void print_escape_report(const escape::SuiteReport& report, bool json);
-// Hidden: `__probe`, the escape suite's scenario programs.
-void add_probe(CLI::App& app, Globals& g, Action& run);
 // `machine probe|list`, `slot set|list`, `runs list|show`: the run store.
 void add_store_verbs(CLI::App& app, Globals& g, Action& run);
 // `agent run --profile NAME -- ARGS`: a whole agent CLI under the plan's tier.

@@ -44,46 +44,46 @@ namespace {
 
 Result<void> write_new_file(const std::string& path, std::string_view content, mode_t mode) {
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
-  if (!fd) return fail_errno(Code::ConfigError, "cannot create " + path, errno);
+  if (!fd) return fail_errno(Code::IoError, "cannot create " + path, errno);
   size_t off = 0;
   while (off < content.size()) {
     ssize_t n = ::write(fd.get(), content.data() + off, content.size() - off);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return fail_errno(Code::ConfigError, "cannot write " + path, errno);
+    if (n < 0) return fail_errno(Code::IoError, "cannot write " + path, errno);
     off += static_cast<size_t>(n);
   }
-  if (::fchmod(fd.get(), mode) < 0) return fail_errno(Code::ConfigError, "chmod " + path, errno);
+  if (::fchmod(fd.get(), mode) < 0) return fail_errno(Code::IoError, "chmod " + path, errno);
   return {};
 }
 
 Result<void> copy_file(const std::string& from, const std::string& to, mode_t mode) {
   UniqueFd in(::open(from.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!in) return fail_errno(Code::ConfigError, "cannot open " + from, errno);
+  if (!in) return fail_errno(Code::IoError, "cannot open " + from, errno);
   UniqueFd out(::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-  if (!out) return fail_errno(Code::ConfigError, "cannot create " + to, errno);
+  if (!out) return fail_errno(Code::IoError, "cannot create " + to, errno);
   for (;;) {
     ssize_t n = ::sendfile(out.get(), in.get(), nullptr, 1 << 30);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return fail_errno(Code::ConfigError, "cannot copy " + from + " to " + to, errno);
+    if (n < 0) return fail_errno(Code::IoError, "cannot copy " + from + " to " + to, errno);
     if (n == 0) break;
   }
-  if (::fchmod(out.get(), mode) < 0) return fail_errno(Code::ConfigError, "chmod " + to, errno);
+  if (::fchmod(out.get(), mode) < 0) return fail_errno(Code::IoError, "chmod " + to, errno);
   return {};
 }
 
 Result<void> make_dir(const std::string& path, mode_t mode) {
-  if (::mkdir(path.c_str(), mode) < 0) return fail_errno(Code::ConfigError, "mkdir " + path, errno);
-  if (::chmod(path.c_str(), mode) < 0) return fail_errno(Code::ConfigError, "chmod " + path, errno);
+  if (::mkdir(path.c_str(), mode) < 0) return fail_errno(Code::IoError, "mkdir " + path, errno);
+  if (::chmod(path.c_str(), mode) < 0) return fail_errno(Code::IoError, "chmod " + path, errno);
   return {};
 }
 
 Result<UniqueFd> listen_on(const sockaddr* addr, socklen_t len, int family, const std::string& what) {
   UniqueFd fd(::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (!fd) return fail_errno(Code::ConfigError, "socket for the " + what + " listener", errno);
+  if (!fd) return fail_errno(Code::IoError, "socket for the " + what + " listener", errno);
   if (::bind(fd.get(), addr, len) < 0)
-    return fail_errno(Code::ConfigError, "bind the " + what + " listener", errno);
+    return fail_errno(Code::IoError, "bind the " + what + " listener", errno);
   if (::listen(fd.get(), 16) < 0)
-    return fail_errno(Code::ConfigError, "listen on the " + what + " listener", errno);
+    return fail_errno(Code::IoError, "listen on the " + what + " listener", errno);
   return fd;
 }
 
@@ -122,14 +122,14 @@ bool contains(const std::vector<pid_t>& v, pid_t p) { return std::find(v.begin()
 
 Result<UniqueFd> udp_on_loopback(int* port, const std::string& what) {
   UniqueFd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (!fd) return fail_errno(Code::ConfigError, "socket for the " + what, errno);
+  if (!fd) return fail_errno(Code::IoError, "socket for the " + what, errno);
   sockaddr_in in{};
   in.sin_family = AF_INET;
   in.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof in;
   if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&in), len) < 0 ||
       ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&in), &len) < 0)
-    return fail_errno(Code::ConfigError, "bind the " + what, errno);
+    return fail_errno(Code::IoError, "bind the " + what, errno);
   *port = ntohs(in.sin_port);
   return fd;
 }
@@ -221,13 +221,13 @@ Result<void> Canaries::plant_door() {
     d.ipv6 = std::move(*fd);
     socklen_t len = sizeof in6;
     if (::getsockname(d.ipv6.get(), reinterpret_cast<sockaddr*>(&in6), &len) < 0)
-      return fail_errno(Code::ConfigError, "getsockname", errno);
+      return fail_errno(Code::IoError, "getsockname", errno);
     b.ipv6_port = ntohs(in6.sin6_port);
   } else {
     b.ipv6_missing = fd.error().message;
   }
   d.stop = UniqueFd(::eventfd(0, EFD_CLOEXEC));
-  if (!d.stop) return fail_errno(Code::ConfigError, "eventfd", errno);
+  if (!d.stop) return fail_errno(Code::IoError, "eventfd", errno);
   d.dns_thread = std::thread([&d] { d.serve_dns(); });
   return {};
 }
@@ -303,14 +303,21 @@ bool process_running(pid_t pid) {
          (*stat)[close + 2] != 'X';
 }
 
-Result<std::unique_ptr<Canaries>> Canaries::plant(const std::string& airlock_binary) {
+Result<std::unique_ptr<Canaries>> Canaries::plant(const std::string& probe_binary) {
+  // Like airlock-serve, part of the installation: without it the suite cannot run anywhere.
+  if (::access(probe_binary.c_str(), X_OK) < 0)
+    return fail(Code::ConfigError,
+                fmt::format("cannot run {}: {}; the escape suite's probes are that executable, installed "
+                            "beside airlock",
+                            probe_binary, std::strerror(errno)),
+                Json{{"path", probe_binary}});
   std::string tmpl(kCanaryDirTemplate);
-  if (!::mkdtemp(tmpl.data())) return fail_errno(Code::ConfigError, "mkdtemp " + tmpl, errno);
+  if (!::mkdtemp(tmpl.data())) return fail_errno(Code::IoError, "mkdtemp " + tmpl, errno);
   std::unique_ptr<Canaries> c(new Canaries());
   Bait& b = c->bait_;
   b.root = tmpl;  // from here on the destructor removes it, whatever fails below
-  b.probe_binary = b.root + "/airlock";
-  TRY(copy_file(airlock_binary, b.probe_binary, 0755));
+  b.probe_binary = b.root + "/" + std::string(kProbeProgram);
+  TRY(copy_file(probe_binary, b.probe_binary, 0755));
 
   b.secret_token = "airlock-canary-host-file-" + random_id();
   b.secret_file = b.root + "/secret/host-secret.txt";
@@ -333,7 +340,7 @@ Result<std::unique_ptr<Canaries>> Canaries::plant(const std::string& airlock_bin
   std::string env_name(kCanaryEnvName);
   if (const char* old = ::getenv(env_name.c_str())) c->saved_env_ = old;
   if (::setenv(env_name.c_str(), b.env_token.c_str(), 1) < 0)
-    return fail_errno(Code::ConfigError, "setenv " + env_name, errno);
+    return fail_errno(Code::IoError, "setenv " + env_name, errno);
   c->env_set_ = true;
 
   sockaddr_in in{};
@@ -342,14 +349,14 @@ Result<std::unique_ptr<Canaries>> Canaries::plant(const std::string& airlock_bin
   c->tcp_ = TRY(listen_on(reinterpret_cast<sockaddr*>(&in), sizeof in, AF_INET, "tcp"));
   socklen_t len = sizeof in;
   if (::getsockname(c->tcp_.get(), reinterpret_cast<sockaddr*>(&in), &len) < 0)
-    return fail_errno(Code::ConfigError, "getsockname", errno);
+    return fail_errno(Code::IoError, "getsockname", errno);
   b.tcp_port = ntohs(in.sin_port);
 
   TRY(make_dir(b.root + "/sock", 0700));
   b.unix_socket = b.root + "/sock/agent.sock";
   sockaddr_un un{};
   un.sun_family = AF_UNIX;
-  if (b.unix_socket.size() >= sizeof un.sun_path) return fail(Code::ConfigError, "unix socket path too long");
+  if (b.unix_socket.size() >= sizeof un.sun_path) return fail(Code::InternalError, "unix socket path too long");
   std::memcpy(un.sun_path, b.unix_socket.c_str(), b.unix_socket.size() + 1);
   c->unix_ = TRY(listen_on(reinterpret_cast<sockaddr*>(&un), sizeof un, AF_UNIX, "unix"));
 
@@ -362,11 +369,11 @@ Result<std::unique_ptr<Canaries>> Canaries::plant(const std::string& airlock_bin
                     static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + b.abstract_socket.size()),
                     AF_UNIX, "abstract unix"));
 
-  // The host process: the airlock binary itself, exec'd as `__probe host_sleeper`, so its
-  // cmdline holds a token a probe can only show by reading it. SIGUSR1 stays blocked in it.
+  // The host process: the probe program, exec'd as `airlock-probe host_sleeper`, so its cmdline
+  // holds a token a probe can only show by reading it. SIGUSR1 stays blocked in it.
   b.sleeper_token = "airlock-canary-process-" + random_id();
-  std::vector<std::string> argv_s = {"airlock", std::string(kProbeVerb), std::string(kSleeperProbe), "--run",
-                                     b.root,    b.sleeper_token};
+  std::vector<std::string> argv_s = {std::string(kProbeProgram), std::string(kSleeperProbe), "--run", b.root,
+                                     b.sleeper_token};
   std::vector<char*> argv;
   for (auto& a : argv_s) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -376,7 +383,7 @@ Result<std::unique_ptr<Canaries>> Canaries::plant(const std::string& airlock_bin
   sigemptyset(&usr1);
   sigaddset(&usr1, SIGUSR1);
   pid_t pid = ::fork();
-  if (pid < 0) return fail_errno(Code::ConfigError, "fork the host sleeper", errno);
+  if (pid < 0) return fail_errno(Code::IoError, "fork the host sleeper", errno);
   if (pid == 0) {
     // Dies with the suite, whatever happens to it.
     if (::prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || ::getppid() != parent) ::_exit(120);
@@ -393,6 +400,7 @@ Result<std::unique_ptr<Canaries>> Canaries::plant(const std::string& airlock_bin
   c->sleeper_ = ChildProcess(pid, std::move(*pidfd));
   b.sleeper_pid = pid;
   for (int i = 0; i < 400 && process_cmdline(pid).find(b.sleeper_token) == std::string::npos; ++i) {
+    // Its exec failed: a host whose /tmp may not run programs cannot run the suite.
     if (!process_running(pid)) return fail(Code::ConfigError, "the host sleeper process exited at start");
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
@@ -403,20 +411,20 @@ Result<std::unique_ptr<Canaries>> Canaries::plant(const std::string& airlock_bin
   // SysV IPC of the suite's own, 0600: a segment and a queue holding one message.
   b.ipc_token = "airlock-canary-sysv-ipc-" + random_id();
   b.shm_id = ::shmget(IPC_PRIVATE, 4096, IPC_CREAT | 0600);
-  if (b.shm_id < 0) return fail_errno(Code::ConfigError, "shmget", errno);
+  if (b.shm_id < 0) return fail_errno(Code::IoError, "shmget", errno);
   void* at = ::shmat(b.shm_id, nullptr, 0);
-  if (at == reinterpret_cast<void*>(-1)) return fail_errno(Code::ConfigError, "shmat", errno);
+  if (at == reinterpret_cast<void*>(-1)) return fail_errno(Code::IoError, "shmat", errno);
   std::memcpy(at, b.ipc_token.c_str(), b.ipc_token.size() + 1);
   ::shmdt(at);
   b.msg_id = ::msgget(IPC_PRIVATE, IPC_CREAT | 0600);
-  if (b.msg_id < 0) return fail_errno(Code::ConfigError, "msgget", errno);
+  if (b.msg_id < 0) return fail_errno(Code::IoError, "msgget", errno);
   struct {
     long mtype;
     char mtext[128];
   } m{1, {}};
   std::snprintf(m.mtext, sizeof m.mtext, "%s", b.ipc_token.c_str());
   if (::msgsnd(b.msg_id, &m, b.ipc_token.size(), IPC_NOWAIT) < 0)
-    return fail_errno(Code::ConfigError, "msgsnd", errno);
+    return fail_errno(Code::IoError, "msgsnd", errno);
 
   b.watched_dir = b.root + "/watched";
   b.watched_token = "airlock-canary-watched-" + random_id();
@@ -451,7 +459,7 @@ Result<std::string> Canaries::make_workspace(std::string_view name) {
   std::string ws = bait_.root + "/ws-" + std::string(name);
   TRY(make_dir(ws, 0700));
   TRY(make_dir(ws + "/.probe", 0755));
-  std::string probe = ws + "/.probe/airlock";
+  std::string probe = ws + "/.probe/" + std::string(kProbeProgram);
   // A copy, never a hard link: the view leaves out every file with a second link (its other name
   // may lie outside the workspace), so a linked probe would never reach the sandbox.
   TRY(copy_file(bait_.probe_binary, probe, 0755));

@@ -36,7 +36,7 @@ struct DoorBait {
 // token is random per run, so a token seen later can only have come from its canary.
 struct Bait {
   std::string root;          // the canary directory, mode 0700; also the run marker
-  std::string probe_binary;  // root/airlock: the copy every workspace links to
+  std::string probe_binary;  // root/airlock-probe: the copy every workspace's copy is made from
   std::string secret_file;   // root/secret/host-secret.txt: outside every workspace
   std::string secret_token;
   std::string key_file;  // root/home/.ssh/id_canary, mode 0600: a "credential"
@@ -46,7 +46,7 @@ struct Bait {
   int tcp_port = 0;             // a listener on 127.0.0.1 in the host's network namespace
   std::string unix_socket;      // root/sock/agent.sock: a listener as an ssh-agent or a daemon has
   std::string abstract_socket;  // a listener in the abstract unix namespace (name without the NUL)
-  pid_t sleeper_pid = 0;        // a host process: `airlock __probe host_sleeper --run ROOT TOKEN`
+  pid_t sleeper_pid = 0;        // a host process: `airlock-probe host_sleeper --run ROOT TOKEN`
   std::string sleeper_token;
   std::string sleeper_planted;  // its nice, limits, I/O priority and CPUs as planted (sleeper_state())
   int shm_id = -1;              // a SysV shared memory segment (0600) holding ipc_token
@@ -70,14 +70,15 @@ struct Connection {
 // Nothing of the host's own is touched.
 class Canaries {
  public:
-  static Result<std::unique_ptr<Canaries>> plant(const std::string& airlock_binary);
+  // `probe_binary`: the probe program (kProbeProgram), copied in and run as the host sleeper.
+  static Result<std::unique_ptr<Canaries>> plant(const std::string& probe_binary);
   ~Canaries();
   Canaries(const Canaries&) = delete;
   Canaries& operator=(const Canaries&) = delete;
 
   const Bait& bait() const { return bait_; }
 
-  // A fresh workspace for one scenario: root/ws-<name>, holding .probe/airlock (mode 0755) and
+  // A fresh workspace for one scenario: root/ws-<name>, holding .probe/airlock-probe (mode 0755) and
   // an empty out/ (the write-back path).
   Result<std::string> make_workspace(std::string_view name);
   // Connections the listeners accepted since the last call.

@@ -24,65 +24,31 @@ class Session;
 
 namespace airlock::escape {
 
-// DESIGN.md's ten breaches in its order, then the ones added since. Their names are the probes' names.
+// One enumerator per scenario, in the order of the table escape/scenarios.inc, where each row names
+// its file (escape/scenarios/<name>.cpp: its bait, its probe, its judge). Their names are the
+// probes' names.
 enum class Breach {
-  ReadHostFile,
-  WriteOutsideDeclaredPaths,
-  SymlinkWriteBack,
-  ReadCredentials,
-  ReachNetwork,
-  SeeOrSignalHostProcess,
-  OutliveSession,
-  ExceedMemory,
-  ExceedTime,
-  ExceedCpu,
-  // Beyond DESIGN.md's ten: what peers' sandboxes were bitten by.
-  TiocstiInjection,    // inject input into the terminal the command was given (stdin: a pty)
-  ProcRootTraversal,   // read a host file through /proc/<host pid>/root
-  IoUringSocket,       // io_uring_setup: a second syscall path around a seccomp filter
-  ShedSeccomp,         // a new user namespace (unshare or clone3), where a filter's rules may not reach
-  SessionKeyring,      // the kernel keyrings: join a session keyring, add a key, find the user keyring
-  SecondSandboxFiles,  // read what another session, running at the same time, wrote in its own view
-  HoldCapabilities,    // hold a capability, or a bounding set an exec could draw on (host: /proc/<pid>/status)
-  TamperHostProcess,   // renice, re-limit, re-prioritise or re-pin a host process by pid (not a signal)
-  ReadSysvIpc,         // read a host SysV shared memory segment, receive from a host message queue
-  WatchHostDirectory,  // learn the names of files created in an unreadable host directory (inotify)
-  ChangeSupervisorLimits,  // change the rlimits of the supervisor that keeps the wall clock
-  // Plant for later: what a host process (git, a shell, an agent or editor) would run once the
-  // session is over. Planted in the view and straight in the workspace, each with kPlantMarker.
-  PlantGitHook,        // a pre-commit hook and core.fsmonitor in .git/config
-  PlantShellRc,        // a line in .bashrc, a new .profile
-  PlantAgentSettings,  // .claude/settings.json hooks, .mcp.json servers, .vscode/tasks.json
-  ReadThroughHardLink, // read a file outside the workspace through a hard link the workspace already held
-  // The network door (code_network allowlist): every way around it, the enum's last group (add
-  // breaches of other kinds above it). These run under the door policy (kDoorAllowedHost on the
-  // suite's allowed server, nothing else), not the suite's own.
-  DoorDnsQuery,        // a DNS query to the resolver the suite runs on loopback (exfiltration by name)
-  DoorDirectTcp,       // a raw TCP connect to the allowed server's address, around the proxy
-  DoorUdp,             // a UDP datagram to a listener on loopback
-  DoorIpv6,            // a TCP connect to a listener on ::1
-  DoorRelayForbidden,  // through the door to a host not on the list: a pipelined keep-alive request,
-                       // a Host header naming it, a request relayed inside a CONNECT tunnel
-  DoorRebinding,       // a name whose answer changes from the allowed address to a forbidden one
+#define AIRLOCK_SCENARIO(enumerator, name, policy) enumerator,
+#include "escape/scenarios.inc"
 };
 std::span<const Breach> all_breaches();
-// The door group: run under the door policy; a tier that cannot have a door refuses them by name.
+// The door group (the rows whose policy is Door): run under the door policy; a tier that cannot
+// have a door refuses them by name.
 bool is_door_probe(Breach b);
 size_t door_probe_count();
 std::string_view to_string(Breach b);
 std::optional<Breach> breach_from_string(std::string_view name);
 
-// The hidden verb that runs a probe: `airlock __probe NAME --run MARKER [ARGS...]`. MARKER is the
-// run's canary directory: every probe process carries it in its argv, so the suite can find and
-// kill whatever a probe leaves behind.
-inline constexpr std::string_view kProbeVerb = "__probe";
+// The probe program, an executable of its own installed beside airlock (src/escape/probe_program.h):
+// `airlock-probe NAME --run MARKER [ARGS...]`. MARKER is the run's canary directory: every probe
+// process carries it in its argv, so the suite can find and kill whatever a probe leaves behind.
+// The suite copies it into every workspace as .probe/airlock-probe, so every tier carries it.
+inline constexpr std::string_view kProbeProgram = "airlock-probe";
 // Not a breach: the host process the suite starts for see_or_signal_host_process to find.
 inline constexpr std::string_view kSleeperProbe = "host_sleeper";
 // Not a breach: the first of two sessions in second_sandbox_files, run in the same executor. It
-// writes its token to out/<kNeighbourFile> in its view and sleeps until the suite stops it.
+// writes its token into its view and sleeps until the suite stops it.
 inline constexpr std::string_view kNeighbourProbe = "sandbox_neighbour";
-inline constexpr std::string_view kNeighbourFile = "neighbour-canary.txt";
-inline constexpr int kNeighbourSleepSeconds = 30;
 
 // What the probes attempt. Each amount lies above the real tiers' limits (kTierLimits) and below
 // the host baseline's (kHostBaselineLimits), so a probe that finishes has exceeded a real limit.
@@ -91,7 +57,6 @@ inline constexpr int kProbeCpuSeconds = 6;
 // Past the wall limit (5 s) plus the SIGTERM-to-SIGKILL grace (2 s) of a real tier, with margin;
 // the probe ignores SIGTERM, so only the SIGKILL that follows the grace stops it.
 inline constexpr int kProbeSleepSeconds = 10;
-inline constexpr int kDaemonSleepSeconds = 300;
 
 // The door probes' names (answered by the suite's resolver seam and its DNS responder alike) and
 // the header each of their requests carries the run marker in.
@@ -100,11 +65,6 @@ inline constexpr std::string_view kDoorForbiddenHost = "forbidden.test";  // 127
 inline constexpr std::string_view kDoorRebindHost = "rebind.test";        // 127.0.0.1, then 127.0.0.2
 inline constexpr std::string_view kDoorExfilDomain = "exfil.test";  // the DNS probe asks MARKER.exfil.test
 inline constexpr std::string_view kRunHeader = "X-Airlock-Run";
-
-// What the plant probes write, and what the host looks for in the workspace after close.
-inline constexpr std::string_view kPlantMarker = "airlock-canary-planted";
-// The plant probes' targets (under out/, the suite's one write-back path), by breach.
-std::vector<std::string> plant_targets(Breach b);
 
 struct SuiteLimits {
   int64_t memory_mb;
@@ -140,7 +100,9 @@ enum class Verdict { Breached, Contained, Unavailable, Inconclusive, Refused };
 std::string_view to_string(Verdict v);
 
 // The line a probe writes to stderr before it attempts anything: proof that it ran.
-std::string probe_started_line(std::string_view name);
+inline std::string probe_started_line(std::string_view name) {
+  return std::string(kProbeProgram) + " " + std::string(name) + ": started";
+}
 
 // One breach run in one executor.
 struct ScenarioResult {
@@ -203,8 +165,9 @@ struct SuiteOptions {
   // The microVM tier's facts to test with (`airlock vm verify` passes the image and acceleration it
   // is verifying); nullopt: as exec::probe_microvm finds them.
   std::optional<plan::VmFacts> microvm;
-  // The airlock binary that is the probe; it is copied into every workspace the suite makes.
-  std::string airlock_binary = "/proc/self/exe";
+  // The probe program, copied into every workspace the suite makes; empty: kProbeProgram beside
+  // the running executable (/proc/self/exe's directory), where the build and an install put it.
+  std::string probe_binary;
   // Called after each scenario (progress); may be empty.
   std::function<void(const TierResult&, const ScenarioResult&)> on_result;
 };
@@ -224,6 +187,7 @@ class Suite {
  private:
   Result<TierResult> run_tier(policy::ExecutorKind executor, bool requested, const plan::HostFacts& facts);
   SuiteOptions opts_;
+  std::string probe_binary_;  // opts_.probe_binary, or kProbeProgram beside this executable
   std::atomic<bool> cancelled_ = false;
   std::mutex mu_;
   broker::Session* current_ = nullptr;   // guarded by mu_

@@ -13,10 +13,11 @@ extern const std::vector<std::string_view> kBuiltinAgentProfileTexts;
 
 namespace {
 
-constexpr std::array<std::string_view, 15> kProfileKeys = {
+constexpr std::array<std::string_view, 16> kProfileKeys = {
     "schema_version", "name",           "npm_package",     "executable",       "bypass_tokens",
     "bypass_values",  "model_flags",    "resume_flags",    "resume_commands",  "continue_flags",
-    "credential_files", "credential_variables", "config_files", "config_dirs", "comment"};
+    "credential_files", "credential_variables", "config_files", "config_dirs", "comment", "vendor_settings"};
+constexpr std::array<std::string_view, 3> kVendorKeys = {"network_off", "network_allowed", "reserved_flags"};
 constexpr std::array<std::string_view, 2> kBypassValueKeys = {"flag", "values"};
 
 Result<std::vector<std::string>> strings(const Json& doc, const char* key) {
@@ -68,6 +69,12 @@ Result<AgentProfile> parse_agent_profile(const Json& doc) {
   p.config_files = TRY(strings(doc, "config_files"));
   p.config_dirs = TRY(strings(doc, "config_dirs"));
   if (p.model_flags.empty()) return invalid("$.model_flags", "a profile names at least one model flag");
+  if (!doc.contains("vendor_settings")) return invalid("$.vendor_settings", "$.vendor_settings is required");
+  TRY(require_object(doc["vendor_settings"], "$.vendor_settings"));
+  TRY(check_keys(doc["vendor_settings"], "$.vendor_settings", kVendorKeys));
+  p.vendor_settings.network_off = TRY(strings(doc["vendor_settings"], "network_off"));
+  p.vendor_settings.network_allowed = TRY(strings(doc["vendor_settings"], "network_allowed"));
+  p.vendor_settings.reserved_flags = TRY(strings(doc["vendor_settings"], "reserved_flags"));
   for (const auto* list : {&p.credential_files, &p.config_files, &p.config_dirs})
     for (const auto& f : *list)
       if (!f.starts_with("~/") && !f.starts_with("/"))
@@ -103,7 +110,11 @@ Json to_json(const AgentProfile& p) {
           {"credential_files", p.credential_files},
           {"credential_variables", p.credential_variables},
           {"config_files", p.config_files},
-          {"config_dirs", p.config_dirs}};
+          {"config_dirs", p.config_dirs},
+          {"vendor_settings",
+           {{"network_off", p.vendor_settings.network_off},
+            {"network_allowed", p.vendor_settings.network_allowed},
+            {"reserved_flags", p.vendor_settings.reserved_flags}}}};
 }
 
 const std::vector<AgentProfile>& builtin_agent_profiles() {
@@ -187,6 +198,18 @@ Result<void> check_agent_args(const AgentProfile& p, const std::vector<std::stri
         return bypass(p, fmt::format("{} continues an earlier session, and the policy does not ask for that", a),
                       {{"argument", a}, {"kind", "continue"}});
   }
+  return {};
+}
+
+Result<void> check_vendor_args(const AgentProfile& p, const std::vector<std::string>& args) {
+  for (const auto& a : args)
+    for (const auto& f : p.vendor_settings.reserved_flags)
+      if (is_flag(a, f))
+        return bypass(p,
+                      fmt::format("{} would override the settings airlock composes for {}'s own sandbox under "
+                                  "confinement vendor",
+                                  a, p.name),
+                      {{"argument", a}, {"token", f}, {"kind", "vendor_override"}});
   return {};
 }
 

@@ -35,6 +35,14 @@ struct AgentProfile {
   std::vector<std::string> credential_variables;
   std::vector<std::string> config_files;          // configuration that names the credentials
   std::vector<std::string> config_dirs;
+  // Under `confinement: vendor` the agent tool's own sandbox is all there is, so airlock composes
+  // the tool's strictest per-run settings (its sandbox on, network off unless the policy allows
+  // it, no retry outside the sandbox, its strict-configuration mode), records them, and refuses
+  // the operator's arguments that would override them.
+  struct VendorSettings {
+    std::vector<std::string> network_off, network_allowed;
+    std::vector<std::string> reserved_flags;  // refused as FLAG, FLAG=value
+  } vendor_settings;
 };
 
 // Strict parse of one profile document (unknown keys refused with their JSON path).
@@ -66,6 +74,9 @@ inline constexpr std::string_view kSharedBypassTokens[] = {
 
 Result<void> check_agent_args(const AgentProfile& profile, const std::vector<std::string>& args,
                               const AgentPolicy& wanted);
+// Under vendor confinement: AIRLOCK_BYPASS_REFUSED for an argument that would override the
+// settings airlock composes (the profile's reserved flags).
+Result<void> check_vendor_args(const AgentProfile& profile, const std::vector<std::string>& args);
 
 // Every credential file and configuration file of every built-in profile, with "~/" made `home`.
 std::vector<std::string> credential_paths(const std::string& home);

@@ -219,7 +219,7 @@ TEST_P(AgentRun, ConfinementIsEngineOrVendorAndVendorClaimsNothing) {
                      "--no-credential", "--", "vendor-ran"},
                     {{"HOME", home_->path()}});
   ASSERT_EQ(v.status, 0) << v.err;
-  EXPECT_EQ(v.out, "vendor-ran\n");
+  EXPECT_TRUE(v.out.ends_with(" vendor-ran\n")) << v.out;  // after the vendor settings airlock composes
   EXPECT_NE(v.err.find("airlock makes no claim the agent is confined"), std::string::npos) << v.err;
   auto files = fx_->receipts();
   ASSERT_EQ(files.size(), 1u);
@@ -229,6 +229,51 @@ TEST_P(AgentRun, ConfinementIsEngineOrVendorAndVendorClaimsNothing) {
   EXPECT_EQ(open["executor"], "host");
   EXPECT_NE(std::find(open["plan"]["relaxations"].begin(), open["plan"]["relaxations"].end(), "confinement: vendor"),
             open["plan"]["relaxations"].end());
+}
+
+// The design's rule: vendor confinement composes the vendor's own strict settings (its sandbox on,
+// network off unless the policy allows it, no retry outside the sandbox, its strict-configuration
+// mode), records them, and refuses arguments that would override them.
+TEST_P(AgentRun, VendorConfinementComposesTheToolsOwnStrictSettings) {
+  auto vendor = fx_->write_policy(R"({"schema_version": "airlock.task_policy.v1", "confinement": "vendor"})", "v.json");
+  for (const auto& p : policy::builtin_agent_profiles()) {
+    auto files_before = fx_->receipts().size();
+    auto r = fx_->run({"agent", "run", "--profile", p.name, "--defaults", vendor, "--executable", "/bin/echo",
+                       "--no-credential", "--", "TASK"},
+                      {{"HOME", home_->path()}});
+    ASSERT_EQ(r.status, 0) << p.name << ": " << r.err;
+    std::string expected;
+    for (const auto& a : p.vendor_settings.network_off) expected += a + " ";
+    EXPECT_EQ(r.out, expected + "TASK\n") << p.name;
+    auto files = fx_->receipts();
+    ASSERT_EQ(files.size(), files_before + 1);
+    std::sort(files.begin(), files.end(), [](const std::string& a, const std::string& b) {
+      return std::filesystem::last_write_time(a) < std::filesystem::last_write_time(b);
+    });
+    auto open = read_receipts(files.back()).at(0);
+    EXPECT_EQ(open["agent"]["vendor_settings"]["arguments"], Json(p.vendor_settings.network_off)) << open.dump();
+    EXPECT_EQ(open["agent"]["vendor_settings"]["network"], "off");
+    for (const auto& f : p.vendor_settings.reserved_flags) {
+      auto over = fx_->run({"agent", "run", "--profile", p.name, "--defaults", vendor, "--executable", "/bin/echo",
+                            "--no-credential", "--", f, "x"},
+                           {{"HOME", home_->path()}});
+      EXPECT_EQ(over.status, 125) << p.name << " " << f;
+      EXPECT_NE(over.err.find("would override the settings airlock composes"), std::string::npos) << over.err;
+    }
+  }
+  // The policy allows the network: the tool's sandbox is told so, and nothing else relaxes.
+  auto net = fx_->write_policy(R"({"schema_version": "airlock.task_policy.v1", "confinement": "vendor",
+    "code_network": {"mode": "allowlist", "rules": [{"host": "api.anthropic.com", "ports": [443]}]}})",
+                               "vn.json");
+  auto p = *policy::find_agent_profile("codex");
+  auto r = fx_->run({"agent", "run", "--profile", "codex", "--defaults", net, "--executable", "/bin/echo",
+                     "--no-credential", "--", "TASK"},
+                    {{"HOME", home_->path()}});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("sandbox_workspace_write.network_access=true"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--ask-for-approval never"), std::string::npos) << r.out;
+  EXPECT_FALSE(policy::check_vendor_args(p, {"--sandbox=danger-full-access"}).has_value());
+  EXPECT_TRUE(policy::check_vendor_args(p, {"-m", "o3", "exec", "say --sandbox"}).has_value());
 }
 
 // The real CLIs, installed from the npm registry by scripts/agent-clis (CTest fixture agent_clis).
@@ -281,6 +326,13 @@ TEST_F(RealAgentCli, EveryBypassArgumentOfEveryProfileIsInItsHelp) {
     for (const auto& m : p.model_flags) EXPECT_NE(help.find(m), std::string::npos) << p.name << " " << m;
     for (const auto& f : p.resume_flags) EXPECT_NE(help.find(f), std::string::npos) << p.name << " " << f;
     for (const auto& c : p.continue_flags) EXPECT_NE(help.find(c), std::string::npos) << p.name << " " << c;
+    // The flags vendor confinement composes are the tool's own.
+    for (const auto* list : {&p.vendor_settings.network_off, &p.vendor_settings.network_allowed,
+                             &p.vendor_settings.reserved_flags})
+      for (const auto& a : *list)
+        if (a.starts_with("-")) {
+          EXPECT_NE(help.find(a), std::string::npos) << p.name << " " << a;
+        }
   }
 }
 

@@ -117,14 +117,16 @@ CliFixture::CliFixture(Identity id) : id_(id), root_() {
       delegated_.push_back(d);
     }
   }
-  // A copy of the binary, and of airlock-serve beside it, in a directory every identity can traverse.
+  // A copy of the binary, and of airlock-serve and airlock-probe (the escape suite's probes) beside
+  // it, in a directory every identity can traverse.
   binary_ = root_ / "airlock";
   fs::copy_file(AIRLOCK_BINARY, binary_);
   ::chmod(binary_.c_str(), 0755);
-  fs::path serve = fs::path(AIRLOCK_BINARY).parent_path() / "airlock-serve";
-  if (fs::exists(serve)) {
-    fs::copy_file(serve, root_ / "airlock-serve");
-    ::chmod((root_ / "airlock-serve").c_str(), 0755);
+  for (const char* sibling : {"airlock-serve", "airlock-probe"}) {
+    fs::path from = fs::path(AIRLOCK_BINARY).parent_path() / sibling;
+    if (!fs::exists(from)) continue;
+    fs::copy_file(from, root_ / sibling);
+    ::chmod((root_ / sibling).c_str(), 0755);
   }
   workspace_ = root_ / "workspace";
   state_ = root_ / "state";

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <filesystem>
@@ -299,6 +300,23 @@ TEST_P(EscapeSuiteCli, ASignalStopsTheSuiteAndLeavesNothingBehind) {
   EXPECT_EQ(j["ok"], false);
   ASSERT_EQ(j["executors"].size(), 1u);
   EXPECT_LT(j["executors"][0]["results"].size(), std::size(kBreaches));
+}
+
+// The probes are airlock-probe, a program of their own beside airlock: no verb of airlock runs
+// one, and without the program the suite refuses by name before it plants anything.
+TEST_P(EscapeSuiteCli, TheProbesAreAProgramOfTheirOwnBesideAirlock) {
+  auto verb = fx_->run({"__probe", "read_host_file", "--run", "/nonexistent"});
+  EXPECT_EQ(verb.status, 2) << verb.err;
+  TempDir alone;
+  ::chmod(alone.path().c_str(), 0755);
+  std::string lone = alone.path() + "/airlock";
+  std::filesystem::copy_file(fx_->binary(), lone);
+  ::chmod(lone.c_str(), 0755);
+  auto r = fx_->run_program(
+      {lone, "--state-dir", fx_->state_dir(), "--profile", "development", "escape-suite", "--executor", "host"});
+  EXPECT_EQ(r.status, 125) << r.err;
+  EXPECT_NE(r.err.find("AIRLOCK_CONFIG_ERROR"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(alone.path() + "/airlock-probe"), std::string::npos) << r.err;
 }
 
 INSTANTIATE_TEST_SUITE_P(AsEachUser, EscapeSuiteCli, ::testing::Values(Identity::Self, Identity::Nobody),
