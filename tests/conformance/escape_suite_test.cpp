@@ -284,11 +284,17 @@ TEST_P(EscapeSuiteCli, AnUnknownExecutorIsAUsageError) {
 pid_t g_suite = 0;
 TEST_P(EscapeSuiteCli, ASignalStopsTheSuiteAndLeavesNothingBehind) {
   g_suite = 0;
-  // SIGTERM a few seconds in, in the middle of the host baseline (outlive_session leaves a daemon,
-  // exceed_memory holds 512 MiB): the running probe is stopped and every canary removed.
+  // SIGTERM in the middle of the host baseline, once a probe runs (the canaries are planted by
+  // then): the running probe is stopped and every canary removed. Waited for as an event, never a
+  // fixed sleep.
   std::thread killer([] {
-    for (int i = 0; i < 200 && g_suite == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    auto probing = [] {
+      for (const auto& p : live_processes())
+        if (p.cmdline.find(".probe/airlock-probe ") != std::string::npos) return true;
+      return false;
+    };
+    for (int i = 0; i < 6000 && !(g_suite > 0 && probing()); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     if (g_suite > 0) ::kill(g_suite, SIGTERM);
   });
   CliResult r;
