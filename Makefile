@@ -29,10 +29,10 @@ run: build
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-# Unit and component tests once more under ASan + UBSan.
+# Unit and component tests once more under ASan + UBSan (only what they run is built).
 test-asan: deps
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DAIRLOCK_SANITIZE=ON
-	ninja -C $(ASAN_BUILD) -j $(JOBS)
+	ninja -C $(ASAN_BUILD) -j $(JOBS) unit_and_component_tests
 	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) -L 'unit|component'
 
 # Every libFuzzer target (fuzz/) for FUZZ_SECONDS under ASan + UBSan, built with clang, only the

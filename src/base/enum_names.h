@@ -63,8 +63,11 @@ std::string enum_name_list() {
 
 // Declares `enum class Type` from LIST(X) (X(Enumerator, "name") per value), its name table and
 // `to_string(Type)` in the current namespace.
-#define AIRLOCK_ENUM(Type, LIST)                                                       \
-  enum class Type { LIST(AIRLOCK_ENUM_VALUE_) };                                       \
+#define AIRLOCK_ENUM(Type, LIST) AIRLOCK_ENUM_OF(Type, int, LIST)
+
+// The same with the enum's underlying type given (an enum that crosses a pipe as an integer).
+#define AIRLOCK_ENUM_OF(Type, Underlying, LIST)                                        \
+  enum class Type : Underlying { LIST(AIRLOCK_ENUM_VALUE_) };                          \
   struct Type##Names_ {                                                                \
     using enum Type;                                                                   \
     static constexpr ::airlock::EnumName<Type> all[] = {LIST(AIRLOCK_ENUM_ENTRY_)};    \

@@ -315,34 +315,6 @@ std::optional<Breach> breach_from_string(std::string_view name) {
   return std::nullopt;
 }
 
-std::string_view to_string(Verdict v) {
-  switch (v) {
-    case Verdict::Breached:
-      return "breached";
-    case Verdict::Contained:
-      return "contained";
-    case Verdict::Unavailable:
-      return "unavailable";
-    case Verdict::Inconclusive:
-      return "inconclusive";
-    case Verdict::Refused:
-      return "refused";
-  }
-  return "?";
-}
-
-std::string_view to_string(TierStatus s) {
-  switch (s) {
-    case TierStatus::Ran:
-      return "ran";
-    case TierStatus::Unavailable:
-      return "unavailable";
-    case TierStatus::Skipped:
-      return "skipped";
-  }
-  return "?";
-}
-
 Json ProbeReport::to_json() const {
   Json j = extra.is_object() ? extra : Json::object();
   j["probe"] = probe;

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/enum_names.h"
 #include "base/error.h"
 #include "base/json_util.h"
 #include "plan/plan.h"
@@ -96,8 +97,10 @@ std::optional<ProbeReport> parse_probe_report(std::string_view output, std::stri
 // attempted and nothing can be called contained); unavailable: the session was refused. Refused:
 // a door probe in a tier that cannot have a door, whose planner refused the door policy by name
 // (the right answer there, but never counted as contained).
-enum class Verdict { Breached, Contained, Unavailable, Inconclusive, Refused };
-std::string_view to_string(Verdict v);
+#define AIRLOCK_VERDICTS(X) \
+  X(Breached, "breached") X(Contained, "contained") X(Unavailable, "unavailable") X(Inconclusive, "inconclusive") \
+  X(Refused, "refused")
+AIRLOCK_ENUM(Verdict, AIRLOCK_VERDICTS)
 
 // The line a probe writes to stderr before it attempts anything: proof that it ran.
 inline std::string probe_started_line(std::string_view name) {
@@ -115,8 +118,8 @@ struct ScenarioResult {
   bool breached() const { return verdict == Verdict::Breached; }
 };
 
-enum class TierStatus { Ran, Unavailable, Skipped };
-std::string_view to_string(TierStatus s);
+#define AIRLOCK_TIER_STATUSES(X) X(Ran, "ran") X(Unavailable, "unavailable") X(Skipped, "skipped")
+AIRLOCK_ENUM(TierStatus, AIRLOCK_TIER_STATUSES)
 
 // One executor's column.
 struct TierResult {

@@ -5,16 +5,6 @@
 
 namespace airlock::exec {
 
-std::string_view to_string(NetworkEnforced n) {
-  switch (n) {
-    case NetworkEnforced::Host: return "host";
-    case NetworkEnforced::None: return "none";
-    case NetworkEnforced::Door: return "door";
-    case NetworkEnforced::NoGuestDevice: return "none (no network device in the guest)";
-  }
-  return "?";
-}
-
 Json to_json(const Enforced& e) {
   Json j;
   j["schema"] = kEnforcedSchema;

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/enum_names.h"
 #include "base/json_util.h"
 #include "linux/landlock.h"
 #include "linux/mounts.h"
@@ -22,14 +23,12 @@ namespace airlock::exec {
 // The schema of the record to_json writes. A change to a key's name or meaning is a new version.
 inline constexpr std::string_view kEnforcedSchema = "airlock.enforced.v1";
 
-// Where the command's network goes.
-enum class NetworkEnforced {
-  Host,           // the host's own (the host tier: no isolation)
-  None,           // a sandbox with no network: loopback only, or no socket outside AF_UNIX
-  Door,           // only the plan's network door
-  NoGuestDevice,  // the microvm tier: the guest has no network device
-};
-std::string_view to_string(NetworkEnforced n);
+// Where the command's network goes: the host's own (the host tier: no isolation); none (a sandbox
+// with no network: loopback only, or no socket outside AF_UNIX); only the plan's network door; or
+// no network device at all (the microvm tier's guest).
+#define AIRLOCK_NETWORKS_ENFORCED(X) \
+  X(Host, "host") X(None, "none") X(Door, "door") X(NoGuestDevice, "none (no network device in the guest)")
+AIRLOCK_ENUM(NetworkEnforced, AIRLOCK_NETWORKS_ENFORCED)
 
 // The namespaces tier's new namespaces and root (QEMU's, on the microvm tier).
 struct NamespacesEnforced {

@@ -31,34 +31,6 @@
 
 namespace airlock::linux {
 
-std::string_view to_string(Step s) {
-  switch (s) {
-    case Step::None: return "none";
-    case Step::ParentDeath: return "parent_death_signal";
-    case Step::JoinCgroup: return "join_cgroup";
-    case Step::NewSession: return "new_session";
-    case Step::Subreaper: return "subreaper";
-    case Step::SignalSetup: return "signal_setup";
-    case Step::CloneCommand: return "clone_command";
-    case Step::Chdir: return "chdir";
-    case Step::Fds: return "fds";
-    case Step::Rlimits: return "rlimits";
-    case Step::NoNewPrivs: return "no_new_privs";
-    case Step::Landlock: return "landlock";
-    case Step::Seccomp: return "seccomp";
-    case Step::Exec: return "exec";
-    case Step::IdMaps: return "id_maps";
-    case Step::Mounts: return "mounts";
-    case Step::Hostname: return "hostname";
-    case Step::Loopback: return "loopback";
-    case Step::DropCapabilities: return "drop_capabilities";
-    case Step::Init: return "init";
-    case Step::Tmpdir: return "tmpdir";
-    case Step::Door: return "door";
-  }
-  return "?";
-}
-
 namespace {
 
 struct SetupFailure {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/child_process.h"
+#include "base/enum_names.h"
 #include "base/error.h"
 #include "linux/mounts.h"
 #include "linux/rlimits.h"
@@ -19,31 +20,14 @@
 namespace airlock::linux {
 
 // The child's setup steps, in the order the sequencer runs them.
-enum class Step : int32_t {
-  None = 0,
-  ParentDeath,
-  JoinCgroup,
-  NewSession,
-  Subreaper,
-  SignalSetup,
-  CloneCommand,
-  Chdir,
-  Fds,
-  Rlimits,
-  NoNewPrivs,
-  Landlock,
-  Seccomp,
-  Exec,
-  IdMaps,
-  Mounts,
-  Hostname,
-  Loopback,
-  DropCapabilities,
-  Init,
-  Tmpdir,
-  Door,
-};
-std::string_view to_string(Step s);
+#define AIRLOCK_STEPS(X)                                                                          \
+  X(None, "none") X(ParentDeath, "parent_death_signal") X(JoinCgroup, "join_cgroup")              \
+  X(NewSession, "new_session") X(Subreaper, "subreaper") X(SignalSetup, "signal_setup")           \
+  X(CloneCommand, "clone_command") X(Chdir, "chdir") X(Fds, "fds") X(Rlimits, "rlimits")          \
+  X(NoNewPrivs, "no_new_privs") X(Landlock, "landlock") X(Seccomp, "seccomp") X(Exec, "exec")     \
+  X(IdMaps, "id_maps") X(Mounts, "mounts") X(Hostname, "hostname") X(Loopback, "loopback")        \
+  X(DropCapabilities, "drop_capabilities") X(Init, "init") X(Tmpdir, "tmpdir") X(Door, "door")
+AIRLOCK_ENUM_OF(Step, int32_t, AIRLOCK_STEPS)
 
 // The namespaces the namespaces tier's init is cloned into (a LaunchSpec with mounts and id maps),
 // as the receipt names them; launch() in apply.cpp holds the matching CLONE_NEW* flags.

@@ -15,42 +15,6 @@ using policy::NetworkMode;
 using policy::Tenancy;
 using policy::Workload;
 
-std::string_view to_string(Profile p) {
-  switch (p) {
-    case Profile::Production: return "production";
-    case Profile::Development: return "development";
-  }
-  return "?";
-}
-
-std::string_view to_string(Anchor a) {
-  switch (a) {
-    case Anchor::View: return "view";
-    case Anchor::Scratch: return "scratch";
-    case Anchor::Host: return "host";
-  }
-  return "?";
-}
-
-std::string_view to_string(Access a) {
-  switch (a) {
-    case Access::Read: return "read";
-    case Access::Exec: return "exec";
-    case Access::Write: return "write";
-    case Access::DevWrite: return "dev_write";
-  }
-  return "?";
-}
-
-std::string_view to_string(ProcessLimitMechanism m) {
-  switch (m) {
-    case ProcessLimitMechanism::RlimitNproc: return "rlimit_nproc";
-    case ProcessLimitMechanism::CgroupV1Pids: return "cgroup_v1_pids";
-    case ProcessLimitMechanism::CgroupV2Pids: return "cgroup_v2_pids";
-  }
-  return "?";
-}
-
 std::string DoorPlan::url() const { return fmt::format("http://{}:{}", address, port); }
 
 std::vector<std::string> DoorPlan::environment() const {

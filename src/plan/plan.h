@@ -8,6 +8,7 @@
 #include <variant>
 #include <vector>
 
+#include "base/enum_names.h"
 #include "base/error.h"
 #include "base/json_util.h"
 #include "plan/host_facts.h"
@@ -15,8 +16,8 @@
 
 namespace airlock::plan {
 
-enum class Profile { Production, Development };
-std::string_view to_string(Profile p);
+#define AIRLOCK_PROFILES(X) X(Production, "production") X(Development, "development")
+AIRLOCK_ENUM(Profile, AIRLOCK_PROFILES)
 
 // Isolation level of an executor: host 0 < landlock 1 < namespaces 2 = container 2 < microvm 3.
 int isolation_level(policy::ExecutorKind e);
@@ -25,16 +26,16 @@ int isolation_level(policy::ExecutorKind e);
 bool can_have_door(policy::ExecutorKind e);
 
 // Where a Landlock rule's path is anchored: the session's view, its scratch dir, or the host.
-enum class Anchor { View, Scratch, Host };
-std::string_view to_string(Anchor a);
+#define AIRLOCK_ANCHORS(X) X(View, "view") X(Scratch, "scratch") X(Host, "host")
+AIRLOCK_ENUM(Anchor, AIRLOCK_ANCHORS)
 
 // Landlock filesystem access groups, expanded to ABI rights when applied.
 //   read:      read files, read directories
 //   exec:      read + execute
 //   write:     read + write/create/remove/rename/truncate (as far as the ABI has them)
 //   dev_write: read + write files (no create/remove), ioctl on devices
-enum class Access { Read, Exec, Write, DevWrite };
-std::string_view to_string(Access a);
+#define AIRLOCK_ACCESSES(X) X(Read, "read") X(Exec, "exec") X(Write, "write") X(DevWrite, "dev_write")
+AIRLOCK_ENUM(Access, AIRLOCK_ACCESSES)
 
 struct FsRule {
   Anchor anchor;
@@ -129,8 +130,9 @@ struct MicrovmPlan {
 // What QEMU may use on top of the guest's RAM (its own code, TCG's translation cache, 9p).
 inline constexpr uint64_t kMicrovmOverheadMb = 256;
 
-enum class ProcessLimitMechanism { RlimitNproc, CgroupV1Pids, CgroupV2Pids };
-std::string_view to_string(ProcessLimitMechanism m);
+#define AIRLOCK_PROCESS_LIMIT_MECHANISMS(X) \
+  X(RlimitNproc, "rlimit_nproc") X(CgroupV1Pids, "cgroup_v1_pids") X(CgroupV2Pids, "cgroup_v2_pids")
+AIRLOCK_ENUM(ProcessLimitMechanism, AIRLOCK_PROCESS_LIMIT_MECHANISMS)
 
 struct LimitsPlan {
   uint64_t memory_bytes = 0;        // RLIMIT_AS

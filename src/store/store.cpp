@@ -232,11 +232,9 @@ Result<void> Store::set_slot(const SlotRecord& s) {
   if (s.max_sessions && *s.max_sessions < 1)
     return fail(Code::OptionInvalid, fmt::format("max_sessions must be at least 1, not {}", *s.max_sessions),
                 {{"slot", s.name}, {"max_sessions", *s.max_sessions}});
-  Param max = s.max_sessions ? Param{int64_t{*s.max_sessions}} : Param{nullptr};
-  TRY(
-      exec_locked("INSERT INTO slots (machine_id, name, max_sessions) VALUES (?, ?, ?)"
+  TRY(exec_locked("INSERT INTO slots (machine_id, name, max_sessions) VALUES (?, ?, ?)"
                   " ON CONFLICT (machine_id, name) DO UPDATE SET max_sessions = excluded.max_sessions",
-                  {s.machine_id, s.name, max}));
+                  {s.machine_id, s.name, s.max_sessions ? Param{int64_t{*s.max_sessions}} : Param{nullptr}}));
   return {};
 }
 
