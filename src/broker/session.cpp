@@ -86,9 +86,13 @@ Result<std::unique_ptr<Session>> Session::open(const policy::TaskPolicy& pol, co
   exec::DoorStarter door;
   const auto* ns_tier = std::get_if<plan::NamespacesTierPlan>(&planned->confinement);
   if (ns_tier && ns_tier->door)
-    door = [rules = ns_tier->door->rules, resolver = opts.resolver,
+    door = [rules = ns_tier->door->rules, resolver = opts.resolver, gateway = opts.model_gateway,
             raw = s.get()](UniqueFd listener) -> Result<std::shared_ptr<void>> {
-      egress::DoorOptions d{rules, resolver, [raw](Json j) { raw->record_door(std::move(j)); }};
+      egress::DoorOptions d;
+      d.rules = rules;
+      d.resolve = resolver;
+      d.record = [raw](Json j) { raw->record_door(std::move(j)); };
+      d.gateway = gateway;
       return std::shared_ptr<void>(TRY(egress::DoorServer::start(std::move(d), std::move(listener))));
     };
   auto box = exec::build_owned_executor(std::move(*planned), opts.state_dir, id, workspace, std::move(door));

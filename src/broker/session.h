@@ -13,6 +13,7 @@
 
 #include "base/error.h"
 #include "broker/path_guard.h"
+#include "egress/door.h"
 #include "egress/egress.h"
 #include "exec/executor.h"
 #include "exec/session_view.h"
@@ -39,6 +40,8 @@ struct SessionOptions {
   // An agent run (`airlock agent run`): its profile, executable, hashes and confinement, written
   // into the first receipt (session.open, or session.refused) as "agent". Null otherwise.
   Json agent;
+  // An agent run's model gateway (egress::ModelGateway), served by the session's network door.
+  std::optional<egress::ModelGateway> model_gateway;
   // The microvm tier's pool: guests booted ahead, each used for one command (the guest plan's pool).
   size_t vm_pool = 0;
   // The receipts file's bound: past it, refusals are only counted (refusals.suppressed) and no

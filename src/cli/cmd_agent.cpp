@@ -28,6 +28,8 @@ struct AgentOptions {
   std::optional<std::string> executable;  // overrides the profile's, e.g. an npm install folder
   std::vector<std::string> pass_env;      // host variables copied by name (never a credential)
   bool no_credential = false;
+  std::string model_ca;                   // the model host's trust store (default: the system's)
+  std::optional<std::string> model_upstream;  // overrides the profile's model host
   std::vector<std::string> args;
 };
 
@@ -57,7 +59,8 @@ std::vector<std::string> present_credential_files(const std::string& home) {
 }
 
 // The credential this run hands over: the profile's first variable set in airlock's own
-// environment, else its first credential file that exists (opened without following a link).
+// environment, else (for a profile without a model gateway, whose key must be a variable) its
+// first credential file that exists (opened without following a link).
 struct Credential {
   std::string source;  // "variable NAME" or "file PATH"
   std::string secret;
@@ -65,6 +68,7 @@ struct Credential {
 Result<std::optional<Credential>> find_credential(const policy::AgentProfile& p, const std::string& home) {
   for (const auto& v : p.credential_variables)
     if (const char* val = std::getenv(v.c_str()); val && *val) return Credential{"variable " + v, val};
+  if (p.model_gateway) return std::optional<Credential>();
   for (const auto& f : p.credential_files) {
     std::string path = f.starts_with("~/") ? home + f.substr(1) : f;
     UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
@@ -142,10 +146,9 @@ int agent_run(Globals& g, AgentOptions& o) {
       vendor_settings = {{"arguments", settings}, {"network", network ? "as the policy allows" : "off"}};
     }
     argv.insert(argv.end(), o.args.begin(), o.args.end());
-    o.run.command = argv;
 
     o.run.scrub_env = policy::credential_variables();
-    o.run.private_tmpdir = true;
+    o.run.private_dirs = true;
     std::vector<std::string> scrubbed;
     for (const auto& name : o.pass_env) {
       if (std::find(o.run.scrub_env.begin(), o.run.scrub_env.end(), name) != o.run.scrub_env.end()) {
@@ -156,9 +159,52 @@ int agent_run(Globals& g, AgentOptions& o) {
     }
 
     Json credential = nullptr;
+    std::vector<std::string> gateway_args;  // the profile's, before the operator's
+    if (o.model_upstream && !policy::is_model_upstream(*o.model_upstream))
+      return fail(Code::OptionInvalid,
+                  fmt::format("--model-upstream {} is not https://host[:port] with no path", *o.model_upstream),
+                  {{"model_upstream", *o.model_upstream}});
     if (!o.no_credential) {
       auto cred = TRY(find_credential(*profile, home));
-      if (cred) {
+      const auto& gw = profile->model_gateway;
+      if (cred && gw) {
+        // Secretless: the key stays in this process, behind the door's model gateway; the agent
+        // holds a placeholder and the gateway's URL. No door (code_network off): no route to the
+        // model at all, so the key goes nowhere.
+        bool door = engine && pol.code_network.mode == policy::NetworkMode::Allowlist;
+        credential = {{"source", cred->source}};
+        if (door) {
+          std::string placeholder = "airlock-placeholder-" + random_id();
+          o.run.model_gateway = egress::ModelGateway{o.model_upstream.value_or(gw->upstream), gw->credential_header, gw->credential_prefix,
+                                                     placeholder,   std::move(cred->secret),  o.model_ca};
+          std::erase_if(o.run.scrub_env, [&](const std::string& v) {
+            return std::find(gw->placeholder_variables.begin(), gw->placeholder_variables.end(), v) !=
+                   gw->placeholder_variables.end();
+          });
+          for (const auto& v : gw->placeholder_variables) o.run.env.push_back(v + "=" + placeholder);
+          std::string url = plan::DoorPlan{}.url() + gw->base_url_path;
+          if (!gw->base_url_variable.empty()) o.run.env.push_back(gw->base_url_variable + "=" + url);
+          for (const auto& a : gw->arguments) {
+            std::string arg = a;
+            if (size_t at = arg.find("{url}"); at != std::string::npos) arg.replace(at, 5, url);
+            gateway_args.push_back(std::move(arg));
+          }
+          // Straight to the gateway, not through the door's proxy route.
+          for (const char* v : {"NO_PROXY", "no_proxy"}) o.run.env.push_back(std::string(v) + "=127.0.0.1,localhost");
+          credential["delivery"] = "model_gateway";
+          credential["gateway"] = {{"url", url},
+                                   {"upstream", o.run.model_gateway->upstream},
+                                   {"header", gw->credential_header},
+                                   {"placeholder_variables", gw->placeholder_variables},
+                                   {"base_url_variable", gw->base_url_variable}};
+        } else {
+          ::explicit_bzero(cred->secret.data(), cred->secret.size());
+          credential["delivery"] = engine ? "none: the policy's code_network is off, so the model gateway has no door"
+                                          : "none: under vendor confinement there is no door for the model gateway";
+          std::fprintf(stderr, "airlock: %s is not handed to the agent: %s\n", cred->source.c_str(),
+                       credential["delivery"].get<std::string>().c_str());
+        }
+      } else if (cred) {
         credential_fd = TRY(exec::secret_pipe(cred->secret));
         ::explicit_bzero(cred->secret.data(), cred->secret.size());
         o.run.pass_fd = credential_fd.get();
@@ -166,6 +212,8 @@ int agent_run(Globals& g, AgentOptions& o) {
         credential = {{"source", cred->source}, {"delivery", "a pipe inherited as descriptor 3 (AIRLOCK_CREDENTIALS_FD)"}};
       }
     }
+    argv.insert(argv.end() - static_cast<std::ptrdiff_t>(o.args.size()), gateway_args.begin(), gateway_args.end());
+    o.run.command = argv;
     o.run.agent = {
         {"profile", profile->name},
         {"profile_digest", sha256_hex(canonical_json(policy::to_json(*profile)))},
@@ -182,6 +230,7 @@ int agent_run(Globals& g, AgentOptions& o) {
         {"credential_files_hidden", engine ? Json(start.facts.credential_files) : Json::array()},
         {"env_scrubbed", o.run.scrub_env},
         {"tmpdir", "a fresh directory in the scratch directory, made by the agent's process once confined"},
+        {"home", "a fresh directory in the scratch directory, made by the agent's process once confined"},
         {"pass_env_refused", scrubbed},
     };
     for (const auto& name : scrubbed)
@@ -205,6 +254,10 @@ void add_agent(CLI::App& app, Globals& g, Action& run) {
   cmd->add_option("--executable", o.executable, "the agent's executable (default: the profile's, on the trusted PATH)");
   cmd->add_option("--pass-env", o.pass_env, "copy this host variable in (credential variables never are)");
   cmd->add_flag("--no-credential", o.no_credential, "hand the agent no credential");
+  cmd->add_option("--model-ca", o.model_ca, "CA file the model gateway trusts for the model host (default: the system's)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--model-upstream", o.model_upstream,
+                  "https://host[:port] the model gateway forwards to (default: the profile's model host)");
   cmd->add_flag("--json", g.json, "print a JSON summary as the last line of stdout");
   cmd->add_option("--slot", o.run.slot, "the slot whose seat the run takes (default: default)");
   cmd->add_flag("-q,--quiet", o.run.quiet, "print nothing of airlock's own unless refused");

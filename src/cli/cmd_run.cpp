@@ -58,6 +58,7 @@ int run_confined(Globals& g, RunOptions& o, const std::function<Result<void>(Ses
 
   broker::SessionOptions so(start->state_dir, start->profile, o.workspace);
   so.agent = o.agent;
+  so.model_gateway = o.model_gateway;
   auto session = broker::Session::open(start->policy, start->facts, so);
   if (!session) return refuse_run(session.error());
   auto& s = **session;
@@ -93,7 +94,7 @@ int run_confined(Globals& g, RunOptions& o, const std::function<Result<void>(Ses
   command.env = o.env;
   command.pass_fd = o.pass_fd;
   command.scrub_env = o.scrub_env;
-  command.private_tmpdir = o.private_tmpdir;
+  command.private_dirs = o.private_dirs;
   // The last look before the spawn: a seat finalised meanwhile (by another machine that judged
   // its holder dead, or by an operator) takes no command.
   if (auto held_still = seat.still_held(); !held_still) {

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/common.h"
+#include "egress/door.h"
 #include "escape/escape_suite.h"
 
 namespace airlock::cli {
@@ -24,8 +25,9 @@ struct RunOptions {
   std::vector<std::string> env;        // NAME=value added to the executor's environment
   std::vector<std::string> scrub_env;  // names removed from it, whatever added them
   int pass_fd = -1;                    // inherited as descriptor 3
-  bool private_tmpdir = false;         // TMPDIR made by the command once confined
+  bool private_dirs = false;           // TMPDIR and HOME made by the command once confined
   Json agent;                          // the agent run, for the first receipt (null: none)
+  std::optional<egress::ModelGateway> model_gateway;  // served by the session's door
 };
 
 // What an agent run in vendor confinement records and prints, in these words.

@@ -41,6 +41,7 @@ struct DoorServer::State {
   };
   std::list<Conn> conns;
   std::thread acceptor;
+  std::string self;  // the listener's own "address:port": an absolute URL for it is the gateway
   void serve(UniqueFd client);
 };
 
@@ -151,6 +152,38 @@ struct Stream {
         }
       }
       if (!relay(to, size + 2, counted)) return false;  // the data and its CRLF
+    }
+  }
+  // Appends exactly n bytes to `out`.
+  bool take(uint64_t n, std::string& out) {
+    while (buf.size() < n)
+      if (!fill()) return false;
+    out.append(buf, 0, static_cast<size_t>(n));
+    buf.erase(0, static_cast<size_t>(n));
+    return true;
+  }
+  // A chunked body, decoded, appended to `out`; false past `max` bytes (then *too_large) or on a
+  // malformed chunk.
+  bool take_chunked(std::string& out, uint64_t max, bool* too_large) {
+    for (;;) {
+      auto size_line = line();
+      if (!size_line) return false;
+      char* end = nullptr;
+      uint64_t size = std::strtoull(size_line->c_str(), &end, 16);
+      if (end == size_line->c_str()) return false;
+      if (size == 0) {
+        for (;;) {
+          auto t = line();
+          if (!t) return false;
+          if (*t == "\r\n") return true;
+        }
+      }
+      if (size > max || out.size() + size > max) {
+        *too_large = true;
+        return false;
+      }
+      std::string crlf;
+      if (!take(size, out) || !take(2, crlf) || crlf != "\r\n") return false;
     }
   }
   bool relay_to_eof(int to, uint64_t* counted) {
@@ -278,6 +311,12 @@ std::string bracketed(const std::string& host) {
   return host.find(':') != std::string::npos ? "[" + host + "]" : host;
 }
 
+// Fields that describe one hop, never forwarded by either route.
+bool hop_by_hop(const std::string& k) {
+  return k == "host" || k == "connection" || k == "proxy-connection" || k == "keep-alive" ||
+         k == "proxy-authorization" || k == "upgrade" || k == "te";
+}
+
 // One client connection: a loop of requests until one ends it.
 class Connection {
  public:
@@ -326,6 +365,17 @@ class Connection {
     receipt_ = Json::object();
   }
 
+  // What an admission found, into the receipt.
+  void note(const Admission& adm) {
+    Json addrs = Json::array();
+    for (const auto& a : adm.resolved) addrs.push_back({{"address", a.to_string()}, {"class", classify(a).describe()}});
+    receipt_["host"] = adm.target.host;
+    receipt_["port"] = adm.target.port;
+    receipt_["addresses"] = addrs;
+    receipt_["rule"] = adm.rule;
+    if (adm.allow_private) receipt_["allow_private"] = true;
+  }
+
   // Admits `url`, connects to the pinned address; on refusal answers and returns nullopt.
   std::optional<UniqueFd> admit_and_connect(const std::string& url) {
     auto adm = admit(st_.opts.rules, url, st_.opts.resolve);
@@ -333,13 +383,7 @@ class Connection {
       refuse_plain(adm.error().code == Code::EgressDenied ? 403 : 502, adm.error());
       return std::nullopt;
     }
-    Json addrs = Json::array();
-    for (const auto& a : adm->resolved) addrs.push_back({{"address", a.to_string()}, {"class", classify(a).describe()}});
-    receipt_["host"] = adm->target.host;
-    receipt_["port"] = adm->target.port;
-    receipt_["addresses"] = addrs;
-    receipt_["rule"] = adm->rule;
-    if (adm->allow_private) receipt_["allow_private"] = true;
+    note(*adm);
     auto fd = connect_pinned(adm->pinned, adm->target.port, st_.opts.connect_timeout_ms, stop());
     if (!fd) {
       refuse_plain(502, fd.error());
@@ -368,6 +412,12 @@ class Connection {
     if (!head || method.empty() || !version.starts_with("HTTP/1.")) {
       refuse_plain(400, Error{Code::ProtocolError, "the request is not HTTP/1.x", {}});
       return false;
+    }
+    if (st_.opts.gateway) {
+      if (target.starts_with("/")) return gateway(*head, method, target);
+      std::string own = "http://" + st_.self;
+      if (lower(target).starts_with(own) && (target.size() == own.size() || target[own.size()] == '/'))
+        return gateway(*head, method, target.size() == own.size() ? "/" : target.substr(own.size()));
     }
     if (method == "CONNECT") return tunnel(target);
     if (lower(target.substr(0, 7)) == "http://") return forward(*head, method, target);
@@ -436,6 +486,78 @@ class Connection {
     return false;
   }
 
+  // The model gateway (door.h): one request, then the connection ends. The receipt says which
+  // model host, the method and path (never the query), status, bytes and time; never the key, the
+  // placeholder or a body.
+  bool gateway(const Head& req, const std::string& method, const std::string& path) {
+    const ModelGateway& g = *st_.opts.gateway;
+    receipt_["door"] = "model_gateway";
+    receipt_["target"] = path.substr(0, path.find('?'));
+    if (req.get(g.header) != g.prefix + g.placeholder) {
+      refuse_plain(403, Error{Code::EgressDenied,
+                              fmt::format("a model request carries the session's placeholder credential in {}", g.header),
+                              {{"header", g.header}}});
+      return false;
+    }
+    Framing f = body_framing(req, true);
+    std::string body;
+    bool too_large = f.kind == Framing::Length && f.length > g.max_request_bytes;
+    bool ok = !too_large && (f.kind == Framing::None || (f.kind == Framing::Length && in_.take(f.length, body)) ||
+                             (f.kind == Framing::Chunked && in_.take_chunked(body, g.max_request_bytes, &too_large)));
+    if (!ok) {
+      if (too_large)
+        refuse_plain(413, Error{Code::LimitExceeded,
+                                fmt::format("a model request is larger than {} bytes", g.max_request_bytes), {}});
+      else if (f.kind == Framing::Invalid || f.kind == Framing::UntilClose)
+        refuse_plain(400, Error{Code::ProtocolError, "the request's Content-Length or Transfer-Encoding is not one the door forwards", {}});
+      else
+        record();  // the client went away mid-body
+      return false;
+    }
+    auto adm = admit(st_.opts.rules, g.upstream + path, st_.opts.resolve);
+    if (!adm) {
+      refuse_plain(adm.error().code == Code::EgressDenied ? 403 : 502, adm.error());
+      return false;
+    }
+    note(*adm);
+    FetchRequest fr;
+    fr.method = method;
+    fr.url = adm->target.url;
+    for (const auto& [k, v] : req.fields)
+      if (!hop_by_hop(k) && k != g.header && k != "content-length" && k != "transfer-encoding" && k != "expect")
+        fr.headers.emplace_back(k, v);
+    fr.headers.emplace_back(g.header, g.prefix + g.secret);
+    fr.body = std::move(body);
+    up_ = fr.body.size();
+    bool answered = false;
+    FetchStream out_stream;
+    out_stream.on_head = [&](long status, const HeaderFields& fields) {
+      answered = true;
+      receipt_["status"] = status;
+      std::string out = fmt::format("HTTP/1.1 {} \r\n", status);
+      for (const auto& [k, v] : fields)
+        if (!hop_by_hop(k) && k != "content-length" && k != "transfer-encoding") out += fmt::format("{}: {}\r\n", k, v);
+      out += "Connection: close\r\n\r\n";
+      return write_all(client_.get(), out, stop(), &down_);
+    };
+    out_stream.on_body = [&](std::string_view piece) { return write_all(client_.get(), piece, stop(), &down_); };
+    out_stream.cancelled = [this] {  // the door is stopping: a slow model does not hold its destructor
+      pollfd p{stop(), POLLIN, 0};
+      return ::poll(&p, 1, 0) > 0;
+    };
+    receipt_["decision"] = "allowed";
+    auto resp = fetch_pinned(*adm, fr, FetchLimits{g.max_response_bytes, g.timeout_ms, g.ca_file}, &out_stream);
+    if (!resp) {
+      if (!answered) {
+        refuse_plain(502, resp.error());
+        return false;
+      }
+      receipt_["error"] = resp.error().to_json();
+    }
+    record();
+    return false;
+  }
+
   bool forward(const Head& req, const std::string& method, const std::string& url) {
     receipt_["door"] = "http";
     Framing body = body_framing(req, true);
@@ -457,12 +579,8 @@ class Connection {
     bool default_port = (target_.scheme == "http" && target_.port == 80);
     std::string out = fmt::format("{} {} HTTP/1.1\r\nHost: {}{}\r\n", method, path, bracketed(target_.host),
                                   default_port ? "" : fmt::format(":{}", target_.port));
-    for (const auto& [k, v] : req.fields) {
-      if (k == "host" || k == "connection" || k == "proxy-connection" || k == "keep-alive" ||
-          k == "proxy-authorization" || k == "upgrade" || k == "te")
-        continue;
-      out += fmt::format("{}: {}\r\n", k, v);
-    }
+    for (const auto& [k, v] : req.fields)
+      if (!hop_by_hop(k)) out += fmt::format("{}: {}\r\n", k, v);
     out += "Connection: close\r\n\r\n";
     bool client_wants_close = lower(req.get("connection")) == "close" || lower(req.get("proxy-connection")) == "close";
     receipt_["decision"] = "allowed";
@@ -528,6 +646,20 @@ Result<std::unique_ptr<DoorServer>> DoorServer::start(DoorOptions opts, UniqueFd
   int flags = ::fcntl(st->listener.get(), F_GETFL);
   if (flags < 0 || ::fcntl(st->listener.get(), F_SETFL, flags | O_NONBLOCK) < 0)
     return fail_errno(Code::ExecutorUnavailable, "the network door's listening socket", errno);
+  sockaddr_storage own{};
+  socklen_t own_len = sizeof own;
+  if (::getsockname(st->listener.get(), reinterpret_cast<sockaddr*>(&own), &own_len) == 0) {
+    char text[INET6_ADDRSTRLEN] = {};
+    if (own.ss_family == AF_INET) {
+      const auto* a = reinterpret_cast<const sockaddr_in*>(&own);
+      ::inet_ntop(AF_INET, &a->sin_addr, text, sizeof text);
+      st->self = fmt::format("{}:{}", text, ntohs(a->sin_port));
+    } else if (own.ss_family == AF_INET6) {
+      const auto* a = reinterpret_cast<const sockaddr_in6*>(&own);
+      ::inet_ntop(AF_INET6, &a->sin6_addr, text, sizeof text);
+      st->self = fmt::format("[{}]:{}", text, ntohs(a->sin6_port));
+    }
+  }
   State* s = st.get();
   s->acceptor = std::thread([s] {
     while (wait_for(s->listener.get(), POLLIN, s->stop.get())) {

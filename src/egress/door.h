@@ -18,6 +18,24 @@
 
 namespace airlock::egress {
 
+// The model gateway an agent run's door serves (policy::AgentProfile::ModelGateway, with the key):
+// a request in origin form (`POST /v1/messages`), or in absolute form for the door's own address,
+// is the agent asking its model. It must carry `prefix + placeholder` in `header`; it is admitted
+// as `upstream + path` by the same rules as every other request, sent over TLS with the
+// certificate verified and `header` set to `prefix + secret`, and the answer streamed back. The
+// secret exists only in this process: never in the sandbox, a receipt or an error.
+struct ModelGateway {
+  std::string upstream;  // https://host[:port]
+  std::string header;    // lower-case
+  std::string prefix;
+  std::string placeholder;
+  std::string secret;
+  std::string ca_file;  // the upstream's trust store; empty: the system's
+  uint64_t timeout_ms = 600000;
+  uint64_t max_request_bytes = 32 << 20;
+  uint64_t max_response_bytes = 256 << 20;
+};
+
 struct DoorOptions {
   std::vector<policy::EgressRule> rules;  // the policy's code_network rules
   Resolver resolve;                       // the door resolves names itself; the sandbox cannot
@@ -26,13 +44,15 @@ struct DoorOptions {
   std::function<void(Json)> record;
   uint64_t connect_timeout_ms = 10000;
   size_t max_connections = 256;  // more at once are answered 503
+  std::optional<ModelGateway> gateway;
 };
 
 // Serves `listener` (a listening TCP socket) until destroyed. Each connection may ask:
 //   CONNECT host:port      admitted as https://host:port/, then a byte tunnel to the pinned address;
 //   METHOD http://...      admitted as that URL, forwarded to the pinned address with
 //                          `Connection: close`; every request on a kept-alive client connection
-//                          is admitted on its own.
+//                          is admitted on its own;
+//   METHOD /path           the model gateway (above), when the door has one.
 // Admission is egress::admit (the check http_fetch makes): every resolved address checked, the
 // connection made to the checked address and never to a second lookup. Anything else is answered
 // with an HTTP error whose body is `airlock: refused: CODE: message` and the rules that are allowed.

@@ -204,21 +204,46 @@ struct Transfer {
   const Admission* adm;
   uint64_t cap;
   std::string body;
-  std::vector<std::pair<std::string, std::string>> headers;
+  HeaderFields headers;
   bool over_cap = false;
   bool wrong_address = false;
   std::string attempted;
+  // Streaming (FetchRequest::on_head/on_body): the handle, to read the status when the body starts.
+  const FetchStream* stream = nullptr;
+  const CurlApi* api = nullptr;
+  CURL* handle = nullptr;
+  uint64_t received = 0;
+  bool head_sent = false;
+  bool sink_refused = false;
+  bool send_head() {
+    head_sent = true;
+    long status = 0;
+    api->easy_getinfo(handle, CURLINFO_RESPONSE_CODE, &status);
+    return stream->on_head(status, headers);
+  }
 };
 
 size_t on_body(char* p, size_t size, size_t n, void* ud) {
   auto* t = static_cast<Transfer*>(ud);
   size_t len = size * n;
-  if (t->body.size() + len > t->cap) {
+  if (t->received + len > t->cap) {
     t->over_cap = true;
     return 0;  // aborts the transfer
   }
+  t->received += len;
+  if (t->stream) {
+    if ((!t->head_sent && !t->send_head()) || !t->stream->on_body(std::string_view(p, len))) {
+      t->sink_refused = true;
+      return 0;
+    }
+    return len;
+  }
   t->body.append(p, len);
   return len;
+}
+
+int on_progress(void* ud, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  return (*static_cast<const std::function<bool()>*>(ud))() ? 1 : 0;
 }
 
 size_t on_header(char* p, size_t size, size_t n, void* ud) {
@@ -268,13 +293,20 @@ curl_socket_t on_open_socket(void* ud, curlsocktype purpose, curl_sockaddr* addr
 
 }  // namespace
 
-Result<FetchResponse> fetch_pinned(const Admission& adm, const FetchRequest& req, const FetchLimits& limits) {
+Result<FetchResponse> fetch_pinned(const Admission& adm, const FetchRequest& req, const FetchLimits& limits,
+                                   const FetchStream* stream) {
   const CurlApi& api = *TRY(curl_api());
   auto easy_deleter = [&api](CURL* h) { api.easy_cleanup(h); };
   auto slist_deleter = [&api](curl_slist* l) { api.slist_free_all(l); };
   std::unique_ptr<CURL, decltype(easy_deleter)> c(api.easy_init(), easy_deleter);
   if (!c) return fail(Code::ConfigError, "libcurl could not make a handle");
   Transfer tr{&adm, limits.max_response_bytes, {}, {}, false, false, {}};
+  bool streamed = stream != nullptr;
+  if (streamed) {
+    tr.stream = stream;
+    tr.api = &api;
+    tr.handle = c.get();
+  }
   const Target& t = adm.target;
   std::string pin_addr = adm.pinned.v6 ? "[" + adm.pinned.to_string() + "]" : adm.pinned.to_string();
   std::unique_ptr<curl_slist, decltype(slist_deleter)> resolve(
@@ -305,6 +337,11 @@ Result<FetchResponse> fetch_pinned(const Admission& adm, const FetchRequest& req
   api.easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
   api.easy_setopt(h, CURLOPT_HEADERDATA, &tr);
   api.easy_setopt(h, CURLOPT_HTTPHEADER, headers.get());
+  if (stream && stream->cancelled) {
+    api.easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+    api.easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+    api.easy_setopt(h, CURLOPT_XFERINFODATA, const_cast<std::function<bool()>*>(&stream->cancelled));
+  }
   std::string method = req.method;
   for (char& ch : method) ch = static_cast<char>(ch >= 'a' && ch <= 'z' ? ch - 'a' + 'A' : ch);
   if (method == "HEAD") {
@@ -332,6 +369,11 @@ Result<FetchResponse> fetch_pinned(const Admission& adm, const FetchRequest& req
                             limits.max_response_bytes),
                 facts);
   }
+  if (rc == CURLE_ABORTED_BY_CALLBACK)
+    return fail(Code::ToolFailed, fmt::format("fetching {} was cancelled", t.url), facts);
+  if (tr.sink_refused)
+    return fail(Code::ToolFailed, fmt::format("the response from {} could not be passed on: its reader went away", t.host),
+                facts);
   if (rc == CURLE_OPERATION_TIMEDOUT) {
     facts["timeout_ms"] = limits.timeout_ms;
     return fail(Code::ToolTimeout, fmt::format("{} did not answer within {} ms", t.host, limits.timeout_ms), facts);
@@ -341,6 +383,9 @@ Result<FetchResponse> fetch_pinned(const Admission& adm, const FetchRequest& req
     Code code = rc == CURLE_COULDNT_CONNECT ? Code::EgressDenied : Code::ToolFailed;
     return fail(code, fmt::format("fetching {} failed: {}", t.url, api.easy_strerror(rc)), facts);
   }
+  if (streamed && !tr.head_sent && !tr.send_head())
+    return fail(Code::ToolFailed, fmt::format("the response from {} could not be passed on: its reader went away", t.host),
+                facts);
   FetchResponse resp;
   api.easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp.status);
   char* location = nullptr;

@@ -46,11 +46,24 @@ struct Admission {
 Result<Admission> admit(const std::vector<policy::EgressRule>& rules, std::string_view url,
                         const Resolver& resolve);
 
+using HeaderFields = std::vector<std::pair<std::string, std::string>>;
+
 struct FetchRequest {
   std::string method = "GET";
   std::string url;
-  std::vector<std::pair<std::string, std::string>> headers;
+  HeaderFields headers;
   std::string body;
+};
+
+// A response streamed instead of kept (the model gateway): `on_head` once, with the status and the
+// fields (names lower-cased), before the first body byte or at the end when there is none; then
+// `on_body` for each piece. Either returning false ends the transfer (AIRLOCK_TOOL_FAILED). The
+// response cap still applies to the whole body. `cancelled` is polled while the transfer runs;
+// true ends it.
+struct FetchStream {
+  std::function<bool(long status, const HeaderFields& fields)> on_head;
+  std::function<bool(std::string_view piece)> on_body;
+  std::function<bool()> cancelled;
 };
 
 struct FetchLimits {
@@ -61,8 +74,8 @@ struct FetchLimits {
 
 struct FetchResponse {
   long status = 0;
-  std::vector<std::pair<std::string, std::string>> headers;
-  std::string body;
+  HeaderFields headers;
+  std::string body;  // empty when streamed
   std::string pinned_address;
   std::string redirect_to;  // a Location the fetch did not follow
   double elapsed_ms = 0;
@@ -75,6 +88,7 @@ struct FetchResponse {
 // TLS certificates and host names are verified. A response larger than the cap is
 // AIRLOCK_LIMIT_EXCEEDED, a slow one AIRLOCK_TOOL_TIMEOUT; other failures AIRLOCK_EGRESS_DENIED
 // (refused connection) or AIRLOCK_TOOL_FAILED (TLS, protocol) with curl's reason.
-Result<FetchResponse> fetch_pinned(const Admission& admission, const FetchRequest& req, const FetchLimits& limits);
+Result<FetchResponse> fetch_pinned(const Admission& admission, const FetchRequest& req, const FetchLimits& limits,
+                                   const FetchStream* stream = nullptr);
 
 }  // namespace airlock::egress

@@ -32,9 +32,11 @@ struct Command {
   // Variable names removed from the final environment, whatever put them there (the plan's
   // pass-through, `env` above): credential variables never reach the command by name.
   std::vector<std::string> scrub_env;
-  // TMPDIR is a fresh directory in the scratch directory that the command makes itself once
-  // confined (linux::LaunchSpec::make_tmpdir), instead of the scratch directory itself.
-  bool private_tmpdir = false;
+  // TMPDIR and HOME are fresh directories in the scratch directory that the command makes itself
+  // once confined (linux::LaunchSpec::make_dirs), instead of the scratch directory and the view:
+  // what an agent CLI writes for itself (its configuration, caches) never lands in the workspace,
+  // and is discarded with the session.
+  bool private_dirs = false;
 };
 
 struct RunOutcome {

@@ -138,10 +138,15 @@ class ProcessExecutor final : public Executor {
     spec.stdout_fd = cmd.stdout_fd;
     spec.stderr_fd = cmd.stderr_fd;
     spec.fd3 = cmd.pass_fd;
-    if (cmd.private_tmpdir) {
-      spec.make_tmpdir = fmt::format("{}/tmp.{}", steps_.sandbox ? "/tmp" : dirs_.scratch, runs_ + 1);
-      for (auto& kv : spec.env)
-        if (kv.starts_with("TMPDIR=")) kv = "TMPDIR=" + spec.make_tmpdir;
+    if (cmd.private_dirs) {
+      std::string scratch = steps_.sandbox ? "/tmp" : dirs_.scratch;
+      for (const char* var : {"TMPDIR", "HOME"}) {
+        std::string dir = fmt::format("{}/{}.{}", scratch, var == std::string_view("HOME") ? "home" : "tmp", runs_ + 1);
+        std::string prefix = std::string(var) + "=";
+        std::erase_if(spec.env, [&](const std::string& kv) { return kv.starts_with(prefix); });
+        spec.env.push_back(prefix + dir);
+        spec.make_dirs.push_back(std::move(dir));
+      }
     }
 
     // The namespaces tier limits the sandbox as a whole; root on the Landlock tier, where

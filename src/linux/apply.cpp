@@ -93,8 +93,8 @@ pid_t clone_with_pidfd(int* pidfd, uint64_t extra_flags = 0) noexcept {
   if (s.seccomp)
     if (int e = apply_seccomp(s.seccomp)) report_and_exit(errfd, Step::Seccomp, e);
   // After every confinement step: made by the confined process, under the jail's own rules.
-  if (!s.make_tmpdir.empty() && ::mkdir(s.make_tmpdir.c_str(), 0700) < 0)
-    report_and_exit(errfd, Step::Tmpdir, errno);
+  for (const auto& d : s.make_dirs)
+    if (::mkdir(d.c_str(), 0700) < 0) report_and_exit(errfd, Step::Tmpdir, errno);
   ::execve(s.path.c_str(), argv, envp);
   report_and_exit(errfd, Step::Exec, errno);
 }

@@ -60,9 +60,9 @@ struct LaunchSpec {
   uint64_t kill_grace_ms = 2000;
   int stdin_fd = -1, stdout_fd = -1, stderr_fd = -1;  // -1: inherit
   int fd3 = -1;                                       // inherited as descriptor 3; -1: none
-  // Made (mode 0700) by the command itself once confined, just before exec: a temporary
-  // directory that exists only inside the jail's own view of the scratch directory. "": none.
-  std::string make_tmpdir;
+  // Made (mode 0700) by the command itself once confined, just before exec, in order: directories
+  // (its TMPDIR, its HOME) that exist only inside the jail's own view of the scratch directory.
+  std::vector<std::string> make_dirs;
 };
 
 // The supervisor's one report. Fixed size: written with one write(2).

@@ -13,10 +13,15 @@ extern const std::vector<std::string_view> kBuiltinAgentProfileTexts;
 
 namespace {
 
-constexpr std::array<std::string_view, 16> kProfileKeys = {
+constexpr std::array<std::string_view, 17> kProfileKeys = {
     "schema_version", "name",           "npm_package",     "executable",       "bypass_tokens",
     "bypass_values",  "model_flags",    "resume_flags",    "resume_commands",  "continue_flags",
-    "credential_files", "credential_variables", "config_files", "config_dirs", "comment", "vendor_settings"};
+    "credential_files", "credential_variables", "config_files", "config_dirs", "comment", "vendor_settings",
+    "model_gateway"};
+constexpr std::array<std::string_view, 7> kGatewayKeys = {"upstream",          "credential_header",
+                                                          "credential_prefix", "placeholder_variables",
+                                                          "base_url_variable", "base_url_path",
+                                                          "arguments"};
 constexpr std::array<std::string_view, 3> kVendorKeys = {"network_off", "network_allowed", "reserved_flags"};
 constexpr std::array<std::string_view, 2> kBypassValueKeys = {"flag", "values"};
 
@@ -47,6 +52,10 @@ std::unexpected<Error> bypass(const AgentProfile& p, std::string message, Json f
 }
 
 }  // namespace
+
+bool is_model_upstream(std::string_view up) {
+  return up.starts_with("https://") && up.size() > 8 && up.substr(8).find_first_of("/?#@ ") == std::string_view::npos;
+}
 
 Result<AgentProfile> parse_agent_profile(const Json& doc) {
   TRY(require_object(doc, "$"));
@@ -79,6 +88,32 @@ Result<AgentProfile> parse_agent_profile(const Json& doc) {
     for (const auto& f : *list)
       if (!f.starts_with("~/") && !f.starts_with("/"))
         return invalid("$", fmt::format("\"{}\" must be absolute or start with ~/", f));
+  if (doc.contains("model_gateway")) {
+    const Json& g = doc["model_gateway"];
+    TRY(require_object(g, "$.model_gateway"));
+    TRY(check_keys(g, "$.model_gateway", kGatewayKeys));
+    AgentProfile::ModelGateway m;
+    for (auto [key, field] : {std::pair{"upstream", &m.upstream}, {"credential_header", &m.credential_header}}) {
+      if (!g.contains(key)) return invalid(fmt::format("$.model_gateway.{}", key), fmt::format("$.model_gateway.{} is required", key));
+      *field = TRY(get_nonempty_string(g[key], fmt::format("$.model_gateway.{}", key)));
+    }
+    for (auto [key, field] : {std::pair{"credential_prefix", &m.credential_prefix}, {"base_url_path", &m.base_url_path},
+                              {"base_url_variable", &m.base_url_variable}})
+      if (g.contains(key)) *field = TRY(get_string(g[key], fmt::format("$.model_gateway.{}", key)));
+    m.placeholder_variables = TRY(strings(g, "placeholder_variables"));
+    if (g.contains("arguments")) m.arguments = TRY(strings(g, "arguments"));
+    if (m.base_url_variable.empty() && m.arguments.empty())
+      return invalid("$.model_gateway", "the gateway's URL reaches the agent by base_url_variable or arguments");
+    if (!is_model_upstream(m.upstream))
+      return invalid("$.model_gateway.upstream", "the upstream is https://host[:port], with no path");
+    if (m.credential_header.find_first_of(": \r\nABCDEFGHIJKLMNOPQRSTUVWXYZ") != std::string::npos)
+      return invalid("$.model_gateway.credential_header", "a lower-case header name");
+    if (!m.base_url_path.empty() && m.base_url_path.front() != '/')
+      return invalid("$.model_gateway.base_url_path", "empty, or a path that starts with /");
+    if (m.placeholder_variables.empty())
+      return invalid("$.model_gateway.placeholder_variables", "at least one variable gets the placeholder");
+    p.model_gateway = std::move(m);
+  }
   if (!doc.contains("bypass_values") || !doc["bypass_values"].is_array())
     return invalid("$.bypass_values", "$.bypass_values must be an array");
   for (size_t i = 0; i < doc["bypass_values"].size(); ++i) {
@@ -97,7 +132,16 @@ Result<AgentProfile> parse_agent_profile(const Json& doc) {
 Json to_json(const AgentProfile& p) {
   Json bv = Json::array();
   for (const auto& b : p.bypass_values) bv.push_back({{"flag", b.flag}, {"values", b.values}});
-  return {{"schema_version", kAgentProfileSchema},
+  Json gateway = nullptr;
+  if (const auto& g = p.model_gateway)
+    gateway = {{"upstream", g->upstream},
+               {"credential_header", g->credential_header},
+               {"credential_prefix", g->credential_prefix},
+               {"placeholder_variables", g->placeholder_variables},
+               {"base_url_variable", g->base_url_variable},
+               {"base_url_path", g->base_url_path},
+               {"arguments", g->arguments}};
+  Json out = {{"schema_version", kAgentProfileSchema},
           {"name", p.name},
           {"npm_package", p.npm_package},
           {"executable", p.executable},
@@ -115,6 +159,8 @@ Json to_json(const AgentProfile& p) {
            {{"network_off", p.vendor_settings.network_off},
             {"network_allowed", p.vendor_settings.network_allowed},
             {"reserved_flags", p.vendor_settings.reserved_flags}}}};
+  if (!gateway.is_null()) out["model_gateway"] = gateway;
+  return out;
 }
 
 const std::vector<AgentProfile>& builtin_agent_profiles() {

@@ -43,7 +43,26 @@ struct AgentProfile {
     std::vector<std::string> network_off, network_allowed;
     std::vector<std::string> reserved_flags;  // refused as FLAG, FLAG=value
   } vendor_settings;
+  // How the agent reaches its model without ever holding its key (`airlock agent run`): the
+  // network door serves a model gateway, plain HTTP on the door's address inside the sandbox, that
+  // forwards each request to `upstream` over verified TLS with the credential header swapped for
+  // the operator's key. The agent gets a placeholder in `placeholder_variables`, and the gateway's
+  // URL (plus `base_url_path`) in `base_url_variable` and/or in `arguments` (each "{url}" replaced),
+  // added before the operator's. Absent: the credential goes over fd 3.
+  struct ModelGateway {
+    std::string upstream;           // https://host[:port], no path
+    std::string credential_header;  // lower-case: "x-api-key", "authorization"
+    std::string credential_prefix;  // what precedes the key in it: "", "Bearer "
+    std::vector<std::string> placeholder_variables;
+    std::string base_url_variable;  // "": none
+    std::string base_url_path;      // "", "/v1"
+    std::vector<std::string> arguments;
+  };
+  std::optional<ModelGateway> model_gateway;
 };
+
+// https://host[:port] and nothing more: what a model gateway's upstream may be.
+bool is_model_upstream(std::string_view url);
 
 // Strict parse of one profile document (unknown keys refused with their JSON path).
 Result<AgentProfile> parse_agent_profile(const Json& doc);

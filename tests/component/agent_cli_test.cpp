@@ -94,14 +94,18 @@ class AgentRun : public ::testing::TestWithParam<Identity> {
     return true;
   }
 
-  // Nothing planted reaches the agent by any route; the handed credential only over fd 3.
+  // Nothing planted reaches the agent by any route. The operator's key neither: the profile has a
+  // model gateway, which this policy (code_network off) gives no door, so the key goes nowhere.
   void expect_blinded(const CliResult& r) {
     for (const auto& [rel, secret] : planted_) {
       EXPECT_EQ(r.out.find(secret), std::string::npos) << rel << " leaked:\n" << r.out;
       EXPECT_EQ(r.err.find(secret), std::string::npos) << rel << " leaked:\n" << r.err;
     }
-    EXPECT_NE(r.out.find("FD3=" + handed_ + "\n"), std::string::npos) << r.out;
-    EXPECT_EQ(r.out.find(handed_), r.out.rfind(handed_)) << "the handed credential appears outside fd 3:\n" << r.out;
+    EXPECT_NE(r.out.find("FD3=\n"), std::string::npos) << "descriptor 3 carries nothing:\n" << r.out;
+    EXPECT_EQ(r.out.find(handed_), std::string::npos) << "the operator's key reached the agent:\n" << r.out;
+    EXPECT_NE(r.err.find("variable ANTHROPIC_API_KEY is not handed to the agent: none: the policy's code_network is off"),
+              std::string::npos)
+        << r.err;
     EXPECT_EQ(r.out.find(leaked_), std::string::npos) << r.out;
     EXPECT_NE(r.err.find("OPENAI_API_KEY is a credential variable"), std::string::npos) << r.err;
     EXPECT_NE(r.out.find("LC_ALL=C.UTF-8"), std::string::npos) << "a plain --pass-env is passed:\n" << r.out;
@@ -122,6 +126,8 @@ TEST_P(AgentRun, NamespacesTierMasksEveryProfilesCredentialsAgainstEveryRoute) {
   // The home is readable inside: what hides the credentials is the mask, not the home's absence.
   EXPECT_NE(r.out.find(visible_), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("TMPDIR=/tmp/tmp.1\n"), std::string::npos) << r.out;
+  // The agent's home is its own scratch directory, never the workspace.
+  EXPECT_NE(r.out.find("HOME=/tmp/home.1\n"), std::string::npos) << r.out;
   auto files = fx_->receipts();
   ASSERT_EQ(files.size(), 1u);
   auto rs = read_receipts(files[0]);
@@ -134,6 +140,8 @@ TEST_P(AgentRun, NamespacesTierMasksEveryProfilesCredentialsAgainstEveryRoute) {
   EXPECT_EQ(open["agent"]["executable_sha256"], *sha256_file(agent_));
   EXPECT_EQ(open["agent"]["airlock_sha256"], *sha256_file(fx_->binary()));
   EXPECT_EQ(open["agent"]["credential"]["source"], "variable ANTHROPIC_API_KEY");
+  EXPECT_EQ(open["agent"]["credential"]["delivery"],
+            "none: the policy's code_network is off, so the model gateway has no door");
   EXPECT_EQ(open.dump().find(handed_), std::string::npos) << "the credential itself is never recorded";
   EXPECT_EQ(open["policy_digest"].get<std::string>().size(), 64u);
   auto masked = open["enforced"]["namespaces"]["mounts"]["credentials_masked"];
@@ -274,6 +282,123 @@ TEST_P(AgentRun, VendorConfinementComposesTheToolsOwnStrictSettings) {
   EXPECT_NE(r.out.find("--ask-for-approval never"), std::string::npos) << r.out;
   EXPECT_FALSE(policy::check_vendor_args(p, {"--sandbox=danger-full-access"}).has_value());
   EXPECT_TRUE(policy::check_vendor_args(p, {"-m", "o3", "exec", "say --sandbox"}).has_value());
+}
+
+// tests/support/scripted_model.py over TLS on loopback, with a certificate of its own for
+// 127.0.0.1: the "real model host" the gateway forwards to. Stopped (SIGTERM) when destroyed.
+class ScriptedModel {
+ public:
+  explicit ScriptedModel(const std::string& expect_key) : dir_(std::nullopt, "/var/tmp") {
+    ::chmod(dir_.path().c_str(), 0755);
+    std::string cert = fmt::format(
+        "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 "
+        "-keyout {0}/key.pem -out {0}/cert.pem >/dev/null 2>&1 && chmod 644 {0}/cert.pem",
+        dir_.path());
+    if (std::system(cert.c_str()) != 0) return;
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      std::string script = std::string(AIRLOCK_SOURCE_DIR) + "/tests/support/scripted_model.py";
+      ::execlp("python3", "python3", script.c_str(), "--port", "0", "--port-file", (dir_ / "port").c_str(), "--log",
+               (dir_ / "log").c_str(), "--tls-cert", (dir_ / "cert.pem").c_str(), "--tls-key",
+               (dir_ / "key.pem").c_str(), "--expect-key", expect_key.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    for (int i = 0; i < 200 && port_ == 0; ++i) {
+      std::ifstream f(dir_ / "port");
+      if (!(f >> port_)) port_ = 0;
+      if (port_ == 0) ::usleep(50 * 1000);
+    }
+  }
+  ~ScriptedModel() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGTERM);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  int port() const { return port_; }
+  std::string ca() const { return dir_ / "cert.pem"; }
+  std::vector<Json> log() const {
+    std::vector<Json> out;
+    std::ifstream f(dir_ / "log");
+    for (std::string line; std::getline(f, line);)
+      if (auto j = Json::parse(line, nullptr, false); !j.is_discarded()) out.push_back(j);
+    return out;
+  }
+
+ private:
+  TempDir dir_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
+// The secretless route: the agent holds a placeholder and the gateway's URL; the door swaps in the
+// operator's key and forwards over verified TLS. A stand-in agent (curl) asks the model, dumps every
+// environment it can see, and tries a host the policy does not allow.
+TEST_P(AgentRun, TheModelGatewayHoldsTheKeyAndTheAgentOnlyAPlaceholder) {
+  ScriptedModel model(handed_);
+  ASSERT_GT(model.port(), 0) << "the scripted model server did not start";
+  std::string standin = *bin_ / "gateway-agent";
+  std::ofstream(standin) << R"sh(#!/bin/sh
+echo "HOME=$HOME"
+curl -sS -m 30 -H "x-api-key: $ANTHROPIC_API_KEY" -H 'anthropic-version: 2023-06-01'   -H 'content-type: application/json' "$ANTHROPIC_BASE_URL/v1/messages"   -d '{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}'
+echo
+echo "wrong-key:"; curl -sS -m 30 -o /dev/null -w '%{http_code}\n' -H "x-api-key: sk-own" "$ANTHROPIC_BASE_URL/v1/messages" -d '{}'
+echo "forbidden:"; curl -sS -m 10 https://example.org/ 2>&1 | head -2
+echo "environ:"; for e in /proc/[0-9]*/environ; do tr '\0' '\n' < "$e"; done 2>/dev/null
+echo "home:"; find "$HOME" -type f -exec cat {} + 2>/dev/null
+)sh";
+  ::chmod(standin.c_str(), 0755);
+  std::string pol = fx_->write_policy(fmt::format(
+      R"({{"schema_version": "airlock.task_policy.v1", "executor": "namespaces", "read_only_paths": ["{}"],
+          "limits": {{"command_timeout_seconds": 90}},
+          "code_network": {{"mode": "allowlist", "rules": [{{"cidr": "127.0.0.1/32", "ports": [{}], "schemes": ["https"]}}]}}}})",
+      bin_->path(), model.port()));
+  auto r = fx_->run({"agent", "run", "--profile", "claude-code", "--policy", pol, "--executable", standin,
+                     "--model-upstream", fmt::format("https://127.0.0.1:{}", model.port()), "--model-ca", model.ca(),
+                     "--"},
+                    {{"HOME", home_->path()}, {"ANTHROPIC_API_KEY", handed_}});
+  if (tier_unavailable(r)) GTEST_SKIP() << r.err;
+  ASSERT_EQ(r.status, 0) << r.err << r.out;
+  // The model answered the agent, through the gateway.
+  EXPECT_NE(r.out.find("Scripted reply"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("HOME=/tmp/home.1\n"), std::string::npos) << r.out;
+  // A request with a key of the agent's own is refused at the door, never forwarded.
+  EXPECT_NE(r.out.find("wrong-key:\n403\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("CONNECT tunnel failed, response 403"), std::string::npos)
+      << "example.org is refused by the door:\n" << r.out;
+  // The key: nowhere inside (environment of every process, home, output); the placeholder is.
+  EXPECT_EQ(r.out.find(handed_), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ANTHROPIC_API_KEY=airlock-placeholder-"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ANTHROPIC_BASE_URL=http://127.0.0.1:3128"), std::string::npos) << r.out;
+  // The model host saw the real key, and only it: never the placeholder, never the agent's own.
+  auto log = model.log();
+  ASSERT_FALSE(log.empty());
+  for (const auto& e : log) {
+    if (e.value("path", "").starts_with("/v1/messages")) {
+      EXPECT_EQ(e.value("credential", ""), handed_) << e.dump();
+    }
+  }
+  // Receipts: the model request (host, method, path, status, bytes, time; never the key), the
+  // refused forbidden host; the credential's route in the first receipt.
+  auto files = fx_->receipts();
+  ASSERT_EQ(files.size(), 1u);
+  auto rs = read_receipts(files[0]);
+  EXPECT_EQ(rs.at(0)["agent"]["credential"]["delivery"], "model_gateway");
+  int model_requests = 0, refused = 0;
+  for (const auto& rc : rs) {
+    EXPECT_EQ(rc.dump().find(handed_), std::string::npos) << rc.dump();
+    if (rc.value("kind", "") != "door.request") continue;
+    if (rc.value("door", "") == "model_gateway" && rc.value("decision", "") == "allowed") {
+      ++model_requests;
+      EXPECT_EQ(rc.value("status", 0), 200) << rc.dump();
+      EXPECT_EQ(rc.value("target", ""), "/v1/messages") << rc.dump();
+      EXPECT_EQ(rc.value("method", ""), "POST") << rc.dump();
+      EXPECT_GT(rc.value("bytes_down", 0), 0) << rc.dump();
+    }
+    if (rc.value("target", "") == "example.org:443" && rc.value("decision", "") == "refused") ++refused;
+  }
+  EXPECT_EQ(model_requests, 1) << "one model request in the receipts";
+  EXPECT_EQ(refused, 1) << "the forbidden host's refusal in the receipts";
 }
 
 // The real CLIs, installed from the npm registry by scripts/agent-clis (CTest fixture agent_clis).
