@@ -137,7 +137,9 @@ int agent_run(Globals& g, AgentOptions& o) {
       argv.push_back(profile->model_flags.front());
       argv.push_back(*pol.agent.model);
     }
-    // Vendor confinement: the tool's own sandbox, composed as strict as the tool allows.
+    // Engine confinement: airlock's sandbox holds every command, the tool's own is off (it cannot
+    // nest). Vendor confinement: the tool's own sandbox, composed as strict as the tool allows.
+    if (engine) argv.insert(argv.end(), profile->engine_arguments.begin(), profile->engine_arguments.end());
     Json vendor_settings = nullptr;
     if (!engine) {
       bool network = pol.code_network.mode == policy::NetworkMode::Allowlist;
@@ -224,6 +226,7 @@ int agent_run(Globals& g, AgentOptions& o) {
         {"argv", argv},
         {"confinement", policy::to_string(pol.confinement)},
         {"vendor_settings", vendor_settings},
+        {"engine_arguments", engine ? Json(profile->engine_arguments) : Json::array()},
         {"claim", engine ? "airlock confines the agent: the receipt's plan and enforced say how"
                          : std::string(kVendorClaim)},
         {"credential", credential},

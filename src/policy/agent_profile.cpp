@@ -13,11 +13,11 @@ extern const std::vector<std::string_view> kBuiltinAgentProfileTexts;
 
 namespace {
 
-constexpr std::array<std::string_view, 17> kProfileKeys = {
+constexpr std::array<std::string_view, 18> kProfileKeys = {
     "schema_version", "name",           "npm_package",     "executable",       "bypass_tokens",
     "bypass_values",  "model_flags",    "resume_flags",    "resume_commands",  "continue_flags",
     "credential_files", "credential_variables", "config_files", "config_dirs", "comment", "vendor_settings",
-    "model_gateway"};
+    "model_gateway", "engine_arguments"};
 constexpr std::array<std::string_view, 7> kGatewayKeys = {"upstream",          "credential_header",
                                                           "credential_prefix", "placeholder_variables",
                                                           "base_url_variable", "base_url_path",
@@ -88,6 +88,7 @@ Result<AgentProfile> parse_agent_profile(const Json& doc) {
     for (const auto& f : *list)
       if (!f.starts_with("~/") && !f.starts_with("/"))
         return invalid("$", fmt::format("\"{}\" must be absolute or start with ~/", f));
+  if (doc.contains("engine_arguments")) p.engine_arguments = TRY(strings(doc, "engine_arguments"));
   if (doc.contains("model_gateway")) {
     const Json& g = doc["model_gateway"];
     TRY(require_object(g, "$.model_gateway"));
@@ -160,6 +161,7 @@ Json to_json(const AgentProfile& p) {
             {"network_allowed", p.vendor_settings.network_allowed},
             {"reserved_flags", p.vendor_settings.reserved_flags}}}};
   if (!gateway.is_null()) out["model_gateway"] = gateway;
+  if (!p.engine_arguments.empty()) out["engine_arguments"] = p.engine_arguments;
   return out;
 }
 

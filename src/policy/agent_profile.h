@@ -43,6 +43,10 @@ struct AgentProfile {
     std::vector<std::string> network_off, network_allowed;
     std::vector<std::string> reserved_flags;  // refused as FLAG, FLAG=value
   } vendor_settings;
+  // Under `confinement: engine` airlock confines every process the agent starts, and a tool's own
+  // sandbox cannot nest inside (airlock's seccomp refuses new namespaces): these arguments, composed
+  // before the operator's, turn the tool's own sandbox off so its commands run under airlock's.
+  std::vector<std::string> engine_arguments;
   // How the agent reaches its model without ever holding its key (`airlock agent run`): the
   // network door serves a model gateway, plain HTTP on the door's address inside the sandbox, that
   // forwards each request to `upstream` over verified TLS with the credential header swapped for

@@ -435,6 +435,97 @@ class RealAgentCli : public ::testing::Test {
   TempDir home_{std::nullopt, "/var/tmp"};
 };
 
+// The proof of the secretless route with the real CLIs: each does one scripted task confined on
+// the namespaces tier, as root and as an unprivileged user given a delegated cgroup. The model
+// (tests/support/scripted_model.py, TLS on loopback, reached only through the door) asks for a file
+// to be written, /etc/shadow to be read and a host off the allow-list to be fetched, then ends.
+class RealAgentTask : public ::testing::TestWithParam<std::tuple<std::string, Identity>> {};
+
+TEST_P(RealAgentTask, FinishesTheScriptedTaskWithoutEverHoldingItsKey) {
+  const auto& [name, identity] = GetParam();
+  const char* d = std::getenv("AIRLOCK_TEST_AGENT_CLIS");
+  std::string dir = d ? d : "";
+  if (dir.empty() || !exists(dir + "/.complete")) {
+    std::string why = "the real agent CLIs are not installed (scripts/agent-clis DIR, needs npm and the registry)";
+    if (require_all_tiers()) FAIL() << "AIRLOCK_REQUIRE_ALL_TIERS=1 but: " << why;
+    GTEST_SKIP() << why;
+  }
+  std::string why;
+  if (!identity_available(identity, &why)) GTEST_SKIP() << why;
+  CliFixture fx(identity);
+  TempDir home(std::nullopt, "/var/tmp");
+  std::string key = "sk-real-" + random_id();
+  ScriptedModel model(key);
+  ASSERT_GT(model.port(), 0) << "the scripted model server did not start";
+  auto p = *policy::find_agent_profile(name);
+  std::string pol = fx.write_policy(fmt::format(
+      R"({{"schema_version": "airlock.task_policy.v1", "executor": "namespaces", "read_only_paths": ["{}"],
+          "limits": {{"memory_mb": 16384, "command_timeout_seconds": 180}},
+          "code_network": {{"mode": "allowlist", "rules": [{{"cidr": "127.0.0.1/32", "ports": [{}], "schemes": ["https"]}}]}}}})",
+      dir, model.port()));
+  std::vector<std::string> args = {"agent", "run", "--profile", name, "--pass-env", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
+                                   "--policy", pol, "--workspace", fx.workspace(),
+                                   "--executable", dir + "/node_modules/.bin/" + p.executable,
+                                   "--model-upstream", fmt::format("https://127.0.0.1:{}", model.port()),
+                                   "--model-ca", model.ca(), "--"};
+  if (name == "claude-code") {
+    for (const char* a : {"-p", "do the task", "--allowedTools", "Bash"}) args.push_back(a);
+  } else {
+    for (const char* a : {"exec", "--skip-git-repo-check", "-c", "analytics.enabled=false", "-c", "features.plugins=false",
+                          "do the task"})
+      args.push_back(a);
+  }
+  auto r = fx.run(args,
+                  {{"HOME", home.path()},
+                   {p.credential_variables.front(), key},
+                   {"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"}},
+                  240);
+  if (r.status == 125 && r.err.find("AIRLOCK_EXECUTOR_UNAVAILABLE") != std::string::npos && !require_all_tiers())
+    GTEST_SKIP() << r.err;
+  ASSERT_EQ(r.status, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("TASK-DONE"), std::string::npos) << r.out;
+  // The file the model asked for is written back.
+  std::ifstream result(fx.workspace() + "/result.txt");
+  std::string content((std::istreambuf_iterator<char>(result)), {});
+  EXPECT_EQ(content, "done\n") << r.err;
+  // The model saw every turn, with the real key only (the door put it there), and the results:
+  // the shadow read failed inside, the host off the allow-list was refused at the door.
+  auto log = model.log();
+  int turns = 0;
+  std::string last_results;
+  for (const auto& e : log) {
+    if (e.value("kind", "") != "main") continue;
+    ++turns;
+    EXPECT_EQ(e.value("credential", ""), p.model_gateway->credential_prefix + key) << e.dump();
+    last_results = e["tool_results"].dump();
+  }
+  EXPECT_EQ(turns, 4) << r.err;
+  EXPECT_NE(last_results.find("/etc/shadow: "), std::string::npos) << last_results;
+  EXPECT_EQ(last_results.find("root:"), std::string::npos) << last_results;
+  EXPECT_NE(last_results.find("response 403"), std::string::npos) << last_results;
+  EXPECT_NE(last_results.find("FETCH-REFUSED"), std::string::npos) << last_results;
+  // Receipts: each model request, the refused host; never the key.
+  auto files = fx.receipts();
+  ASSERT_EQ(files.size(), 1u);
+  int model_requests = 0, refused = 0;
+  for (const auto& rc : read_receipts(files[0])) {
+    EXPECT_EQ(rc.dump().find(key), std::string::npos) << rc.dump();
+    if (rc.value("kind", "") != "door.request") continue;
+    if (rc.value("door", "") == "model_gateway" && rc.value("status", 0) == 200) ++model_requests;
+    if (rc.value("target", "") == "example.org:443" && rc.value("decision", "") == "refused") ++refused;
+  }
+  EXPECT_EQ(model_requests, turns);
+  EXPECT_EQ(refused, 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(EachCli, RealAgentTask,
+                         ::testing::Combine(::testing::Values("claude-code", "codex"),
+                                            ::testing::Values(Identity::Self, Identity::Nobody)),
+                         [](const auto& info) {
+                           std::string n = std::get<0>(info.param) == "claude-code" ? "claude" : "codex";
+                           return n + (std::get<1>(info.param) == Identity::Self ? "_self" : "_nobody");
+                         });
+
 TEST_F(RealAgentCli, EveryBypassArgumentOfEveryProfileIsInItsHelp) {
   for (const auto& p : policy::builtin_agent_profiles()) {
     auto r = fx_->run_program({bin(p), "--help"}, "", {{"HOME", home_.path()}}, 120);
