@@ -75,6 +75,10 @@ class ProcessExecutor final : public Executor {
     e.tier = plan_.tier();
     if (steps_.landlock) {
       landlock_ = TRY(linux::prepare_landlock(*steps_.landlock, {dirs_.view, dirs_.scratch}));
+      // Without a /proc of its own, each command reads its own /proc/<pid> (LaunchSpec::landlock_own_proc).
+      if (!steps_.sandbox)
+        landlock_.applied.rules.push_back({"/proc/self (each command's own /proc/<pid>, added by the command)",
+                                           plan::Access::Read, {"read_file", "read_dir"}});
       e.landlock = landlock_.applied;
     }
     if (steps_.seccomp) {
@@ -128,6 +132,7 @@ class ProcessExecutor final : public Executor {
     spec.drop_capabilities = plan_.drops_capabilities();
     spec.rlimits = &rlimits_;
     spec.landlock_ruleset = landlock_.ruleset.get();
+    spec.landlock_own_proc = !steps_.sandbox;
     spec.seccomp = seccomp_ ? &seccomp_->fprog : nullptr;
     spec.no_new_privs = confined();
     spec.wall_timeout_ms = plan_.limits.wall_timeout_ms;

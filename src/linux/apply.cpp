@@ -88,6 +88,8 @@ pid_t clone_with_pidfd(int* pidfd, uint64_t extra_flags = 0) noexcept {
     if (int e = apply_drop_capabilities()) report_and_exit(errfd, Step::DropCapabilities, e);
   if (s.no_new_privs && ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
     report_and_exit(errfd, Step::NoNewPrivs, errno);
+  if (ruleset >= 0 && s.landlock_own_proc)
+    if (int e = apply_landlock_read_rule(ruleset, "/proc/self")) report_and_exit(errfd, Step::Landlock, e);
   if (ruleset >= 0)
     if (int e = apply_landlock(ruleset)) report_and_exit(errfd, Step::Landlock, e);
   if (s.seccomp)

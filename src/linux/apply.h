@@ -42,6 +42,10 @@ struct LaunchSpec {
   std::string cwd;
   const RlimitSet* rlimits = nullptr;
   int landlock_ruleset = -1;
+  // The Landlock tier (no /proc of the sandbox's own): the command may read its own /proc/<pid>
+  // (its maps, status, cgroup; runtimes such as JavaScriptCore stop without them), never another
+  // process's. The rule is added by the command itself, on the directory /proc/self names for it.
+  bool landlock_own_proc = false;
   const sock_fprog* seccomp = nullptr;
   std::array<int, 3> cgroup_procs = {-1, -1, -1};  // cgroup.procs to join, -1: none
   // The namespaces tier: set together or not at all. The supervisor then starts an init in new

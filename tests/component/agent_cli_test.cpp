@@ -575,6 +575,25 @@ TEST_F(RealAgentCli, VersionAndHelpRunConfinedWithoutNetwork) {
   }
 }
 
+// The tier an unprivileged user without a delegated cgroup gets: Claude Code's runtime (Bun's
+// JavaScriptCore) aborted there without its own /proc/self/maps; it now starts, and Codex too.
+TEST_F(RealAgentCli, BothStartOnTheLandlockTier) {
+  std::string pol = fx_->write_policy(R"({"schema_version": "airlock.task_policy.v1", "executor": "landlock",
+      "read_only_paths": [")" + dir_ + R"("], "limits": {"memory_mb": 16384, "command_timeout_seconds": 120}})",
+                                      "landlock.json");
+  for (const char* name : {"claude-code", "codex"}) {
+    auto p = *policy::find_agent_profile(name);
+    auto r = fx_->run({"agent", "run", "--profile", name, "--policy", pol, "--executable", bin(p), "--no-credential",
+                       "--", "--version"},
+                      {{"HOME", home_.path()}}, 180);
+    if (r.status == 125 && r.err.find("AIRLOCK_EXECUTOR_UNAVAILABLE") != std::string::npos && !require_all_tiers())
+      GTEST_SKIP() << r.err;
+    ASSERT_EQ(r.status, 0) << name << ": " << r.err << r.out;
+    EXPECT_NE(r.out.find(version(p)), std::string::npos) << name << ": " << r.out;
+    EXPECT_NE(r.err.find("airlock: landlock tier"), std::string::npos) << r.err;
+  }
+}
+
 TEST_F(RealAgentCli, EachBypassArgumentInBothFormsIsRefused) {
   for (const char* name : {"claude-code", "codex", "gemini"}) {
     auto p = *policy::find_agent_profile(name);

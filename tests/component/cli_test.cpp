@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <fstream>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -177,6 +178,28 @@ TEST(CliRun, JsonSummaryIsTheLastLineOfStdout) {
   EXPECT_EQ(j["written_back"]["written"], Json::array({"out/b.txt"}));
   EXPECT_TRUE(j["refusals"].empty());
   EXPECT_EQ(read_text(fx.workspace() + "/out/b.txt"), "b\n");
+}
+
+// The Landlock tier has no /proc of its own: each command reads its own /proc/<pid> (a runtime such
+// as JavaScriptCore stops without /proc/self/maps), never another process's, nor a child's.
+TEST(CliRun, OnTheLandlockTierACommandReadsItsOwnProcAndNoOneElses) {
+  CliFixture fx(Identity::Self);
+  auto pol = fx.write_policy(R"({"schema_version": "airlock.task_policy.v1", "executor": "landlock"})");
+  TempDir outside(std::nullopt, "/var/tmp");
+  ::chmod(outside.path().c_str(), 0755);
+  std::ofstream(outside / "host.txt") << "host\n";
+  auto r = fx.run({"run", "--policy", pol, "--workspace", fx.workspace(), "--", "/bin/sh", "-c",
+                   // The shell itself reads (a builtin's redirection), so /proc/self is the command's.
+                   "read l < /proc/self/maps && echo own-ok; "
+                   "{ read l < /proc/$PPID/environ; } 2>/dev/null || echo parent-denied; "
+                   "{ read l < /proc/1/status; } 2>/dev/null || echo init-denied; "
+                   "sleep 30 & c=$!; { read l < /proc/$c/status; } 2>/dev/null || echo child-denied; kill $c; "
+                   "{ read l < " + outside / "host.txt" + "; } 2>/dev/null || echo host-denied; "
+                   "{ read l < /proc/self/root" + outside / "host.txt" + "; } 2>/dev/null || echo root-link-denied"});
+  if (r.status == 125 && r.err.find("AIRLOCK_EXECUTOR_UNAVAILABLE") != std::string::npos && !require_all_tiers())
+    GTEST_SKIP() << "the landlock tier is unavailable here: " << r.err;
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "own-ok\nparent-denied\ninit-denied\nchild-denied\nhost-denied\nroot-link-denied\n") << r.err;
 }
 
 TEST(CliRun, UnknownCommandIsAToolFailure) {
