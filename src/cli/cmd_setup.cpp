@@ -1,12 +1,11 @@
 // `airlock setup delegate USER` and `setup undelegate USER` (root): the cgroups an unprivileged user
 // needs for the namespaces tier, made in the one place the probe looks for them.
+#include <fmt/ranges.h>
 #include <pwd.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
-
-#include <fmt/ranges.h>
 
 #include "cli/verbs.h"
 #include "linux/cgroup.h"
@@ -23,12 +22,13 @@ struct User {
 // A name from the password database, or a number that is a uid there.
 Result<User> find_user(const std::string& arg) {
   std::vector<char> buf(16384);
-  struct passwd pw {}, *found = nullptr;
+  struct passwd pw {
+  }, *found = nullptr;
   if (::getpwnam_r(arg.c_str(), &pw, buf.data(), buf.size(), &found) != 0 || !found) {
     char* end = nullptr;
     unsigned long n = arg.empty() ? 0 : std::strtoul(arg.c_str(), &end, 10);
-    if (arg.empty() || *end != '\0' || ::getpwuid_r(static_cast<uid_t>(n), &pw, buf.data(), buf.size(), &found) != 0 ||
-        !found)
+    if (arg.empty() || *end != '\0' ||
+        ::getpwuid_r(static_cast<uid_t>(n), &pw, buf.data(), buf.size(), &found) != 0 || !found)
       return fail(Code::OptionInvalid, fmt::format("no user named {} on this host", arg), {{"user", arg}});
   }
   return User{found->pw_name, found->pw_uid, found->pw_gid};
@@ -51,20 +51,26 @@ int delegate(Globals& g, const std::string& arg) {
   if (!linux::cgroup_v1_hierarchies_present()) {
     // cgroup2: delegation belongs to systemd, which owns the tree; we say what to type instead.
     std::string command = linux::cgroup_v2_fix_command(user->uid);
-    if (!g.json) std::printf("cgroup v2 host: delegate to %s through systemd:\n  %s\n", user->name.c_str(), command.c_str());
-    return refuse(Error{Code::ConfigError,
-                        "this host has no cgroup v1 hierarchies of memory, pids and cpu; airlock does not edit "
-                        "systemd's cgroup2 tree: run " + command,
-                        {{"command", command}}},
-                  g.json);
+    if (!g.json)
+      std::printf("cgroup v2 host: delegate to %s through systemd:\n  %s\n", user->name.c_str(),
+                  command.c_str());
+    return refuse(
+        Error{Code::ConfigError,
+              "this host has no cgroup v1 hierarchies of memory, pids and cpu; airlock does not edit "
+              "systemd's cgroup2 tree: run " +
+                  command,
+              {{"command", command}}},
+        g.json);
   }
   auto dirs = linux::delegate_cgroups(user->uid, user->gid);
   if (!dirs) return refuse(dirs.error(), g.json);
   if (g.json) {
     std::printf("%s\n", Json{{"user", user->name}, {"uid", user->uid}, {"delegated", *dirs}}.dump(2).c_str());
   } else {
-    std::printf("delegated to %s (uid %u): %s\n", user->name.c_str(), user->uid, fmt::format("{}", fmt::join(*dirs, " ")).c_str());
-    std::printf("%s's airlock now makes its sandbox cgroups there (airlock doctor shows the base)\n", user->name.c_str());
+    std::printf("delegated to %s (uid %u): %s\n", user->name.c_str(), user->uid,
+                fmt::format("{}", fmt::join(*dirs, " ")).c_str());
+    std::printf("%s's airlock now makes its sandbox cgroups there (airlock doctor shows the base)\n",
+                user->name.c_str());
   }
   return 0;
 }
@@ -95,7 +101,8 @@ void add_setup(CLI::App& app, Globals& g, Action& run) {
       "delegate", "give USER cgroups of its own (v1: /sys/fs/cgroup/<controller>/airlock.delegate/<uid>)");
   del->add_option("USER", user, "user name or uid")->required();
   del->callback([&g, &run] { run = [&g] { return delegate(g, user); }; });
-  auto* undel = setup->add_subcommand("undelegate", "remove what setup delegate made for USER (only if empty)");
+  auto* undel =
+      setup->add_subcommand("undelegate", "remove what setup delegate made for USER (only if empty)");
   undel->add_option("USER", user, "user name or uid")->required();
   undel->callback([&g, &run] { run = [&g] { return undelegate(g, user); }; });
 }

@@ -1,12 +1,11 @@
 // `airlock setup delegate`: root gives an unprivileged user cgroups of its own, and that user's
 // airlock then runs on the namespaces tier; refusals by name; nothing left behind.
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <memory>
-
-#include <gtest/gtest.h>
 
 #include "cli_support.h"
 
@@ -117,14 +116,17 @@ TEST_F(SetupTest, DelegateGivesNobodyTheNamespacesTierAndUndelegateRemovesIt) {
             std::string::npos)
       << after.out;
 
-  std::string policy = nobody_->write_policy(R"({"schema_version": "airlock.task_policy.v1", "executor": "namespaces"})");
-  auto run = nobody_->run({"run", "--policy", policy, "--workspace", nobody_->workspace(), "--", "/bin/true"});
+  std::string policy =
+      nobody_->write_policy(R"({"schema_version": "airlock.task_policy.v1", "executor": "namespaces"})");
+  auto run =
+      nobody_->run({"run", "--policy", policy, "--workspace", nobody_->workspace(), "--", "/bin/true"});
   ASSERT_EQ(run.status, 0) << run.err << run.out;
   auto files = nobody_->receipts();
   ASSERT_EQ(files.size(), 1u);
   auto open = read_receipts(files[0]).at(0);
   EXPECT_EQ(open["executor"], "namespaces") << open.dump();
-  EXPECT_EQ(open["host_facts"]["cgroup_v1_base"], "/sys/fs/cgroup/<controller>/airlock.delegate/65534") << open.dump();
+  EXPECT_EQ(open["host_facts"]["cgroup_v1_base"], "/sys/fs/cgroup/<controller>/airlock.delegate/65534")
+      << open.dump();
   // The run's cgroups were made beneath the delegated directories and removed again.
   for (const char* c : kControllers) {
     std::error_code ec;
@@ -134,7 +136,8 @@ TEST_F(SetupTest, DelegateGivesNobodyTheNamespacesTierAndUndelegateRemovesIt) {
 
   auto removed = root_->run({"setup", "undelegate", "nobody"});
   ASSERT_EQ(removed.status, 0) << removed.err << removed.out;
-  for (const char* c : kControllers) EXPECT_FALSE(exists(delegated_dir(c, kNobody))) << delegated_dir(c, kNobody);
+  for (const char* c : kControllers)
+    EXPECT_FALSE(exists(delegated_dir(c, kNobody))) << delegated_dir(c, kNobody);
   auto nothing = root_->run({"setup", "undelegate", "nobody"});
   EXPECT_EQ(nothing.status, 0) << "idempotent: " << nothing.err;
 }
