@@ -321,6 +321,20 @@ NamespacesSandbox namespaces_sandbox(const policy::TaskPolicy& p, const HostFact
   return s;
 }
 
+// The namespaces sandbox makes its own /tmp (the session's scratch directory), /proc and /dev: a
+// read-only path beneath one of them would be hidden there, so it is refused by name, never dropped.
+Result<void> check_read_only_paths_shown(const policy::TaskPolicy& p) {
+  for (const auto& r : p.read_only_paths)
+    for (const char* own : {"/tmp", "/proc", "/dev"})
+      if (is_under(r, own))
+        return fail(Code::IsolationPolicyInvalid,
+                    fmt::format("read_only_paths has {}, beneath {}, which the namespaces tier makes its own (the "
+                                "sandbox's {} hides the host's): install it elsewhere, such as /opt or /var/tmp",
+                                r, own, own),
+                    {{"read_only_path", r}, {"hidden_by", own}, {"executor", "namespaces"}});
+  return {};
+}
+
 // The chosen tier's confinement, and the limits and relaxations that go with it. Each case builds
 // its tier's plan whole.
 Result<TierPlan> plan_tier(ExecutorKind e, const policy::TaskPolicy& p, const HostFacts& f, ExecutionPlan& plan) {
@@ -343,6 +357,7 @@ Result<TierPlan> plan_tier(ExecutorKind e, const policy::TaskPolicy& p, const Ho
       return t;
     }
     case ExecutorKind::Namespaces: {
+      TRY(check_read_only_paths_shown(p));
       NamespacesTierPlan t{namespaces_sandbox(p, f), std::nullopt};
       if (p.code_network.mode == NetworkMode::Allowlist) {
         t.door = DoorPlan{};

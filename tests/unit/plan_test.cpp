@@ -638,6 +638,28 @@ TEST(PlanTiers, TheBuiltTiersAreTheExecutorRegistrys) {
   }
 }
 
+// The namespaces sandbox's own /tmp, /proc and /dev hide the host's: a read-only path beneath one
+// is refused by name at plan time (an agent installed under /tmp used to vanish inside), while the
+// Landlock tier, which shows the host's own /tmp, plans it.
+TEST(PlanTiers, AReadOnlyPathTheNamespacesSandboxWouldHideIsRefusedByName) {
+  for (const char* hidden : {"/tmp/agent", "/proc/sys", "/dev/shm/x", "/tmp"}) {
+    SCOPED_TRACE(hidden);
+    policy::TaskPolicy p = policy_or_die("executor_namespaces");
+    p.read_only_paths = {"/opt/tools", hidden};
+    auto r = plan_here(p, facts_everything(), Profile::Production);
+    ASSERT_FALSE(r.has_value());
+    EXPECT_EQ(r.error().code, Code::IsolationPolicyInvalid);
+    EXPECT_EQ(r.error().facts.at("read_only_path"), hidden);
+    EXPECT_NE(r.error().message.find("install it elsewhere"), std::string::npos) << r.error().message;
+  }
+  policy::TaskPolicy ok = policy_or_die("executor_namespaces");
+  ok.read_only_paths = {"/opt/tools", "/var/tmp/agent", "/tmpfoo"};
+  EXPECT_TRUE(plan_here(ok, facts_everything(), Profile::Production).has_value());
+  policy::TaskPolicy ll = policy_or_die("executor_landlock");
+  ll.read_only_paths = {"/tmp/agent"};
+  EXPECT_TRUE(plan_here(ll, facts_everything(), Profile::Production).has_value());
+}
+
 TEST(PlanTiers, ATierNoExecutorImplementsIsRefusedByNameAndNeedsNoFacts) {
   // The policy format has container (DESIGN.md); this build has no executor for it.
   Candidate c = assess(ExecutorKind::Container, facts_everything(), Profile::Production, exec::built_tiers());
