@@ -290,10 +290,12 @@ Result<ExecutorKind> choose_tier(const policy::TaskPolicy& p, const Need& need, 
     return e;
   }
   // An explicit Landlock request on a kernel below the floor has its own code.
-  if (p.executor == ExecutorKind::Landlock && f.landlock_abi > 0 && f.landlock_abi < 3)
+  if (p.executor == ExecutorKind::Landlock && f.landlock_abi > 0 && f.landlock_abi < kLandlockTierAbiFloor)
     return fail(Code::ConfinementBelowFloor,
-                fmt::format("Landlock ABI {} measured, the landlock tier needs at least ABI 3", f.landlock_abi),
-                {{"landlock_abi", f.landlock_abi}, {"floor", 3}});
+                fmt::format("Landlock ABI {} measured, the landlock tier needs at least ABI {} (signal and "
+                            "abstract-socket scoping)",
+                            f.landlock_abi, kLandlockTierAbiFloor),
+                {{"landlock_abi", f.landlock_abi}, {"floor", kLandlockTierAbiFloor}});
   std::vector<std::string> why;
   Json considered = Json::array();
   for (const auto& c : plan.considered) {
@@ -350,6 +352,7 @@ Result<TierPlan> plan_tier(ExecutorKind e, const policy::TaskPolicy& p, const Ho
     }
     case ExecutorKind::Landlock: {
       LandlockTierPlan t{landlock_plan(p, f), seccomp_plan(p)};
+      t.landlock.abi_floor = kLandlockTierAbiFloor;
       // No mount namespace hides the host's unix sockets here, and Landlock cannot stop a connect.
       t.seccomp.no_sockets = p.code_network.mode == NetworkMode::Off;
       for (const char* name : kHostSharedSyscalls) t.seccomp.denied_syscalls.push_back(name);
@@ -441,8 +444,10 @@ Candidate assess(ExecutorKind e, const HostFacts& f, Profile profile, BuiltTiers
                    (it != f.reasons.end() ? it->second : std::string("absent"));
         return c;
       }
-      if (f.landlock_abi < 3) {
-        c.reason = fmt::format("Landlock ABI {} is below the floor of ABI 3", f.landlock_abi);
+      if (f.landlock_abi < kLandlockTierAbiFloor) {
+        c.reason = fmt::format("Landlock ABI {} is below the landlock tier's floor of ABI {}: without signal "
+                               "scoping a command could signal its own supervisor",
+                               f.landlock_abi, kLandlockTierAbiFloor);
         return c;
       }
       if (!f.seccomp_filter || !f.no_new_privs) {
