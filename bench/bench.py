@@ -620,6 +620,124 @@ def store(ctx):
 
 
 # ---------------------------------------------------------------------------------------------
+# A whole agent run: the real CLI through one scripted task.
+
+AGENT_TASKS = {  # profile: (executable, arguments, its own base-URL arguments for the unconfined run)
+    "claude-code": ("claude", ["-p", "do the task", "--allowedTools", "Bash"], lambda url: []),
+    "codex": ("codex", ["exec", "--skip-git-repo-check", "-c", "analytics.enabled=false", "-c",
+                        "features.plugins=false", "do the task"],
+              lambda url: ["-c", "model_providers.direct.name=direct", "-c", f"model_providers.direct.base_url={url}/v1",
+                           "-c", "model_providers.direct.env_key=OPENAI_API_KEY", "-c",
+                           "model_providers.direct.wire_api=responses", "-c", "model_provider=direct", "-c",
+                           'sandbox_mode="danger-full-access"']),
+}
+
+
+def start_model(ctx, name, key, tls):
+    """tests/support/scripted_model.py on loopback; (Popen, port)."""
+    d = ctx.work / f"model-{name}"
+    d.mkdir()
+    cmd = [PYTHON, str(REPO / "tests" / "support" / "scripted_model.py"), "--port", "0", "--port-file",
+           str(d / "port"), "--log", str(d / "log"), "--expect-key", key]
+    if tls:
+        cmd += ["--tls-cert", str(ctx.work / "cert.pem"), "--tls-key", str(ctx.work / "key.pem")]
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(200):
+        if (d / "port").exists() and (d / "port").read_text().strip():
+            return p, int((d / "port").read_text())
+        time.sleep(0.05)
+    p.kill()
+    raise RuntimeError("the scripted model server did not start")
+
+
+@benchmark("agent-task")
+def agent_task(ctx):
+    clis = REPO / ".cache" / "agent-clis"
+    rows = []
+    s = Section("agent-task", "A real agent CLI through one scripted task (4 model turns, 3 shell commands)", "s",
+                "p10-p90", rows, ratios=False)
+    s.notes.append("Each CLI runs the task of tests/support/scripted_model.py: write result.txt, cat /etc/shadow, "
+                   "fetch a host off the allow-list, end. Unconfined: the CLI talks to the model over plain HTTP on "
+                   "loopback. airlock: `airlock agent run` on the namespaces tier, the model reached only through the "
+                   "door's gateway (verified TLS to the same server, the key swapped in at the door). The Landlock "
+                   "tier has no door, so an agent there cannot reach its model: it has no row.")
+    if not (clis / ".complete").exists():
+        why = f"the agent CLIs are not installed (scripts/agent-clis {clis})"
+        for name in AGENT_TASKS:
+            rows += [Row(f"{name} unconfined", "baseline", unavailable=why),
+                     Row(f"{name} airlock-namespaces", "airlock CLI", unavailable=why)]
+        return s
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(ctx.work / "key.pem"), "-out",
+                    str(ctx.work / "cert.pem")], check=True, capture_output=True)
+    key = "sk-bench-" + os.urandom(8).hex()
+    plain, plain_port = start_model(ctx, "plain", key, False)
+    tls, tls_port = start_model(ctx, "tls", key, True)
+    try:
+        pol = ctx.work / "agent.json"
+        pol.write_text(json.dumps({
+            "schema_version": "airlock.task_policy.v1", "executor": "namespaces", "read_only_paths": [str(clis)],
+            "limits": {"memory_mb": 16384, "command_timeout_seconds": 180},
+            "code_network": {"mode": "allowlist",
+                             "rules": [{"cidr": "127.0.0.1/32", "ports": [tls_port], "schemes": ["https"]}]}}))
+        refusal = ctx.tier_refusal("namespaces")
+        rounds = 2 if ctx.quick else 5
+        for name, (exe, args, direct) in AGENT_TASKS.items():
+            binary = str(clis / "node_modules" / ".bin" / exe)
+            var = "ANTHROPIC_API_KEY" if name == "claude-code" else "OPENAI_API_KEY"
+            base = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", var: key,
+                    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+            variants = [(f"{name} unconfined", "baseline", None),
+                        (f"{name} airlock-namespaces", "airlock CLI", refusal)]
+            times = {v[0]: [] for v in variants}
+            failed = {}
+            for i in range(rounds):
+                for label, kind, why in variants:
+                    if why or label in failed:
+                        continue
+                    ws = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="airlock-bench-ws."))
+                    home = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="airlock-bench-home."))
+                    env = dict(base, HOME=str(home))
+                    if kind == "baseline":
+                        env["ANTHROPIC_BASE_URL"] = f"http://127.0.0.1:{plain_port}"
+                        cmd = [binary, *direct(f"http://127.0.0.1:{plain_port}"), *args]
+                    else:
+                        cmd = [ctx.airlock, "--state-dir", str(ctx.state), "agent", "run", "-q", "--profile", name,
+                               "--pass-env", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "--policy", str(pol),
+                               "--workspace", str(ws), "--executable", binary, "--model-upstream",
+                               f"https://127.0.0.1:{tls_port}", "--model-ca", str(ctx.work / "cert.pem"), "--", *args]
+                    t0 = time.monotonic()
+                    r = subprocess.run(cmd, cwd=ws, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                       timeout=300)
+                    took = time.monotonic() - t0
+                    done = (ws / "result.txt").exists()
+                    shutil.rmtree(ws, ignore_errors=True)
+                    shutil.rmtree(home, ignore_errors=True)
+                    if r.returncode != 0 or not done:
+                        lines = [l for l in (r.stderr + r.stdout).splitlines() if l.strip()]
+                        failed[label] = f"exit {r.returncode}, result.txt {'written' if done else 'missing'}: " \
+                                        f"{(lines or ['no output'])[-1][:200]}"
+                        log(f"{label}: {failed[label]}")
+                        continue
+                    times[label].append(took)
+            mine = []
+            for label, kind, why in variants:
+                t = times[label]
+                if why or label in failed or not t:
+                    mine.append(Row(label, kind, unavailable=why or failed.get(label, "no run")))
+                else:
+                    mine.append(Row(label, kind, statistics.median(t), pct(t, 0.1), pct(t, 0.9), t, len(t)))
+            if all(r.median for r in mine):  # each CLI against itself unconfined, in the same run
+                mine[1].extra["x unconfined"] = f"{mine[1].median / mine[0].median:.2f}"
+            rows += mine
+    finally:
+        for p in (plain, tls):
+            p.terminate()
+            p.wait()
+    return s
+
+
+# ---------------------------------------------------------------------------------------------
 # Output: ratios, Markdown, charts.
 
 def add_ratios(s):

@@ -9,6 +9,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 out=$(mktemp -d /tmp/airlock-bench-test.XXXXXX)
 trap 'rm -rf "$out"' EXIT
 names=spawn-true,spawn-unprivileged,teardown,memory,broker,ledger
+# The real agent CLIs, when scripts/agent-clis installed them (CTest's agent_clis fixture).
+agents=0
+if [ -e "$here/../.cache/agent-clis/.complete" ]; then names+=,agent-task; agents=1; fi
 "$here/bench.py" --build "$build" --quick --no-peers --only "$names" --out "$out" > "$out/stdout"
 md=$out/latest.md
 fail() { echo "test_bench: $*" >&2; echo "--- latest.md" >&2; cat "$md" >&2; exit 1; }
@@ -29,6 +32,12 @@ row airlock-host-lib 'airlock library'
 row airlock-landlock 'airlock CLI'  # teardown and memory
 row 'session read_file \+ receipt' 'airlock library'
 row 'intent \+ outcome, fdatasync per intent' 'airlock library'
+if [ "$agents" = 1 ]; then
+  for cli in claude-code codex; do
+    row "$cli unconfined" baseline
+    [ "${AIRLOCK_REQUIRE_ALL_TIERS:-0}" = 1 ] && row "$cli airlock-namespaces" 'airlock CLI'
+  done
+fi
 if [ "${AIRLOCK_REQUIRE_ALL_TIERS:-0}" = 1 ]; then
   row airlock-namespaces-cli 'airlock CLI'
   row airlock-namespaces-lib 'airlock library'

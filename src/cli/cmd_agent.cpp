@@ -178,7 +178,8 @@ int agent_run(Globals& g, AgentOptions& o) {
         if (door) {
           std::string placeholder = "airlock-placeholder-" + random_id();
           o.run.model_gateway = egress::ModelGateway{o.model_upstream.value_or(gw->upstream), gw->credential_header, gw->credential_prefix,
-                                                     placeholder,   std::move(cred->secret),  o.model_ca};
+                                                     placeholder,   std::move(cred->secret),  o.model_ca,
+                                                     gw->paths};
           std::erase_if(o.run.scrub_env, [&](const std::string& v) {
             return std::find(gw->placeholder_variables.begin(), gw->placeholder_variables.end(), v) !=
                    gw->placeholder_variables.end();

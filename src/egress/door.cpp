@@ -42,6 +42,7 @@ struct DoorServer::State {
   std::list<Conn> conns;
   std::thread acceptor;
   std::string self;  // the listener's own "address:port": an absolute URL for it is the gateway
+  std::atomic<size_t> gateway_active = 0;
   void serve(UniqueFd client);
 };
 
@@ -196,6 +197,27 @@ struct Stream {
 };
 
 }  // namespace
+
+bool gateway_path_allowed(std::string_view path, const std::vector<std::string>& allowed) {
+  std::string_view p = path.substr(0, path.find('?'));
+  if (p.empty() || p.front() != '/') return false;
+  // What the upstream client (libcurl) would normalise into another path, or a server decode into one.
+  std::string low = lower(std::string(p));
+  if (low.find("%2e") != std::string::npos || low.find("%2f") != std::string::npos ||
+      low.find("%5c") != std::string::npos || low.find('\\') != std::string::npos || low.find("//") != std::string::npos)
+    return false;
+  for (size_t i = 0; i < p.size();) {
+    size_t j = p.find('/', i + 1);
+    std::string_view seg = p.substr(i + 1, (j == std::string_view::npos ? p.size() : j) - i - 1);
+    if (seg == "." || seg == "..") return false;
+    if (j == std::string_view::npos) break;
+    i = j;
+  }
+  if (allowed.empty()) return true;
+  return std::any_of(allowed.begin(), allowed.end(), [&](const std::string& a) {
+    return p == a || (p.starts_with(a) && (a.ends_with("/") || p[a.size()] == '/'));
+  });
+}
 
 std::string ProxyHead::get(std::string_view name) const {
   for (const auto& [k, v] : fields)
@@ -493,6 +515,13 @@ class Connection {
     const ModelGateway& g = *st_.opts.gateway;
     receipt_["door"] = "model_gateway";
     receipt_["target"] = path.substr(0, path.find('?'));
+    if (!gateway_path_allowed(path, g.paths)) {
+      refuse_plain(403, Error{Code::EgressDenied,
+                              fmt::format("the model gateway forwards only {}", g.paths.empty() ? std::string("clean paths")
+                                                                          : fmt::format("{}", fmt::join(g.paths, ", "))),
+                              {{"allowed_paths", g.paths}}});
+      return false;
+    }
     if (req.get(g.header) != g.prefix + g.placeholder) {
       refuse_plain(403, Error{Code::EgressDenied,
                               fmt::format("a model request carries the session's placeholder credential in {}", g.header),
@@ -520,6 +549,16 @@ class Connection {
       return false;
     }
     note(*adm);
+    // Each request holds its body in this process: a bounded number at once bounds the memory.
+    struct Slot {
+      std::atomic<size_t>& n;
+      ~Slot() { --n; }
+    } slot{st_.gateway_active};
+    if (++st_.gateway_active > g.max_concurrent) {
+      refuse_plain(503, Error{Code::LimitExceeded,
+                              fmt::format("more than {} model requests at once", g.max_concurrent), {}});
+      return false;
+    }
     FetchRequest fr;
     fr.method = method;
     fr.url = adm->target.url;

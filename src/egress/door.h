@@ -31,6 +31,11 @@ struct ModelGateway {
   std::string placeholder;
   std::string secret;
   std::string ca_file;  // the upstream's trust store; empty: the system's
+  // The paths the agent may ask for (each with what lies below it); any other is refused. Empty:
+  // every path. A path with a dot segment, an encoded dot or slash, or an empty segment is refused
+  // whatever the list says (the upstream client would resolve it elsewhere).
+  std::vector<std::string> paths;
+  size_t max_concurrent = 8;  // model requests in flight at once; more are answered 503
   uint64_t timeout_ms = 600000;
   uint64_t max_request_bytes = 32 << 20;
   uint64_t max_response_bytes = 256 << 20;
@@ -94,5 +99,9 @@ Framing body_framing(const ProxyHead& h, bool is_request);
 
 // "host api.example.com ports [443] schemes [https]; cidr 10.0.0.0/8 ports [80] schemes [http]"
 std::string describe_rules(const std::vector<policy::EgressRule>& rules);
+
+// Whether a model gateway admits `path` (origin form, query included) under `allowed`
+// (ModelGateway::paths). Pure; the door and its tests share it.
+bool gateway_path_allowed(std::string_view path, const std::vector<std::string>& allowed);
 
 }  // namespace airlock::egress

@@ -290,10 +290,12 @@ Result<ExecutorKind> choose_tier(const policy::TaskPolicy& p, const Need& need, 
     return e;
   }
   // An explicit Landlock request on a kernel below the floor has its own code.
-  if (p.executor == ExecutorKind::Landlock && f.landlock_abi > 0 && f.landlock_abi < 3)
+  if (p.executor == ExecutorKind::Landlock && f.landlock_abi > 0 && f.landlock_abi < kLandlockTierAbiFloor)
     return fail(Code::ConfinementBelowFloor,
-                fmt::format("Landlock ABI {} measured, the landlock tier needs at least ABI 3", f.landlock_abi),
-                {{"landlock_abi", f.landlock_abi}, {"floor", 3}});
+                fmt::format("Landlock ABI {} measured, the landlock tier needs at least ABI {} (signal and "
+                            "abstract-socket scoping)",
+                            f.landlock_abi, kLandlockTierAbiFloor),
+                {{"landlock_abi", f.landlock_abi}, {"floor", kLandlockTierAbiFloor}});
   std::vector<std::string> why;
   Json considered = Json::array();
   for (const auto& c : plan.considered) {
@@ -321,6 +323,20 @@ NamespacesSandbox namespaces_sandbox(const policy::TaskPolicy& p, const HostFact
   return s;
 }
 
+// The namespaces sandbox makes its own /tmp (the session's scratch directory), /proc and /dev: a
+// read-only path beneath one of them would be hidden there, so it is refused by name, never dropped.
+Result<void> check_read_only_paths_shown(const policy::TaskPolicy& p) {
+  for (const auto& r : p.read_only_paths)
+    for (const char* own : {"/tmp", "/proc", "/dev"})
+      if (is_under(r, own))
+        return fail(Code::IsolationPolicyInvalid,
+                    fmt::format("read_only_paths has {}, beneath {}, which the namespaces tier makes its own (the "
+                                "sandbox's {} hides the host's): install it elsewhere, such as /opt or /var/tmp",
+                                r, own, own),
+                    {{"read_only_path", r}, {"hidden_by", own}, {"executor", "namespaces"}});
+  return {};
+}
+
 // The chosen tier's confinement, and the limits and relaxations that go with it. Each case builds
 // its tier's plan whole.
 Result<TierPlan> plan_tier(ExecutorKind e, const policy::TaskPolicy& p, const HostFacts& f, ExecutionPlan& plan) {
@@ -336,6 +352,7 @@ Result<TierPlan> plan_tier(ExecutorKind e, const policy::TaskPolicy& p, const Ho
     }
     case ExecutorKind::Landlock: {
       LandlockTierPlan t{landlock_plan(p, f), seccomp_plan(p)};
+      t.landlock.abi_floor = kLandlockTierAbiFloor;
       // No mount namespace hides the host's unix sockets here, and Landlock cannot stop a connect.
       t.seccomp.no_sockets = p.code_network.mode == NetworkMode::Off;
       for (const char* name : kHostSharedSyscalls) t.seccomp.denied_syscalls.push_back(name);
@@ -343,6 +360,7 @@ Result<TierPlan> plan_tier(ExecutorKind e, const policy::TaskPolicy& p, const Ho
       return t;
     }
     case ExecutorKind::Namespaces: {
+      TRY(check_read_only_paths_shown(p));
       NamespacesTierPlan t{namespaces_sandbox(p, f), std::nullopt};
       if (p.code_network.mode == NetworkMode::Allowlist) {
         t.door = DoorPlan{};
@@ -426,8 +444,10 @@ Candidate assess(ExecutorKind e, const HostFacts& f, Profile profile, BuiltTiers
                    (it != f.reasons.end() ? it->second : std::string("absent"));
         return c;
       }
-      if (f.landlock_abi < 3) {
-        c.reason = fmt::format("Landlock ABI {} is below the floor of ABI 3", f.landlock_abi);
+      if (f.landlock_abi < kLandlockTierAbiFloor) {
+        c.reason = fmt::format("Landlock ABI {} is below the landlock tier's floor of ABI {}: without signal "
+                               "scoping a command could signal its own supervisor",
+                               f.landlock_abi, kLandlockTierAbiFloor);
         return c;
       }
       if (!f.seccomp_filter || !f.no_new_privs) {

@@ -44,8 +44,16 @@ struct FsRule {
   bool optional = false;  // a Host path that may not exist on every machine
 };
 
+// The Landlock tier's floor: signal and abstract-socket scoping (ABI 6). The command shares the
+// host's pid space and sockets there, and no other wall can scope a kill(2) by pid (a shell signals
+// its own children by pid too): below ABI 6 it could signal its own supervisor or any process of
+// its uid. The namespaces tier, whose pid and net namespaces scope both, uses Landlock from ABI 3
+// as a second wall.
+inline constexpr int kLandlockTierAbiFloor = 6;
+inline constexpr int kLandlockInnerAbiFloor = 3;
+
 struct LandlockPlan {
-  int abi_floor = 3;     // below this the tier refuses
+  int abi_floor = kLandlockInnerAbiFloor;  // below this the tier refuses
   int abi_measured = 0;  // what the probe saw; re-checked when applied
   std::vector<FsRule> fs_rules;
   bool restrict_tcp = false;       // ABI >= 4: TCP bind/connect only as tcp_connect_ports say

@@ -18,10 +18,10 @@ constexpr std::array<std::string_view, 18> kProfileKeys = {
     "bypass_values",  "model_flags",    "resume_flags",    "resume_commands",  "continue_flags",
     "credential_files", "credential_variables", "config_files", "config_dirs", "comment", "vendor_settings",
     "model_gateway", "engine_arguments"};
-constexpr std::array<std::string_view, 7> kGatewayKeys = {"upstream",          "credential_header",
+constexpr std::array<std::string_view, 8> kGatewayKeys = {"upstream",          "credential_header",
                                                           "credential_prefix", "placeholder_variables",
                                                           "base_url_variable", "base_url_path",
-                                                          "arguments"};
+                                                          "arguments",         "paths"};
 constexpr std::array<std::string_view, 3> kVendorKeys = {"network_off", "network_allowed", "reserved_flags"};
 constexpr std::array<std::string_view, 2> kBypassValueKeys = {"flag", "values"};
 
@@ -103,6 +103,10 @@ Result<AgentProfile> parse_agent_profile(const Json& doc) {
       if (g.contains(key)) *field = TRY(get_string(g[key], fmt::format("$.model_gateway.{}", key)));
     m.placeholder_variables = TRY(strings(g, "placeholder_variables"));
     if (g.contains("arguments")) m.arguments = TRY(strings(g, "arguments"));
+    m.paths = TRY(strings(g, "paths"));
+    for (size_t i = 0; i < m.paths.size(); ++i)
+      if (m.paths[i].front() != '/')
+        return invalid(path_join("$.model_gateway.paths", i), "a path starts with /");
     if (m.base_url_variable.empty() && m.arguments.empty())
       return invalid("$.model_gateway", "the gateway's URL reaches the agent by base_url_variable or arguments");
     if (!is_model_upstream(m.upstream))
@@ -141,7 +145,8 @@ Json to_json(const AgentProfile& p) {
                {"placeholder_variables", g->placeholder_variables},
                {"base_url_variable", g->base_url_variable},
                {"base_url_path", g->base_url_path},
-               {"arguments", g->arguments}};
+               {"arguments", g->arguments},
+               {"paths", g->paths}};
   Json out = {{"schema_version", kAgentProfileSchema},
           {"name", p.name},
           {"npm_package", p.npm_package},

@@ -61,6 +61,7 @@ struct AgentProfile {
     std::string base_url_variable;  // "": none
     std::string base_url_path;      // "", "/v1"
     std::vector<std::string> arguments;
+    std::vector<std::string> paths;  // what the gateway forwards (egress::ModelGateway::paths)
   };
   std::optional<ModelGateway> model_gateway;
 };

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <vector>
 
@@ -26,6 +27,24 @@ TEST(CliPolicyCheck, PrintsTheEffectivePolicyAndItsDigest) {
   EXPECT_EQ(j["policy"]["task_id"], "t-1");
   EXPECT_EQ(j["policy"]["schema_version"], "airlock.task_policy.v1");
   EXPECT_EQ(j["digest"].get<std::string>().size(), 64u);
+}
+
+// Every policy under examples/policies/ loads and plans on this host (the agent policies name the
+// namespaces tier and a door to their model host).
+TEST(CliPolicyCheck, EveryExamplePolicyLoadsAndPlans) {
+  CliFixture fx(Identity::Self);
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(AIRLOCK_SOURCE_DIR) + "/examples/policies")) {
+    SCOPED_TRACE(e.path().string());
+    ++n;
+    auto r = fx.run({"policy", "check", "--json", e.path().string()});
+    ASSERT_EQ(r.status, 0) << r.err;
+    auto plan = fx.run({"plan", "--policy", e.path().string()});
+    if (plan.status == 125 && plan.err.find("AIRLOCK_EXECUTOR_UNAVAILABLE") != std::string::npos && !require_all_tiers())
+      continue;
+    EXPECT_EQ(plan.status, 0) << plan.err;
+  }
+  EXPECT_GE(n, 4);
 }
 
 TEST(CliPolicyCheck, RefusesAnUnknownSchemaVersionWith125) {

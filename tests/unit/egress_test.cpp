@@ -3,6 +3,7 @@
 
 #include <map>
 
+#include "egress/door.h"
 #include "egress/egress.h"
 
 namespace airlock::egress {
@@ -146,6 +147,27 @@ TEST(Admit, NoRulesNoEgress) {
   auto r = admit({}, "https://example.com/", table({}));
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, Code::EgressDenied);
+}
+
+}  // namespace
+}  // namespace airlock::egress
+
+namespace airlock::egress {
+namespace {
+
+// The model gateway forwards only the profile's paths, and never one the upstream client would
+// resolve into another (dot segments, encoded dots or slashes, empty segments).
+TEST(GatewayPath, OnlyListedCleanPathsAreForwarded) {
+  std::vector<std::string> allowed = {"/v1/messages", "/v1/models"};
+  for (const char* ok : {"/v1/messages", "/v1/messages?beta=true", "/v1/messages/count_tokens", "/v1/models",
+                         "/v1/models/claude?x=/../y"})
+    EXPECT_TRUE(gateway_path_allowed(ok, allowed)) << ok;
+  for (const char* bad : {"/v1/messagesX", "/v1", "/", "/v1/files", "/v1/messages/../files", "/v1/messages/./x",
+                          "/v1/messages/%2e%2e/files", "/v1/messages/%2E./files", "/v1/messages%2f..%2ffiles",
+                          "/v1/messages//x", "/v1/messages\\..\\files", "v1/messages", "", "/v1/messages/.."})
+    EXPECT_FALSE(gateway_path_allowed(bad, allowed)) << bad;
+  EXPECT_TRUE(gateway_path_allowed("/anything", {}));
+  EXPECT_FALSE(gateway_path_allowed("/a/../b", {}));
 }
 
 }  // namespace

@@ -450,7 +450,34 @@ TEST(PlanSelection, ExplicitLandlockBelowTheAbiFloorNamesTheMeasuredAbi) {
   EXPECT_EQ(r.error().code, Code::ConfinementBelowFloor);
   EXPECT_NE(r.error().message.find("ABI 2"), std::string::npos) << r.error().message;
   EXPECT_EQ(r.error().facts.at("landlock_abi"), 2);
-  EXPECT_EQ(r.error().facts.at("floor"), 3);
+  EXPECT_EQ(r.error().facts.at("floor"), kLandlockTierAbiFloor);
+}
+
+// The Landlock floor (issue 27): the landlock tier needs signal and abstract-socket scoping (ABI 6),
+// since the command shares the host's pid space and no other wall scopes a kill(2) by pid. On ABI
+// 3-5 it is refused by name, explicitly or under auto; the namespaces tier keeps Landlock from ABI 3
+// as its second wall.
+TEST(PlanLandlock, TheLandlockTierNeedsSignalScopingAbi6) {
+  EXPECT_EQ(kLandlockTierAbiFloor, 6);
+  auto explicit_abi3 = plan_here(policy_or_die("executor_landlock"), host_or_die("landlock_abi3_user"),
+                                 Profile::Production);
+  ASSERT_FALSE(explicit_abi3.has_value());
+  EXPECT_EQ(explicit_abi3.error().code, Code::ConfinementBelowFloor);
+  EXPECT_NE(explicit_abi3.error().message.find("signal and abstract-socket scoping"), std::string::npos)
+      << explicit_abi3.error().message;
+  auto auto_abi3 = plan_here(policy_or_die("trusted_single_off"), host_or_die("landlock_abi3_user"),
+                             Profile::Production);
+  ASSERT_FALSE(auto_abi3.has_value());
+  EXPECT_EQ(auto_abi3.error().code, Code::ExecutorUnavailable);
+  EXPECT_NE(auto_abi3.error().message.find("without signal scoping a command could signal its own supervisor"),
+            std::string::npos)
+      << auto_abi3.error().message;
+  auto abi6 = plan_here(policy_or_die("executor_landlock"), host_or_die("landlock_abi6_user"), Profile::Production);
+  ASSERT_TRUE(abi6.has_value()) << abi6.error().message;
+  EXPECT_EQ(std::get<LandlockTierPlan>(abi6->confinement).landlock.abi_floor, 6);
+  auto ns = plan_here(policy_or_die("executor_namespaces"), facts_everything(), Profile::Production);
+  ASSERT_TRUE(ns.has_value()) << ns.error().message;
+  EXPECT_EQ(std::get<NamespacesTierPlan>(ns->confinement).sandbox.landlock->abi_floor, kLandlockInnerAbiFloor);
 }
 
 TEST(PlanSelection, RootWithoutAWritablePidsCgroupCannotUseLandlock) {
@@ -473,7 +500,7 @@ TEST(PlanLimits, ProcessCountMechanismFollowsTheUidAndTheWritablePidsCgroup) {
   for (const Row& row : {Row{"root_cgroup_v1_pids", ProcessLimitMechanism::CgroupV1Pids},
                          Row{"root_cgroup_v2_pids", ProcessLimitMechanism::CgroupV2Pids},
                          Row{"user_with_pids_cgroup", ProcessLimitMechanism::RlimitNproc},
-                         Row{"landlock_abi3_user", ProcessLimitMechanism::RlimitNproc}}) {
+                         Row{"landlock_abi6_user", ProcessLimitMechanism::RlimitNproc}}) {
     SCOPED_TRACE(row.host);
     auto r = plan_here(policy_or_die("executor_landlock"), host_or_die(row.host), Profile::Production);
     ASSERT_TRUE(r.has_value()) << r.error().message;
@@ -483,7 +510,7 @@ TEST(PlanLimits, ProcessCountMechanismFollowsTheUidAndTheWritablePidsCgroup) {
 }
 
 TEST(PlanLimits, ComeFromThePolicy) {
-  auto r = plan_here(policy_or_die("trusted_single_off"), host_or_die("landlock_abi3_user"),
+  auto r = plan_here(policy_or_die("trusted_single_off"), host_or_die("landlock_abi6_user"),
                           Profile::Production);
   ASSERT_TRUE(r.has_value()) << r.error().message;
   EXPECT_EQ(r->limits.memory_bytes, 512ull * 1024 * 1024);
@@ -493,18 +520,6 @@ TEST(PlanLimits, ComeFromThePolicy) {
 }
 
 TEST(PlanLandlock, FeaturesFollowTheMeasuredAbi) {
-  auto abi3 = plan_here(policy_or_die("executor_landlock"), host_or_die("landlock_abi3_user"),
-                             Profile::Production);
-  ASSERT_TRUE(abi3.has_value()) << abi3.error().message;
-  const auto* ll3 = std::get_if<LandlockTierPlan>(&abi3->confinement);
-  ASSERT_NE(ll3, nullptr);
-  EXPECT_EQ(ll3->landlock.abi_measured, 3);
-  EXPECT_EQ(ll3->landlock.abi_floor, 3);
-  EXPECT_FALSE(ll3->landlock.restrict_tcp);
-  EXPECT_FALSE(ll3->landlock.restrict_ioctl_dev);
-  EXPECT_FALSE(ll3->landlock.scope_abstract_unix);
-  EXPECT_FALSE(ll3->landlock.scope_signal);
-
   for (const char* host : {"landlock_abi6_user", "everything"}) {
     SCOPED_TRACE(host);
     auto r = plan_here(policy_or_die("executor_landlock"), host_or_die(host), Profile::Production);
@@ -639,6 +654,28 @@ TEST(PlanTiers, TheBuiltTiersAreTheExecutorRegistrys) {
     EXPECT_EQ(r->executor(), e);
     EXPECT_EQ(r->tier(), isolation_level(e));
   }
+}
+
+// The namespaces sandbox's own /tmp, /proc and /dev hide the host's: a read-only path beneath one
+// is refused by name at plan time (an agent installed under /tmp used to vanish inside), while the
+// Landlock tier, which shows the host's own /tmp, plans it.
+TEST(PlanTiers, AReadOnlyPathTheNamespacesSandboxWouldHideIsRefusedByName) {
+  for (const char* hidden : {"/tmp/agent", "/proc/sys", "/dev/shm/x", "/tmp"}) {
+    SCOPED_TRACE(hidden);
+    policy::TaskPolicy p = policy_or_die("executor_namespaces");
+    p.read_only_paths = {"/opt/tools", hidden};
+    auto r = plan_here(p, facts_everything(), Profile::Production);
+    ASSERT_FALSE(r.has_value());
+    EXPECT_EQ(r.error().code, Code::IsolationPolicyInvalid);
+    EXPECT_EQ(r.error().facts.at("read_only_path"), hidden);
+    EXPECT_NE(r.error().message.find("install it elsewhere"), std::string::npos) << r.error().message;
+  }
+  policy::TaskPolicy ok = policy_or_die("executor_namespaces");
+  ok.read_only_paths = {"/opt/tools", "/var/tmp/agent", "/tmpfoo"};
+  EXPECT_TRUE(plan_here(ok, facts_everything(), Profile::Production).has_value());
+  policy::TaskPolicy ll = policy_or_die("executor_landlock");
+  ll.read_only_paths = {"/tmp/agent"};
+  EXPECT_TRUE(plan_here(ll, facts_everything(), Profile::Production).has_value());
 }
 
 TEST(PlanTiers, ATierNoExecutorImplementsIsRefusedByNameAndNeedsNoFacts) {
