@@ -103,6 +103,10 @@ void add_doctor(CLI::App& app, Globals& g, Action& run) {
                   "          cgroup v2 controllers [%s], cgroup v1 writable [%s], kvm %s\n",
                   facts.landlock_abi, yes_no(facts.seccomp_filter).c_str(), yes_no(facts.user_namespaces).c_str(),
                   yes_no(facts.overlayfs_in_userns).c_str(), v2.c_str(), v1.c_str(), yes_no(facts.kvm_usable).c_str());
+      // Where this user's sandbox cgroups go on v1: its own cgroup, or what `setup delegate` made.
+      if (!facts.cgroup_v1_writable.empty())
+        std::printf("          cgroup v1 base: %s\n",
+                    facts.cgroup_v1_base.empty() ? "below our own cgroup" : (facts.cgroup_v1_base + " (delegated)").c_str());
       for (const auto& [k, why] : facts.reasons) std::printf("          %s: %s\n", k.c_str(), why.c_str());
       const Json& def = report["builtin_default"];
       std::printf("\nthe built-in default policy %s\n", outcome_text(def).c_str());

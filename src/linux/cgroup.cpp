@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
@@ -24,15 +25,143 @@ std::optional<std::string> own_cgroup_dir(std::string_view controller) {
   return controller.empty() ? cgroup_v2_dir(mounts, entries) : cgroup_v1_dir(controller, mounts, entries);
 }
 
+std::string delegated_cgroup_dir(std::string_view controller, uid_t uid) {
+  return fmt::format("{}/{}/{}/{}", kCgroupV1Root, controller, kDelegateDirName, uid);
+}
+
+std::string cgroup_v2_fix_command(uid_t uid) {
+  return fmt::format(
+      "sudo mkdir -p /etc/systemd/system/user@{0}.service.d && printf '[Service]\\nDelegate=memory pids cpu\\n' | "
+      "sudo tee /etc/systemd/system/user@{0}.service.d/airlock-delegate.conf && sudo systemctl daemon-reload && "
+      "sudo systemctl restart user@{0}.service, then run airlock as: systemd-run --user --scope -p Delegate=yes airlock ...",
+      uid);
+}
+
+std::optional<CgroupBase> cgroup_base(std::string_view controller, const std::vector<MountInfoEntry>& mounts,
+                                      const std::vector<ProcCgroupEntry>& cgroups, std::string* why) {
+  auto own = controller.empty() ? cgroup_v2_dir(mounts, cgroups, why) : cgroup_v1_dir(controller, mounts, cgroups, why);
+  // cgroup2 has no delegated directory of ours: systemd delegates there by putting our own
+  // cgroup in a subtree we own (Delegate=yes), so our own is the only candidate.
+  if (controller.empty() || (own && ::access(own->c_str(), W_OK) == 0)) {
+    if (!own) return std::nullopt;
+    return CgroupBase{*own, false};
+  }
+  const uid_t euid = ::geteuid();
+  std::string delegated = delegated_cgroup_dir(controller, euid);
+  struct stat st {};
+  // Owned by us, not merely writable: a directory another user made writable is not ours to use.
+  if (::stat(delegated.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == euid &&
+      ::access(delegated.c_str(), W_OK) == 0)
+    return CgroupBase{std::move(delegated), true};
+  if (!own) return std::nullopt;
+  return CgroupBase{*own, false};
+}
+
+std::optional<CgroupBase> cgroup_base(std::string_view controller, std::string* why) {
+  auto mountinfo = read_file("/proc/self/mountinfo");
+  auto cgroups = read_file("/proc/self/cgroup");
+  if (!mountinfo || !cgroups) {
+    if (why) *why = !mountinfo ? mountinfo.error().message : cgroups.error().message;
+    return std::nullopt;
+  }
+  return cgroup_base(controller, parse_mountinfo(*mountinfo), parse_proc_cgroup(*cgroups), why);
+}
+
+bool cgroup_v1_hierarchies_present() {
+  auto mountinfo = read_file("/proc/self/mountinfo");
+  if (!mountinfo) return false;
+  const auto mounts = parse_mountinfo(*mountinfo);
+  return std::all_of(std::begin(kSandboxControllers), std::end(kSandboxControllers), [&](std::string_view c) {
+    const std::string root = fmt::format("{}/{}", kCgroupV1Root, c);
+    struct stat st {};
+    if (::stat((root + "/cgroup.procs").c_str(), &st) != 0) return false;
+    return std::any_of(mounts.begin(), mounts.end(), [&](const MountInfoEntry& m) {
+      const std::string opts = "," + m.super_options + ",";
+      return m.fstype == "cgroup" && opts.find(fmt::format(",{},", c)) != std::string::npos;
+    });
+  });
+}
+
+Result<std::vector<std::string>> delegate_cgroups(uid_t uid, gid_t gid) {
+  if (!cgroup_v1_hierarchies_present())
+    return fail(Code::ConfigError, fmt::format("no cgroup v1 hierarchies of memory, pids and cpu under {}", kCgroupV1Root));
+  std::vector<std::string> made;  // created by this call, removed again on failure
+  auto undo = [&] {
+    for (auto it = made.rbegin(); it != made.rend(); ++it) ::rmdir(it->c_str());
+  };
+  std::vector<std::string> dirs;
+  for (std::string_view c : kSandboxControllers) {
+    const std::string parent = fmt::format("{}/{}/{}", kCgroupV1Root, c, kDelegateDirName);
+    const std::string dir = delegated_cgroup_dir(c, uid);
+    for (const std::string& d : {parent, dir}) {
+      if (::mkdir(d.c_str(), 0755) == 0) {
+        made.push_back(d);
+      } else if (errno != EEXIST) {
+        int e = errno;
+        undo();
+        return fail_errno(Code::IoError, "mkdir " + d, e);
+      }
+    }
+    struct stat st {};
+    if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      undo();
+      return fail(Code::IoError, dir + " exists and is not a directory");
+    }
+    // The directory lets the user make child cgroups; cgroup.procs and tasks let it move its
+    // own processes in (v1 asks for write access to the destination and the same uid).
+    for (const std::string& f : {dir, dir + "/cgroup.procs", dir + "/tasks"}) {
+      if (::chown(f.c_str(), uid, gid) != 0) {
+        int e = errno;
+        undo();
+        return fail_errno(Code::IoError, "chown " + f, e);
+      }
+    }
+    dirs.push_back(dir);
+  }
+  return dirs;
+}
+
+Result<std::vector<std::string>> undelegate_cgroups(uid_t uid) {
+  std::vector<std::string> present;
+  // Every check before any removal, so a busy directory leaves all of them in place.
+  for (std::string_view c : kSandboxControllers) {
+    const std::string dir = delegated_cgroup_dir(c, uid);
+    struct stat st {};
+    if (::lstat(dir.c_str(), &st) != 0) {
+      if (errno == ENOENT) continue;
+      return fail_errno(Code::IoError, "stat " + dir, errno);
+    }
+    if (!S_ISDIR(st.st_mode)) return fail(Code::IoError, dir + " is not a directory");
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+      if (e.is_directory(ec))
+        return fail(Code::IoError, fmt::format("{} still holds the cgroup {} (a run in progress?)", dir,
+                                               e.path().filename().string()));
+    // Read directly: a CgroupDir would kill what is inside and remove the directory.
+    auto procs = read_file(dir + "/cgroup.procs");
+    if (procs && procs->find_first_not_of(" \n") != std::string::npos)
+      return fail(Code::IoError, fmt::format("{} still holds processes: {}", dir, *procs));
+    present.push_back(dir);
+  }
+  std::vector<std::string> removed;
+  for (const std::string& dir : present) {
+    if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) return fail_errno(Code::IoError, "rmdir " + dir, errno);
+    removed.push_back(dir);
+    // The shared parent goes when it is empty; another user's directory keeps it.
+    (void)::rmdir(dir.substr(0, dir.rfind('/')).c_str());
+  }
+  return removed;
+}
+
 size_t release_abandoned_cgroups(const std::vector<std::string>& session_ids) {
   size_t removed = 0;
   if (session_ids.empty()) return 0;
   for (std::string_view controller : {std::string_view("pids"), std::string_view("memory"), std::string_view("cpu"),
                                       std::string_view("")}) {
-    auto base = own_cgroup_dir(controller);
+    auto base = cgroup_base(controller);
     if (!base) continue;
     std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(*base, ec)) {
+    for (const auto& e : std::filesystem::directory_iterator(base->dir, ec)) {
       std::string name = e.path().filename().string();
       for (const auto& id : session_ids)
         if (name.rfind("airlock-" + id + "-", 0) == 0 && CgroupDir(e.path().string()).release()) ++removed;
@@ -90,12 +219,14 @@ bool knob_exists(const std::string& dir, const std::string& knob) {
   return ::access((dir + "/" + knob).c_str(), F_OK) == 0;
 }
 
-// Makes `name` below our own cgroup for `controller` ("" for cgroup2) and opens its cgroup.procs.
+// Makes `name` below cgroup_base for `controller` ("" for cgroup2) and opens its cgroup.procs.
 Result<void> add_dir(PreparedCgroup& out, std::string_view controller, const std::string& name) {
-  auto base = own_cgroup_dir(controller);
-  if (!base)
+  std::string why;
+  auto found = cgroup_base(controller, &why);
+  if (!found)
     return fail(Code::ExecutorUnavailable,
-                fmt::format("no {} hierarchy for our process", controller.empty() ? "cgroup2" : std::string(controller) + " v1"));
+                fmt::format("no {} hierarchy for our process: {}", controller.empty() ? "cgroup2" : std::string(controller) + " v1", why));
+  const std::string* base = &found->dir;
   std::string dir = *base + "/" + name;
   if (::mkdir(dir.c_str(), 0755) < 0) return fail_errno(Code::ExecutorUnavailable, "mkdir " + dir, errno);
   out.dirs.emplace_back(dir);

@@ -13,6 +13,7 @@
 #include <sys/syscall.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
+#include <pwd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,6 +27,7 @@
 #include "base/child_process.h"
 #include "base/fs.h"
 #include "base/unique_fd.h"
+#include "linux/cgroup.h"
 
 // <linux/landlock.h> and <linux/seccomp.h> are not included: with -Isrc, <linux/X.h> finds this
 // folder's own landlock.h and seccomp.h first. The few constants the probe needs are fixed
@@ -500,21 +502,46 @@ void probe_cgroup_v2(HostFacts& f, const std::vector<MountInfoEntry>& mounts,
 void probe_cgroup_v1(HostFacts& f, const std::vector<MountInfoEntry>& mounts,
                      const std::vector<ProcCgroupEntry>& cgroups) {
   std::vector<std::string> notes;
+  bool delegated = false;
   for (std::string_view c : kProbedControllers) {
     std::string why;
-    auto dir = cgroup_v1_dir(c, mounts, cgroups, &why);
-    if (!dir) {
+    // cgroup_base decides where our cgroups go (our own, or the delegated directory), so the
+    // probe measures the very directory prepare_sandbox_cgroup will write.
+    auto base = cgroup_base(c, mounts, cgroups, &why);
+    if (!base) {
       notes.push_back(fmt::format("{}: {}", c, why));
       continue;
     }
-    std::string problem = try_child_cgroup(*dir, f);
+    std::string problem = try_child_cgroup(base->dir, f);
     if (problem.empty()) {
       f.cgroup_v1_writable.emplace_back(c);
+      delegated = delegated || base->delegated;
     } else {
+      if (!base->delegated)
+        problem += fmt::format("; no delegated cgroup at {} owned by uid {}", delegated_cgroup_dir(c, ::geteuid()),
+                               ::geteuid());
       notes.push_back(fmt::format("{}: {}", c, problem));
     }
   }
+  if (delegated) f.cgroup_v1_base = delegated_cgroup_dir("<controller>", ::geteuid());
   if (!notes.empty()) f.reasons["cgroup_v1_writable"] = join_notes(notes);
+}
+
+// The command that gives this user a cgroup with memory, pids and cpu it may write: on a host
+// with v1 hierarchies, root's `airlock setup delegate`; on cgroup2 alone, systemd's delegation
+// to the user's manager, under which airlock then runs in a scope of its own.
+std::string cgroup_fix_command(const std::vector<MountInfoEntry>& mounts) {
+  const uid_t uid = ::geteuid();
+  std::string user = std::to_string(uid);
+  std::vector<char> buf(16384);
+  struct passwd pw {}, *found = nullptr;
+  if (::getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) == 0 && found) user = found->pw_name;
+  bool v1 = std::any_of(mounts.begin(), mounts.end(), [](const MountInfoEntry& m) {
+    const auto opts = split(m.super_options, ',');
+    return m.fstype == "cgroup" && std::find(opts.begin(), opts.end(), "memory") != opts.end();
+  });
+  if (v1) return "sudo airlock setup delegate " + user;
+  return cgroup_v2_fix_command(uid);
 }
 
 void probe_cgroups(HostFacts& f) {
@@ -530,6 +557,12 @@ void probe_cgroups(HostFacts& f) {
   const auto cgroups = parse_proc_cgroup(*proc_cgroup);
   probe_cgroup_v2(f, mounts, cgroups);
   probe_cgroup_v1(f, mounts, cgroups);
+  auto all = [](const std::vector<std::string>& have) {
+    return std::all_of(std::begin(kProbedControllers), std::end(kProbedControllers), [&](std::string_view c) {
+      return std::find(have.begin(), have.end(), c) != have.end();
+    });
+  };
+  if (!all(f.cgroup_v2_controllers) && !all(f.cgroup_v1_writable)) f.cgroup_fix = cgroup_fix_command(mounts);
 }
 
 // --- KVM -----------------------------------------------------------------------------------------

@@ -38,6 +38,9 @@ Json to_json(const HostFacts& f) {
       {"reasons", std::move(reasons)},
   };
   if (!f.credential_files.empty()) j["credential_files"] = f.credential_files;
+  // Only when set, so the facts of a host that needs neither read as they always did.
+  if (!f.cgroup_v1_base.empty()) j["cgroup_v1_base"] = f.cgroup_v1_base;
+  if (!f.cgroup_fix.empty()) j["cgroup_fix"] = f.cgroup_fix;
   return j;
 }
 
@@ -98,6 +101,10 @@ Result<HostFacts> host_facts_from_json(const Json& j) {
       f.cgroup_v2_controllers = TRY(get_string_list(v, path));
     } else if (key == "cgroup_v1_writable") {
       f.cgroup_v1_writable = TRY(get_string_list(v, path));
+    } else if (key == "cgroup_v1_base") {
+      f.cgroup_v1_base = TRY(get_string(v, path));
+    } else if (key == "cgroup_fix") {
+      f.cgroup_fix = TRY(get_string(v, path));
     } else if (key == "kvm_usable") {
       f.kvm_usable = TRY(get_bool(v, path));
     } else if (key == "microvm") {

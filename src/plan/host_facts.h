@@ -34,6 +34,12 @@ struct HostFacts {
   bool overlayfs_in_userns = false;  // overlayfs mountable inside such a namespace
   std::vector<std::string> cgroup_v2_controllers;  // delegated to a subtree we may write
   std::vector<std::string> cgroup_v1_writable;     // v1 controllers whose hierarchy we may write
+  // Where the v1 sandbox cgroups go: "" for below our own cgroup, else the delegated directory
+  // `airlock setup delegate` made for us, "<controller>" standing for each controller's name.
+  std::string cgroup_v1_base;
+  // When no cgroup we may write has memory, pids and cpu: the command that fixes it for this
+  // host and this user ("sudo airlock setup delegate NAME" on v1, a systemd delegation on v2).
+  std::string cgroup_fix;
   bool kvm_usable = false;           // /dev/kvm opens and KVM_CREATE_VM succeeds
   VmFacts microvm;                   // reasons["microvm"] says why it is not verified
   // Credential and configuration files of the agent profiles that exist here (absolute; a

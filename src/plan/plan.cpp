@@ -479,11 +479,15 @@ Candidate assess(ExecutorKind e, const HostFacts& f, Profile profile, BuiltTiers
         c.reason = "no cgroup we may write has memory, pids and cpu together (v2 delegated: [" +
                    fmt::format("{}", fmt::join(f.cgroup_v2_controllers, ",")) + "], v1 writable: [" +
                    fmt::format("{}", fmt::join(f.cgroup_v1_writable, ",")) + "])";
+        // Last, so a person can copy it: the probe knows the host's cgroup version and the user.
+        if (!f.cgroup_fix.empty()) c.reason += "; to fix: " + f.cgroup_fix;
         return c;
       }
       c.available = true;
-      c.reason = fmt::format("user, mount, pid, net, ipc, uts and cgroup namespaces; cgroup v{} limits{}",
-                             *cgroup_version(f), f.landlock_abi >= 3 ? "; Landlock and seccomp inside" : "; seccomp inside");
+      c.reason = fmt::format("user, mount, pid, net, ipc, uts and cgroup namespaces; cgroup v{} limits{}{}",
+                             *cgroup_version(f),
+                             *cgroup_version(f) == 1 && !f.cgroup_v1_base.empty() ? " in " + f.cgroup_v1_base : "",
+                             f.landlock_abi >= 3 ? "; Landlock and seccomp inside" : "; seccomp inside");
       return c;
     }
     case ExecutorKind::Microvm: {

@@ -33,6 +33,8 @@ void expect_same(const HostFacts& a, const HostFacts& b) {
   EXPECT_EQ(a.overlayfs_in_userns, b.overlayfs_in_userns);
   EXPECT_EQ(a.cgroup_v2_controllers, b.cgroup_v2_controllers);
   EXPECT_EQ(a.cgroup_v1_writable, b.cgroup_v1_writable);
+  EXPECT_EQ(a.cgroup_v1_base, b.cgroup_v1_base);
+  EXPECT_EQ(a.cgroup_fix, b.cgroup_fix);
   EXPECT_EQ(a.kvm_usable, b.kvm_usable);
   EXPECT_EQ(a.reasons, b.reasons);
 }
@@ -51,6 +53,17 @@ TEST(HostFactsJson, RoundTripKeepsEveryField) {
   ASSERT_TRUE(back.has_value()) << back.error().message;
   expect_same(*back, f);
   EXPECT_EQ(canonical_json(to_json(*back)), canonical_json(to_json(f)));
+}
+
+TEST(HostFactsJson, TheCgroupBaseAndFixRoundTripAndAreOmittedWhenEmpty) {
+  HostFacts f = sample();
+  f.cgroup_v1_base = "/sys/fs/cgroup/<controller>/airlock.delegate/1000";
+  f.cgroup_fix = "sudo airlock setup delegate alice";
+  auto back = host_facts_from_json(to_json(f));
+  ASSERT_TRUE(back.has_value()) << back.error().message;
+  expect_same(*back, f);
+  EXPECT_FALSE(to_json(sample()).contains("cgroup_v1_base"));
+  EXPECT_FALSE(to_json(sample()).contains("cgroup_fix"));
 }
 
 TEST(HostFactsJson, RoundTripOfTheSyntheticHosts) {

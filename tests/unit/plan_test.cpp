@@ -127,6 +127,9 @@ const GoldenCase kGoldenCases[] = {
     // Landlock features follow the measured ABI.
     {"auto_landlock_abi3",                       "trusted_single_off",          "landlock_abi3_user",       kProd},
     {"auto_landlock_abi6",                       "trusted_single_off",          "landlock_abi6_user",       kProd},
+    // An unprivileged user without a cgroup of its own is told the fix; with `setup delegate`'s, it has the tier.
+    {"auto_user_cgroup_v1_undelegated",          "trusted_single_off",          "user_cgroup_v1_undelegated", kProd},
+    {"auto_user_cgroup_v1_delegated",            "trusted_single_off",          "user_cgroup_v1_delegated", kProd},
     // Named relaxations.
     {"egress_allow_private",                     "egress_allow_private",        "everything",               kProd},
 };
