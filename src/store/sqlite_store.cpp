@@ -74,6 +74,8 @@ class SqliteStore final : public Store {
 
 }  // namespace
 
+constexpr int kWalCheckpointPages = 64;
+
 Result<std::unique_ptr<Store>> open_sqlite(const std::string& path, const StoreOptions& options) {
   sqlite3* db = nullptr;
   int rc = sqlite3_open_v2(path.c_str(), &db,
@@ -105,8 +107,13 @@ Result<std::unique_ptr<Store>> open_sqlite(const std::string& path, const StoreO
   TRY(s->exec("PRAGMA synchronous=NORMAL", {}));
   // A run is one short process: closing the last connection would checkpoint the WAL into the
   // database and delete it (two fdatasyncs), and the next run would create the WAL again (a
-  // directory sync). The WAL stays instead and is checkpointed as it grows (every 1000 pages),
-  // so a run's seat costs no fsync on the hot path; a crash still loses nothing a crash may not.
+  // directory sync). The WAL stays instead and is checkpointed as it grows, so a run's seat costs
+  // no fsync on the hot path; a crash still loses nothing a crash may not. But the first
+  // connection to open the store rebuilds its index by reading every valid frame of the WAL: at
+  // SQLite's default of 1000 pages that is up to 4 MB read by every run. A run writes about ten
+  // pages, so checkpointing at 64 costs two fdatasyncs every six or so runs and caps that read at
+  // 256 KiB (bench/README.md, "Spawn cost").
+  TRY(s->exec(fmt::format("PRAGMA wal_autocheckpoint={}", kWalCheckpointPages), {}));
   if (sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr) != SQLITE_OK)
     return fail(Code::ConfigError, fmt::format("the SQLite store {} cannot keep its WAL across closes", path),
                 {{"store", path}});
