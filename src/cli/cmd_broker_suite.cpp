@@ -11,7 +11,7 @@ namespace {
 int suite_verb(Globals& g) {
   auto state = resolve_state_dir(g.state_dir);
   if (!state) return refuse(state.error(), g.json);
-  broker::AttackSuiteOptions o{*state, exec::HostProbe(*state).facts(plan::FactNeeds::all())};
+  broker::AttackSuiteOptions o{*state, exec::HostProbe(*state, exec::HostProbe::Measure::Fresh).facts(plan::FactNeeds::all())};
   auto results = broker::run_attack_suite(o);
   if (!results) return refuse(results.error(), g.json);
   bool all = true;

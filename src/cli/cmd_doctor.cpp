@@ -82,7 +82,7 @@ void add_doctor(CLI::App& app, Globals& g, Action& run) {
       if (!profile) return refuse(profile.error(), g.json);
       auto state = resolve_state_dir(g.state_dir);
       if (!state) return refuse(state.error(), g.json);
-      plan::HostFacts facts = exec::HostProbe(*state).facts(plan::FactNeeds::all());
+      plan::HostFacts facts = exec::HostProbe(*state, exec::HostProbe::Measure::Fresh).facts(plan::FactNeeds::all());
       Json report = doctor_report(*profile, facts);
       if (g.json) {
         std::printf("%s\n", report.dump(2).c_str());

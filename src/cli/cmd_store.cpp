@@ -128,7 +128,7 @@ int machine_probe(Globals& g) {
   // Every fact measured here; none can be typed in.
   auto state = resolve_state_dir(g.state_dir);
   if (!state) return refuse(state.error(), g.json);
-  plan::HostFacts facts = exec::HostProbe(*state).facts(plan::FactNeeds::all());
+  plan::HostFacts facts = exec::HostProbe(*state, exec::HostProbe::Measure::Fresh).facts(plan::FactNeeds::all());
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
   store::MachineRecord m{machine_identity(g), host, facts.landlock_abi, plan::to_json(facts),

@@ -97,7 +97,7 @@ int vm_verify(Globals& g) {
 
   plan::FactNeeds needs;
   needs.user_namespaces = needs.overlayfs = needs.cgroups = true;
-  plan::HostFacts facts = exec::HostProbe(*state).facts(needs);
+  plan::HostFacts facts = exec::HostProbe(*state, exec::HostProbe::Measure::Fresh).facts(needs);
   facts.microvm = {img->kernel, img->kernel_sha256, img->initramfs, img->initramfs_sha256, "", true,
                    exec::probe_tsc_khz()};
   // Acceleration by booting, never by opening /dev/kvm: a paravirtual KVM opens and creates VMs

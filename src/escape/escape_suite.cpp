@@ -603,7 +603,7 @@ Result<SuiteReport> Suite::run() {
   // `airlock vm verify` hands over the guest it is verifying: only the rest is measured.
   bool pinned_vm = needs.kvm && opts_.microvm;
   if (pinned_vm) needs.kvm = false;
-  plan::HostFacts facts = exec::HostProbe(opts_.state_dir).facts(needs);
+  plan::HostFacts facts = exec::HostProbe(opts_.state_dir, exec::HostProbe::Measure::Fresh).facts(needs);
   if (pinned_vm) facts.microvm = *opts_.microvm;
   rep.kernel = facts.kernel_release;
 

@@ -2,6 +2,7 @@
 #include "exec/planner.h"
 
 #include "exec/executor.h"
+#include "exec/facts_cache.h"
 #include "exec/session_view.h"
 #include "exec/vm_image.h"
 #include "linux/probe.h"
@@ -10,7 +11,24 @@ namespace airlock::exec {
 
 plan::HostFacts HostProbe::facts(const plan::FactNeeds& needs) const {
   std::lock_guard lk(mu_);
-  plan::HostFacts f = linux::probe_host(needs);
+  plan::HostFacts f;
+  auto key = facts_cache_key();
+  auto cached = key ? load_cached_facts(state_dir_, *key) : std::nullopt;
+  if (measure_ == Measure::PerBoot && cached && covers(cached->measured, needs)) {
+    f = std::move(cached->facts);
+  } else {
+    // What the cache measured before stays measured, so policies that need different facts do
+    // not take turns re-probing.
+    plan::FactNeeds scope = needs;
+    if (cached) {
+      scope.user_namespaces |= cached->measured.user_namespaces;
+      scope.overlayfs |= cached->measured.overlayfs;
+      scope.cgroups |= cached->measured.cgroups;
+      scope.kvm |= cached->measured.kvm;
+    }
+    f = linux::probe_host(scope);
+    if (key) store_cached_facts(state_dir_, *key, {scope, f});
+  }
   if (needs.kvm) probe_microvm(f, state_dir_);
   return f;
 }

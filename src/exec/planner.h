@@ -25,13 +25,20 @@ class FactSource {
 // This host, measured: linux::probe_host, and for the microvm tier the cached guest image and
 // whether `airlock vm verify` passed with it (recorded in `state_dir`). Calls are serialised: a
 // probe forks, and a daemon probes for each session it opens.
+//
+// PerBoot reuses the probe's answers kept in `state_dir` while their key (exec/facts_cache.h)
+// still matches, and measures (and keeps) them when it does not; Fresh always measures and
+// keeps what it measured. The doctor, `machine probe` and the escape suite measure Fresh.
 class HostProbe final : public FactSource {
  public:
-  explicit HostProbe(std::string state_dir) : state_dir_(std::move(state_dir)) {}
+  enum class Measure { PerBoot, Fresh };
+  explicit HostProbe(std::string state_dir, Measure measure = Measure::PerBoot)
+      : state_dir_(std::move(state_dir)), measure_(measure) {}
   plan::HostFacts facts(const plan::FactNeeds& needs) const override;
 
  private:
   std::string state_dir_;
+  Measure measure_;
   mutable std::mutex mu_;
 };
 
