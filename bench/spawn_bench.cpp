@@ -5,9 +5,12 @@
 // `lib:POLICY ARGV...` runs ARGV through the library instead: one
 // executor prepared once under POLICY (as a C++ host holds it), then Executor::run per call;
 // `pool:POLICY ARGV...` the same with one microvm guest booted ahead (each guest serves one run).
-// The first variant is the baseline the ratios refer to.
+// The first variant is the baseline the ratios refer to. Beside the wall time, each run's CPU time
+// (user + system) and minor page faults are measured: of the command and everything it waited for
+// (wait4's rusage), or for a library variant of this process and its reaped children.
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -41,6 +44,8 @@ struct Variant {
   std::string unavailable;                 // why it did not run (a library executor that did not open)
   std::vector<double> ms;
   std::vector<double> teardown_ms;  // a library variant's own account of its teardown (cgroups removed)
+  std::vector<double> cpu_ms;       // user + system time of each run
+  std::vector<double> faults;       // minor page faults of each run
   size_t runs = 0;  // planned timed runs (fewer than the rounds for a slow variant under --budget)
   int failures = 0;
   std::string last_failure;
@@ -55,14 +60,31 @@ double elapsed_ms(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+double cpu_of(const rusage& u) {
+  return (static_cast<double>(u.ru_utime.tv_sec) + static_cast<double>(u.ru_stime.tv_sec)) * 1e3 +
+         (static_cast<double>(u.ru_utime.tv_usec) + static_cast<double>(u.ru_stime.tv_usec)) / 1e3;
+}
+
+// This process and its reaped children, summed: what a library run costs its host.
+std::pair<double, double> own_usage() {
+  rusage self{}, kids{};
+  ::getrusage(RUSAGE_SELF, &self);
+  ::getrusage(RUSAGE_CHILDREN, &kids);
+  return {cpu_of(self) + cpu_of(kids), static_cast<double>(self.ru_minflt + kids.ru_minflt)};
+}
+
 double run_lib(Variant& v) {
   exec::Command cmd;
   cmd.argv = v.argv;
   cmd.stdout_fd = dev_null();
   cmd.stderr_fd = dev_null();
+  auto [cpu0, faults0] = own_usage();
   auto t0 = std::chrono::steady_clock::now();
   auto out = v.lib->executor->run(cmd);
   double ms = elapsed_ms(t0);
+  auto [cpu1, faults1] = own_usage();
+  v.cpu_ms.push_back(cpu1 - cpu0);
+  v.faults.push_back(faults1 - faults0);
   if (!out) {
     ++v.failures;
     v.last_failure = std::string(to_name(out.error().code)) + ": " + out.error().message;
@@ -79,8 +101,11 @@ double run_lib(Variant& v) {
 // Waits for `pid`; the milliseconds since t0, and a failure counted unless it exited 0.
 double reap(Variant& v, pid_t pid, std::chrono::steady_clock::time_point t0) {
   int st = 0;
-  waitpid(pid, &st, 0);
+  rusage u{};
+  ::wait4(pid, &st, 0, &u);
   double ms = elapsed_ms(t0);
+  v.cpu_ms.push_back(cpu_of(u));
+  v.faults.push_back(static_cast<double>(u.ru_minflt));
   if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
     ++v.failures;
     v.last_failure = WIFEXITED(st) ? "exit status " + std::to_string(WEXITSTATUS(st))
@@ -219,6 +244,8 @@ int main(int argc, char** argv) {
       v->runs = std::clamp(static_cast<size_t>(budget_s / per_run_s), std::min(min_runs, v->runs), v->runs);
     v->failures = 0;
     v->teardown_ms.clear();
+    v->cpu_ms.clear();
+    v->faults.clear();
   }
   // Interleaved: every round runs every variant due in it, so drift on a noisy machine hits all alike.
   for (size_t r = 0; r < static_cast<size_t>(rounds); ++r)
@@ -239,15 +266,16 @@ int main(int argc, char** argv) {
       if (!v.unavailable.empty()) std::printf(",\"unavailable\":%s", json_text(v.unavailable).c_str());
       if (v.failures) std::printf(",\"last_failure\":%s", json_text(v.last_failure).c_str());
       if (v.lib) std::printf(",\"teardown_median_ms\":%.4f", pct(v.teardown_ms, 0.5));
+      std::printf(",\"cpu_median_ms\":%.4f,\"faults_median\":%.0f", pct(v.cpu_ms, 0.5), pct(v.faults, 0.5));
       std::printf(",\"median_ms\":%.4f,\"p10_ms\":%.4f,\"p90_ms\":%.4f,\"samples_ms\":[", med, pct(v.ms, 0.1), p90);
       for (size_t k = 0; k < v.ms.size(); ++k) std::printf("%s%.4f", k ? "," : "", v.ms[k]);
       std::printf("]}");
     } else if (!v.unavailable.empty()) {
       std::printf("%-28s unavailable: %s\n", v.name.c_str(), v.unavailable.c_str());
     } else {
-      std::printf("%-28s median %8.3f ms  p90 %8.3f ms  x%-6.2f (+%.3f ms)  runs %zu%s%s\n", v.name.c_str(), med,
-                  p90, med / base, med - base, v.ms.size(), v.failures ? "  FAILURES: " : "",
-                  v.failures ? v.last_failure.c_str() : "");
+      std::printf("%-28s median %8.3f ms  p90 %8.3f ms  x%-6.2f (+%.3f ms)  cpu %7.3f ms  faults %5.0f  runs %zu%s%s\n",
+                  v.name.c_str(), med, p90, med / base, med - base, pct(v.cpu_ms, 0.5), pct(v.faults, 0.5),
+                  v.ms.size(), v.failures ? "  FAILURES: " : "", v.failures ? v.last_failure.c_str() : "");
     }
   }
   if (json) std::printf("]\n");

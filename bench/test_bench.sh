@@ -43,6 +43,13 @@ if [ "${AIRLOCK_REQUIRE_ALL_TIERS:-0}" = 1 ]; then
   row airlock-namespaces-lib 'airlock library'
   row airlock-namespaces 'airlock CLI'
 fi
+# Spawn rows carry their cause beside the effect: CPU ms and page faults per run.
+grep -qE '^\| variant \| kind \| median ms \| spread ms \(p10-p90\) \| CPU ms \| page faults \|' "$md" ||
+  fail "the spawn tables have no CPU and page-fault columns"
+for v in plain airlock-landlock-cli airlock-landlock-lib; do
+  grep -qE "^\| $v \| [a-z ]+ \| $number \| $number – $number \| $number \| [1-9][0-9,]* \|" "$md" ||
+    fail "no CPU and page-fault figures for $v"
+done
 # A peer left out is listed with its reason, never dropped.
 grep -qE '^\| bwrap \| peer \| not run: left out \(--no-peers\) \|' "$md" || fail "bwrap is not listed as left out"
 # Teardown left nothing behind: the survivors column is 0 for every airlock row.

@@ -1,11 +1,16 @@
 // SHA-256 and random ids through OpenSSL.
+//
+// SHA-256 goes through OpenSSL's SHA256_* functions, not EVP: the first EVP digest loads
+// the default provider and builds its algorithm name tables, about half a millisecond that every
+// short `airlock run` paid before its first receipt (bench/README.md, "Spawn cost"). The
+// functions are deprecated in OpenSSL 3 in favour of EVP, but remain, with the same assembly.
+#define OPENSSL_SUPPRESS_DEPRECATED
 #include "base/hash.h"
 
 #include <fcntl.h>
 #include <sys/random.h>
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
 #include <openssl/rand.h>
+#include <openssl/sha.h>
 #include <unistd.h>
 
 #include <array>
@@ -26,44 +31,31 @@ std::string to_hex(const unsigned char* p, size_t n) {
 }
 }  // namespace
 
-namespace {
-// OpenSSL reads its configuration file on first use unless told not to; hashing needs none.
-void init_crypto_once() {
-  static const bool done = OPENSSL_init_crypto(OPENSSL_INIT_NO_LOAD_CONFIG, nullptr) == 1;
-  (void)done;
-}
-}  // namespace
-
 std::string sha256_hex(std::string_view bytes) {
-  init_crypto_once();
-  std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
-  unsigned int len = 0;
-  EVP_Digest(bytes.data(), bytes.size(), md.data(), &len, EVP_sha256(), nullptr);
-  return to_hex(md.data(), len);
+  std::array<unsigned char, SHA256_DIGEST_LENGTH> md{};
+  SHA256_CTX ctx;
+  SHA256_Init(&ctx);
+  SHA256_Update(&ctx, bytes.data(), bytes.size());
+  SHA256_Final(md.data(), &ctx);
+  return to_hex(md.data(), md.size());
 }
 
 Result<std::string> sha256_file(const std::string& path) {
-  init_crypto_once();
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) return fail_errno(Code::IoError, "open " + path, errno);
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
+  SHA256_CTX ctx;
+  SHA256_Init(&ctx);
   std::array<char, 65536> buf;
   for (;;) {
     ssize_t n = ::read(fd.get(), buf.data(), buf.size());
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      EVP_MD_CTX_free(ctx);
-      return fail_errno(Code::IoError, "read " + path, errno);
-    }
+    if (n < 0) return fail_errno(Code::IoError, "read " + path, errno);
     if (n == 0) break;
-    EVP_DigestUpdate(ctx, buf.data(), static_cast<size_t>(n));
+    SHA256_Update(&ctx, buf.data(), static_cast<size_t>(n));
   }
-  std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
-  unsigned int len = 0;
-  EVP_DigestFinal_ex(ctx, md.data(), &len);
-  EVP_MD_CTX_free(ctx);
-  return to_hex(md.data(), len);
+  std::array<unsigned char, SHA256_DIGEST_LENGTH> md{};
+  SHA256_Final(md.data(), &ctx);
+  return to_hex(md.data(), md.size());
 }
 
 std::string random_id() {

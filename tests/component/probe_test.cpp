@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -16,6 +17,9 @@
 #include <thread>
 
 #include "base/fs.h"
+#include "exec/facts_cache.h"
+#include "exec/planner.h"
+#include "../unit/scratch_dir.h"
 
 namespace airlock::linux {
 namespace {
@@ -225,3 +229,102 @@ TEST(ProbeTiers, Kvm) {
 
 }  // namespace
 }  // namespace airlock::linux
+
+// --- The per-boot facts cache (exec::HostProbe, exec/facts_cache.h) -----------------------------
+
+namespace airlock::exec {
+namespace {
+
+Json cache_doc(const testing::ScratchDir& dir) {
+  auto text = read_file(dir.file(std::string(kFactsCacheFile)));
+  EXPECT_TRUE(text) << "no cache file";
+  return text ? Json::parse(*text) : Json();
+}
+
+void write_cache_doc(const testing::ScratchDir& dir, const Json& doc, mode_t mode = 0600) {
+  const std::string path = dir.file(std::string(kFactsCacheFile));
+  ASSERT_TRUE(write_file_atomic(path, doc.dump(), 0600));
+  ASSERT_EQ(::chmod(path.c_str(), mode), 0);
+}
+
+// A cache whose kernel release was changed in place: what a PerBoot probe returns tells whether it
+// read the file (the planted value) or measured (the real one).
+Json planted(Json doc) {
+  doc["facts"]["kernel_release"] = "planted-by-the-test";
+  return doc;
+}
+
+constexpr plan::FactNeeds kLandlockOnly{};
+
+TEST(FactsCache, TheKeyNamesTheBootTheBuildAndTheCaller) {
+  auto key = facts_cache_key();
+  ASSERT_TRUE(key) << "this test binary has no GNU build id or /proc has no boot id";
+  EXPECT_EQ((*key)["boot_id"], *read_file("/proc/sys/kernel/random/boot_id"));
+  EXPECT_EQ((*key)["airlock_build_id"].get<std::string>().size(), 40u);  // SHA-1 of the linked program
+  EXPECT_EQ((*key)["euid"], ::geteuid());
+  EXPECT_EQ((*key)["proc_self_cgroup"], *read_file("/proc/self/cgroup"));
+  EXPECT_EQ(*key, *facts_cache_key()) << "the key must be stable within a boot";
+}
+
+TEST(FactsCache, AProbeKeepsItsFactsAndTheNextReusesThem) {
+  testing::ScratchDir dir;
+  auto first = HostProbe(dir.file("")).facts(kLandlockOnly);
+  auto doc = cache_doc(dir);
+  struct stat st {};
+  ASSERT_EQ(::stat(dir.file(std::string(kFactsCacheFile)).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(doc["key"], *facts_cache_key());
+  EXPECT_EQ(doc["facts"]["kernel_release"], first.kernel_release);
+  write_cache_doc(dir, planted(doc));
+  EXPECT_EQ(HostProbe(dir.file("")).facts(kLandlockOnly).kernel_release, "planted-by-the-test");
+  // Fresh measures, and keeps what it measured.
+  EXPECT_EQ(HostProbe(dir.file(""), HostProbe::Measure::Fresh).facts(kLandlockOnly).kernel_release,
+            first.kernel_release);
+  EXPECT_EQ(cache_doc(dir)["facts"]["kernel_release"], first.kernel_release);
+}
+
+TEST(FactsCache, AnyDifferenceInTheKeyMeasuresAgain) {
+  testing::ScratchDir dir;
+  auto real = HostProbe(dir.file("")).facts(kLandlockOnly).kernel_release;
+  for (const char* part : {"boot_id", "airlock_build_id", "euid", "proc_self_cgroup", "delegated_cgroups", "dev_kvm"}) {
+    auto doc = planted(cache_doc(dir));
+    doc["key"][part] = "another";
+    write_cache_doc(dir, doc);
+    EXPECT_EQ(HostProbe(dir.file("")).facts(kLandlockOnly).kernel_release, real) << part;
+    EXPECT_EQ(cache_doc(dir)["key"], *facts_cache_key()) << part << ": the cache was not rewritten";
+  }
+}
+
+TEST(FactsCache, AFileAnotherCouldWriteOrThatIsTornIsNotBelieved) {
+  testing::ScratchDir dir;
+  auto real = HostProbe(dir.file("")).facts(kLandlockOnly).kernel_release;
+  write_cache_doc(dir, planted(cache_doc(dir)), 0622);
+  EXPECT_EQ(HostProbe(dir.file("")).facts(kLandlockOnly).kernel_release, real) << "a group-writable cache was read";
+  auto text = planted(cache_doc(dir)).dump();
+  ASSERT_TRUE(write_file_atomic(dir.file(std::string(kFactsCacheFile)), text.substr(0, text.size() / 2), 0600));
+  EXPECT_EQ(HostProbe(dir.file("")).facts(kLandlockOnly).kernel_release, real);
+  auto doc = planted(cache_doc(dir));
+  doc["facts"]["no_such_fact"] = true;  // read back strictly, like --facts FILE
+  write_cache_doc(dir, doc);
+  EXPECT_EQ(HostProbe(dir.file("")).facts(kLandlockOnly).kernel_release, real);
+}
+
+TEST(FactsCache, FactsTheCacheDidNotMeasureAreMeasuredAndThenKept) {
+  testing::ScratchDir dir;
+  (void)HostProbe(dir.file("")).facts(kLandlockOnly);
+  EXPECT_FALSE(cache_doc(dir)["measured"]["user_namespaces"].get<bool>());
+  write_cache_doc(dir, planted(cache_doc(dir)));
+  plan::FactNeeds userns;
+  userns.user_namespaces = true;
+  auto f = HostProbe(dir.file("")).facts(userns);
+  EXPECT_NE(f.kernel_release, "planted-by-the-test");
+  EXPECT_EQ(f.reasons.count("user_namespaces") && f.reasons.at("user_namespaces").starts_with("not measured"), false);
+  auto doc = cache_doc(dir);
+  EXPECT_TRUE(doc["measured"]["user_namespaces"].get<bool>());
+  // A policy that needs less is served from the wider cache.
+  write_cache_doc(dir, planted(doc));
+  EXPECT_EQ(HostProbe(dir.file("")).facts(kLandlockOnly).kernel_release, "planted-by-the-test");
+}
+
+}  // namespace
+}  // namespace airlock::exec

@@ -74,6 +74,18 @@ uint64_t broken_line(const Result<ChainCheck>& r) {
 
 // ---------------------------------------------------------------- a good chain
 
+// The chain's hash, against FIPS 180-2's known answers (and a file read in more than one block).
+TEST(Sha256, GivesTheStandardsKnownAnswers) {
+  EXPECT_EQ(sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  testing::ScratchDir dir;
+  ASSERT_TRUE(write_file_atomic(dir.file("million-a"), std::string(1'000'000, 'a')));
+  EXPECT_EQ(*sha256_file(dir.file("million-a")), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  EXPECT_FALSE(sha256_file(dir.file("absent")));
+}
+
 TEST(ReceiptLog, AppendsFormAChainThatVerifies) {
   TempDir dir;
   const std::string path = dir.file("receipts.jsonl");
