@@ -8,7 +8,7 @@ FUZZ_TARGETS = policy protocol mcp http door dns ledger receipts
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all deps build run test test-asan fuzz bench clean
+.PHONY: all deps build install run test test-asan fuzz bench clean
 
 all: build
 
@@ -20,6 +20,11 @@ $(BUILD)/build.ninja:
 
 build: deps $(BUILD)/build.ninja
 	ninja -C $(BUILD) -j $(JOBS)
+
+# The executables into $(PREFIX)/bin, their debug information into $(PREFIX)/lib/debug.
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 # The demo: a small Python test suite run under examples/policies/demo.json on the Landlock tier.
 run: build

@@ -47,7 +47,7 @@ fi
 grep -qE '^\| variant \| kind \| median ms \| spread ms \(p10-p90\) \| CPU ms \| page faults \|' "$md" ||
   fail "the spawn tables have no CPU and page-fault columns"
 for v in plain airlock-landlock-cli airlock-landlock-lib; do
-  grep -qE "^\| $v \| [a-z ]+ \| $number \| $number – $number \| $number \| [1-9][0-9,]* \|" "$md" ||
+  grep -qE "^\| $v \| [A-Za-z ]+ \| $number \| $number – $number \| $number \| [1-9][0-9,]* \|" "$md" ||
     fail "no CPU and page-fault figures for $v"
 done
 # A peer left out is listed with its reason, never dropped.
