@@ -9,8 +9,10 @@
 #include <fcntl.h>
 #include <linux/sched.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -45,6 +47,26 @@ pid_t clone_with_pidfd(int* pidfd, uint64_t extra_flags = 0) noexcept {
   args.pidfd = reinterpret_cast<uint64_t>(pidfd);
   args.exit_signal = SIGCHLD;
   return static_cast<pid_t>(::syscall(SYS_clone3, &args, sizeof args));
+}
+
+// A clone that shares our memory, vfork-style: no page tables are copied and nothing faults
+// copy-on-write, and we are suspended until the child's execve succeeded or it exited (as
+// posix_spawn does). The child runs `body(arg)` on a stack of its own (a guard page below it) and
+// must touch nothing of ours but read-only data and that stack: it is a separate process (its
+// own descriptor table, signal handlers and credentials), so its closes, confinement and
+// process state stay its own. Returns the child's pid with its pidfd in *pidfd, or -1 (errno).
+pid_t clone_vfork(int* pidfd, int (*body)(void*), void* arg) noexcept {
+  constexpr size_t kGuard = 4096, kStack = 256 * 1024;
+  void* map = ::mmap(nullptr, kGuard + kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (map == MAP_FAILED) return -1;
+  pid_t pid = -1;
+  if (::mprotect(map, kGuard, PROT_NONE) == 0)
+    pid = ::clone(body, static_cast<char*>(map) + kGuard + kStack, CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD,
+                  arg, pidfd);
+  int e = errno;
+  ::munmap(map, kGuard + kStack);
+  errno = e;
+  return pid;
 }
 
 [[noreturn]] void report_and_exit(int fd, Step step, int err) noexcept {
@@ -101,6 +123,24 @@ pid_t clone_with_pidfd(int* pidfd, uint64_t extra_flags = 0) noexcept {
   report_and_exit(errfd, Step::Exec, errno);
 }
 
+// What the command's vfork-style child needs: descriptors to close first (ours, not its), then
+// run_command's arguments.
+struct CommandStart {
+  const LaunchSpec* spec;
+  char* const* argv;
+  char* const* envp;
+  int errfd;
+  const sigset_t* old_mask;
+  int close_first[3];
+};
+
+int command_body(void* arg) noexcept {
+  auto* c = static_cast<const CommandStart*>(arg);
+  for (int fd : c->close_first)
+    if (fd >= 0) ::close(fd);
+  run_command(*c->spec, c->argv, c->envp, c->errfd, *c->old_mask);
+}
+
 struct CommandStatus {
   int32_t exited;
   int32_t code;
@@ -147,13 +187,9 @@ struct CommandStatus {
   int sfd = ::signalfd(-1, &all, SFD_CLOEXEC);
   if (sfd < 0) report_and_exit(errfd, Step::Init, errno);
   int cmd_pidfd = -1;
-  pid_t cmd = clone_with_pidfd(&cmd_pidfd);
+  CommandStart start{&s, argv, envp, errfd, &old_mask, {sfd, statusfd, -1}};
+  pid_t cmd = clone_vfork(&cmd_pidfd, command_body, &start);
   if (cmd < 0) report_and_exit(errfd, Step::CloneCommand, errno);
-  if (cmd == 0) {
-    ::close(sfd);
-    ::close(statusfd);
-    run_command(s, argv, envp, errfd, old_mask);
-  }
   ::close(errfd);  // from here only the command holds it, until its exec succeeds
   for (;;) {
     signalfd_siginfo si{};
@@ -304,13 +340,9 @@ void signal_group(pid_t command, int sig) noexcept {
     ::close(gopipe[1]);
   } else {
     if (s.door_channel >= 0) ::close(s.door_channel);  // no namespace, no door
-    cmd = clone_with_pidfd(&cmd_pidfd);
+    CommandStart start{&s, argv, envp, errpipe[1], &old_mask, {errpipe[0], report_fd, sfd}};
+    cmd = clone_vfork(&cmd_pidfd, command_body, &start);
     if (cmd < 0) finish(Step::CloneCommand, errno);
-    if (cmd == 0) {
-      ::close(errpipe[0]);
-      ::close(report_fd);
-      run_command(s, argv, envp, errpipe[1], old_mask);
-    }
   }
   ::close(errpipe[1]);
   SetupFailure f{};
