@@ -1,6 +1,7 @@
 // Session: open (plan + view + executor + session.open), the five actions, close with write-back, kill.
 #include "broker/session.h"
 
+#include <limits.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -33,11 +34,24 @@ Json opening_record(const policy::TaskPolicy& pol, const plan::HostFacts& facts,
   return j;
 }
 
-Result<void> check_workspace(const std::optional<std::string>& workspace) {
+Result<void> check_workspace(const std::optional<std::string>& workspace, const std::string& state_dir) {
   struct stat st{};
   if (workspace && (::stat(workspace->c_str(), &st) < 0 || !S_ISDIR(st.st_mode)))
     return fail(Code::PolicyInvalid, fmt::format("the workspace {} is not a directory", *workspace),
                 {{"workspace", *workspace}});
+  // The state directory holds the receipts, the run store and the host facts the planner trusts:
+  // a command that could write them back could rewrite its own record or weaken the next plan.
+  char ws[PATH_MAX], state[PATH_MAX];
+  if (workspace && ::realpath(workspace->c_str(), ws) && ::realpath(state_dir.c_str(), state)) {
+    const std::string w = ws, sd = state;
+    if (sd == w || w == "/" || sd.starts_with(w + "/"))
+      return fail(Code::PolicyInvalid,
+                  fmt::format("the workspace {} holds airlock's state directory {}: a command could rewrite its "
+                              "receipts, the run store and the host facts; choose a workspace that does not "
+                              "contain it (or another --state-dir)",
+                              *workspace, sd),
+                  {{"workspace", *workspace}, {"state_dir", sd}});
+  }
   return {};
 }
 
@@ -79,7 +93,7 @@ Result<std::unique_ptr<Session>> Session::open(const policy::TaskPolicy& pol, co
   s->receipts_.stamp("sandbox", {{"executor", policy::to_string(planned->executor())},
                                  {"tier", planned->tier()},
                                  {"reason", planned->why}});
-  if (auto w = check_workspace(s->workspace_); !w) return refused(w.error());
+  if (auto w = check_workspace(s->workspace_, opts.state_dir); !w) return refused(w.error());
 
   // The network door, when the plan has one: served by airlock for each run, its requests
   // recorded in this session's log.

@@ -71,6 +71,40 @@ Json stat_or_null(const std::string& path) {
   return Json::array({static_cast<uint64_t>(st.st_ino), st.st_uid, st.st_gid, st.st_mode});
 }
 
+// The lines of /proc/self/status that bound what this process may do whatever the kernel could:
+// a seccomp filter or no_new_privs inherited from the parent, and the capabilities held.
+Json status_limits() {
+  auto text = read_file("/proc/self/status");
+  if (!text) return nullptr;
+  Json out = Json::object();
+  std::string_view rest = *text;
+  while (!rest.empty()) {
+    auto nl = rest.find('\n');
+    std::string_view line = rest.substr(0, nl);
+    rest = nl == std::string_view::npos ? std::string_view{} : rest.substr(nl + 1);
+    for (std::string_view name : {"Seccomp:", "NoNewPrivs:", "CapEff:", "CapBnd:"})
+      if (line.starts_with(name)) out[std::string(name.substr(0, name.size() - 1))] = std::string(line.substr(name.size()));
+  }
+  return out;
+}
+
+// The cgroup filesystems mounted in our mount namespace (the probe reads these lines).
+Json cgroup_mounts() {
+  auto text = read_file("/proc/self/mountinfo");
+  if (!text) return nullptr;
+  Json out = Json::array();
+  for (const auto& m : linux::parse_mountinfo(*text))
+    if (m.fstype == "cgroup" || m.fstype == "cgroup2")
+      out.push_back(Json::array({m.root, m.mount_point, m.fstype, m.super_options}));
+  return out;
+}
+
+Json link_or_null(const char* path) {
+  char buf[256];
+  ssize_t n = ::readlink(path, buf, sizeof buf);
+  return n > 0 ? Json(std::string(buf, static_cast<size_t>(n))) : Json(nullptr);
+}
+
 Json needs_json(const plan::FactNeeds& n) {
   return {{"user_namespaces", n.user_namespaces}, {"overlayfs", n.overlayfs}, {"cgroups", n.cgroups}, {"kvm", n.kvm}};
 }
@@ -112,6 +146,11 @@ std::optional<Json> facts_cache_key() {
       {"egid", ::getegid()},
       {"groups", groups},
       {"proc_self_cgroup", file_or_null("/proc/self/cgroup")},
+      {"cgroup_mounts", cgroup_mounts()},
+      {"status_limits", status_limits()},
+      {"lsm_label", file_or_null("/proc/self/attr/current")},
+      {"namespaces", Json::array({link_or_null("/proc/self/ns/user"), link_or_null("/proc/self/ns/mnt"),
+                                  link_or_null("/proc/self/ns/cgroup")})},
       {"max_user_namespaces", file_or_null("/proc/sys/user/max_user_namespaces")},
       {"unprivileged_userns_clone", file_or_null("/proc/sys/kernel/unprivileged_userns_clone")},
       {"apparmor_restrict_unprivileged_userns", file_or_null("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")},
@@ -122,7 +161,8 @@ std::optional<Json> facts_cache_key() {
 
 std::optional<CachedFacts> load_cached_facts(const std::string& state_dir, const Json& key) {
   const std::string path = state_dir + "/" + std::string(kFactsCacheFile);
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  // Non-blocking: a FIFO planted under the name must not hang the run (it is refused as not regular).
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY));
   struct stat st {};
   if (!fd || ::fstat(fd.get(), &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 022))
     return std::nullopt;
@@ -130,7 +170,7 @@ std::optional<CachedFacts> load_cached_facts(const std::string& state_dir, const
   ssize_t got = ::pread(fd.get(), text.data(), text.size(), 0);
   if (got != static_cast<ssize_t>(text.size()) || st.st_size > static_cast<off_t>(kMaxJsonBytes)) return std::nullopt;
   auto doc = parse_json(text, Code::IoError, path);
-  if (!doc || !doc->is_object() || doc->value("schema", "") != kSchema || !doc->contains("key") ||
+  if (!doc || !doc->is_object() || !doc->contains("schema") || (*doc)["schema"] != kSchema || !doc->contains("key") ||
       (*doc)["key"] != key || !doc->contains("measured") || !doc->contains("facts"))
     return std::nullopt;
   auto measured = needs_from_json((*doc)["measured"]);
@@ -140,6 +180,9 @@ std::optional<CachedFacts> load_cached_facts(const std::string& state_dir, const
 }
 
 void store_cached_facts(const std::string& state_dir, const Json& key, const CachedFacts& entry) {
+  // A measurement that failed for a passing cause, or left something behind, is this moment's only.
+  if (entry.facts.reasons.contains(std::string(linux::kProbeInconclusive)) || entry.facts.reasons.contains("probe_cleanup"))
+    return;
   Json doc{{"schema", kSchema}, {"key", key}, {"measured", needs_json(entry.measured)}, {"facts", plan::to_json(entry.facts)}};
   (void)write_file_atomic(state_dir + "/" + std::string(kFactsCacheFile), doc.dump(), 0600);
 }

@@ -23,9 +23,11 @@ inline constexpr std::string_view kFactsCacheFile = "host-facts.json";
 
 // What the probe's answers depend on, read without forking: the boot (boot id, kernel release),
 // this airlock (the build id of the running program), the caller (uid, gid, groups, its own
-// cgroups), the settings that allow user namespaces, the delegated cgroups `airlock setup
-// delegate` makes for this uid, and /dev/kvm's owner and mode. nullopt when the running program
-// carries no build id or the boot id cannot be read: then nothing is cached.
+// cgroups and the cgroup mounts it sees, its seccomp mode, no_new_privs and capabilities, its LSM
+// label, its user, mount and cgroup namespaces), the settings that allow user namespaces, the
+// delegated cgroups `airlock setup delegate` makes for this uid, and /dev/kvm's owner and mode.
+// nullopt when the running program carries no build id or the boot id cannot be read: then
+// nothing is cached. A probe that was inconclusive (linux::kProbeInconclusive) is never kept.
 std::optional<Json> facts_cache_key();
 
 struct CachedFacts {

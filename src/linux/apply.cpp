@@ -54,7 +54,10 @@ pid_t clone_with_pidfd(int* pidfd, uint64_t extra_flags = 0) noexcept {
 // posix_spawn does). The child runs `body(arg)` on a stack of its own (a guard page below it) and
 // must touch nothing of ours but read-only data and that stack: it is a separate process (its
 // own descriptor table, signal handlers and credentials), so its closes, confinement and
-// process state stay its own. Returns the child's pid with its pidfd in *pidfd, or -1 (errno).
+// process state stay its own. But the address space is ours: nothing in the child may allocate
+// or change the memory map (mmap, munmap, brk, madvise) or set a property of the mm
+// (PR_SET_MDWE, PR_SET_THP_DISABLE, PR_SET_DUMPABLE, PR_SET_MM) before its execve.
+// Returns the child's pid with its pidfd in *pidfd, or -1 (errno).
 pid_t clone_vfork(int* pidfd, int (*body)(void*), void* arg) noexcept {
   constexpr size_t kGuard = 4096, kStack = 256 * 1024;
   void* map = ::mmap(nullptr, kGuard + kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
@@ -77,7 +80,7 @@ pid_t clone_vfork(int* pidfd, int (*body)(void*), void* arg) noexcept {
 
 // The confined command: runs in the supervisor's child, ends in execve.
 [[noreturn]] void run_command(const LaunchSpec& s, char* const* argv, char* const* envp, int errfd,
-                              const sigset_t& old_mask) noexcept {
+                              const sigset_t& old_mask, pid_t parent) noexcept {
   // A command starts with no signal blocked or ignored, whatever airlock itself blocks (the CLI
   // blocks SIGTERM for its own signal thread; an ignored signal would survive exec).
   (void)old_mask;
@@ -87,6 +90,8 @@ pid_t clone_vfork(int* pidfd, int (*body)(void*), void* arg) noexcept {
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) report_and_exit(errfd, Step::ParentDeath, errno);
+  // The parent (which holds the wall clock) killed before the prctl: no command without it.
+  if (::getppid() != parent) ::_exit(127);
   // Its own process group, so a stop or the deadline can signal the command's whole group.
   if (::setpgid(0, 0) < 0) report_and_exit(errfd, Step::NewSession, errno);
   if (!s.cwd.empty() && ::chdir(s.cwd.c_str()) < 0) report_and_exit(errfd, Step::Chdir, errno);
@@ -132,13 +137,14 @@ struct CommandStart {
   int errfd;
   const sigset_t* old_mask;
   int close_first[3];
+  pid_t parent = ::getpid();  // the supervisor or the init, whose death must end the command
 };
 
 int command_body(void* arg) noexcept {
   auto* c = static_cast<const CommandStart*>(arg);
   for (int fd : c->close_first)
     if (fd >= 0) ::close(fd);
-  run_command(*c->spec, c->argv, c->envp, c->errfd, *c->old_mask);
+  run_command(*c->spec, c->argv, c->envp, c->errfd, *c->old_mask, c->parent);
 }
 
 struct CommandStatus {

@@ -134,6 +134,15 @@ struct ChildOutcome {
   std::string reason;  // for people, when !ok
 };
 
+// A child that never reported a step (it could not start, timed out, died of a signal) says
+// nothing lasting about the host: its fact is false for this probe, and the facts are marked so
+// that nobody keeps them (exec::HostProbe's per-boot cache measures again next time).
+void note_inconclusive(HostFacts& f, std::string_view fact, const ChildOutcome& out) {
+  if (out.ok || out.step != -1) return;
+  std::string& note = f.reasons[std::string(kProbeInconclusive)];
+  note += fmt::format("{}{}: {}", note.empty() ? "" : "; ", fact, out.reason);
+}
+
 // A probe child that has been started and not yet collected. Destruction kills and reaps it.
 struct PendingChild {
   std::optional<ChildProcess> child;
@@ -302,6 +311,7 @@ void finish_seccomp_probe(HostFacts& f, PendingChild& p) {
   const ChildOutcome out = finish_child(p);
   f.no_new_privs = out.ok || out.step >= kGetSeccomp;
   f.seccomp_filter = out.ok;
+  note_inconclusive(f, "seccomp_filter", out);
   if (!f.no_new_privs) f.reasons["no_new_privs"] = out.reason;
   if (!f.seccomp_filter) f.reasons["seccomp_filter"] = out.reason;
 }
@@ -346,6 +356,7 @@ void finish_user_namespaces_probe(HostFacts& f, PendingChild& p) {
   const ChildOutcome out = finish_child(p);
   f.user_namespaces = out.ok;
   if (!out.ok) f.reasons["user_namespaces"] = out.reason + userns_settings_note();
+  note_inconclusive(f, "user_namespaces", out);
 }
 
 // --- overlayfs inside a user namespace -----------------------------------------------------------
@@ -424,6 +435,7 @@ void OverlayProbe::finish(HostFacts& f) {
   const ChildOutcome out =
       setup_error_.empty() ? finish_child(child_) : ChildOutcome{false, -1, setup_error_};
   f.overlayfs_in_userns = out.ok;
+  if (f.user_namespaces) note_inconclusive(f, "overlayfs_in_userns", out);
   if (!out.ok) {
     f.reasons["overlayfs_in_userns"] =
         f.user_namespaces ? out.reason

@@ -28,6 +28,11 @@ plan::HostFacts probe_host();
 // false with the reason "not measured: ...", so a receipt never shows a guess as a measurement.
 plan::HostFacts probe_host(const plan::FactNeeds& scope);
 
+// The reasons key under which the probe notes a measurement that failed for a passing cause (a
+// child that could not start, timed out or died): facts carrying it, or "probe_cleanup", are
+// this moment's only and are never kept for later (exec/facts_cache.h).
+inline constexpr std::string_view kProbeInconclusive = "probe_inconclusive";
+
 // Name prefix of everything the probe creates and removes again (temp dirs, probe cgroups).
 inline constexpr std::string_view kProbeTempPrefix = "airlock-probe-";
 

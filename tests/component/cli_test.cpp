@@ -221,6 +221,26 @@ TEST(CliRun, OnTheLandlockTierACommandReadsItsOwnProcAndNoOneElses) {
   EXPECT_EQ(r.out, "own-ok\nparent-denied\ninit-denied\nchild-denied\nhost-denied\nroot-link-denied\n") << r.err;
 }
 
+// The state directory holds the receipts, the run store and the per-boot host facts the planner
+// reads: a workspace that contains it (so a command could write them back) is refused by name,
+// and nothing runs.
+TEST(CliRun, AWorkspaceHoldingTheStateDirectoryIsRefused) {
+  CliFixture fx(Identity::Self);
+  const std::string parent = fx.state_dir().substr(0, fx.state_dir().rfind('/'));
+  for (const std::string& ws : {fx.state_dir(), parent}) {
+    auto r = fx.run({"run", "--workspace", ws, "--", "/bin/sh", "-c", "echo ran"});
+    EXPECT_EQ(r.status, 125) << ws << ": " << r.err;
+    EXPECT_NE(r.err.find("AIRLOCK_POLICY_INVALID"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("holds airlock's state directory"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out.find("ran"), std::string::npos) << r.out;
+  }
+  // A workspace beside it is fine.
+  auto ok = fx.run({"run", "--workspace", fx.workspace(), "--", "/bin/sh", "-c", "echo ran"});
+  if (ok.status == 125 && ok.err.find("AIRLOCK_EXECUTOR_UNAVAILABLE") != std::string::npos && !require_all_tiers())
+    GTEST_SKIP() << ok.err;
+  EXPECT_EQ(ok.status, 0) << ok.err;
+}
+
 TEST(CliRun, UnknownCommandIsAToolFailure) {
   CliFixture fx(Identity::Self);
   auto r = fx.run({"run", "--", "no-such-program-xyz"});

@@ -309,6 +309,38 @@ TEST(FactsCache, AFileAnotherCouldWriteOrThatIsTornIsNotBelieved) {
   EXPECT_EQ(HostProbe(dir.file("")).facts(kLandlockOnly).kernel_release, real);
 }
 
+TEST(FactsCache, AnInconclusiveProbeIsNeverKept) {
+  testing::ScratchDir dir;
+  auto key = facts_cache_key();
+  ASSERT_TRUE(key);
+  plan::HostFacts f = plan::facts_everything();
+  f.reasons[std::string(linux::kProbeInconclusive)] = "user_namespaces: the probe child did not finish within 2000 ms";
+  store_cached_facts(dir.file(""), *key, {plan::FactNeeds::all(), f});
+  EXPECT_FALSE(load_cached_facts(dir.file(""), *key)) << "a timed-out probe was kept";
+  f.reasons.erase(std::string(linux::kProbeInconclusive));
+  f.reasons["probe_cleanup"] = "could not remove probe cgroup";
+  store_cached_facts(dir.file(""), *key, {plan::FactNeeds::all(), f});
+  EXPECT_FALSE(load_cached_facts(dir.file(""), *key));
+  f.reasons.erase("probe_cleanup");
+  store_cached_facts(dir.file(""), *key, {plan::FactNeeds::all(), f});
+  EXPECT_TRUE(load_cached_facts(dir.file(""), *key));
+}
+
+TEST(FactsCache, AFifoOrAMalformedDocumentIsAMissNotAHangOrACrash) {
+  testing::ScratchDir dir;
+  const std::string path = dir.file(std::string(kFactsCacheFile));
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  auto key = facts_cache_key();
+  ASSERT_TRUE(key);
+  EXPECT_FALSE(load_cached_facts(dir.file(""), *key));  // returns at once: opened non-blocking, not regular
+  ASSERT_EQ(::unlink(path.c_str()), 0);
+  for (const Json& doc : {Json{{"schema", 7}, {"key", *key}}, Json::array({1, 2}), Json("text"),
+                          Json{{"schema", "airlock.host_facts_cache.v1"}, {"key", *key}, {"measured", 1}, {"facts", {}}}}) {
+    write_cache_doc(dir, doc);
+    EXPECT_FALSE(load_cached_facts(dir.file(""), *key)) << doc.dump();
+  }
+}
+
 TEST(FactsCache, FactsTheCacheDidNotMeasureAreMeasuredAndThenKept) {
   testing::ScratchDir dir;
   (void)HostProbe(dir.file("")).facts(kLandlockOnly);
