@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <ctime>
 #include <cstring>
 #include <vector>
 
@@ -175,15 +176,20 @@ std::optional<CachedFacts> load_cached_facts(const std::string& state_dir, const
     return std::nullopt;
   auto measured = needs_from_json((*doc)["measured"]);
   auto facts = plan::host_facts_from_json((*doc)["facts"]);
-  if (!measured || !facts) return std::nullopt;
-  return CachedFacts{*measured, std::move(*facts)};
+  const Json at = doc->value("measured_at", Json());
+  if (!measured || !facts || !at.is_number_integer() || at.get<int64_t>() <= 0) return std::nullopt;
+  return CachedFacts{*measured, std::move(*facts), at.get<int64_t>()};
 }
 
 void store_cached_facts(const std::string& state_dir, const Json& key, const CachedFacts& entry) {
   // A measurement that failed for a passing cause, or left something behind, is this moment's only.
   if (entry.facts.reasons.contains(std::string(linux::kProbeInconclusive)) || entry.facts.reasons.contains("probe_cleanup"))
     return;
-  Json doc{{"schema", kSchema}, {"key", key}, {"measured", needs_json(entry.measured)}, {"facts", plan::to_json(entry.facts)}};
+  Json doc{{"schema", kSchema},
+           {"key", key},
+           {"measured", needs_json(entry.measured)},
+           {"measured_at", static_cast<int64_t>(::time(nullptr))},
+           {"facts", plan::to_json(entry.facts)}};
   (void)write_file_atomic(state_dir + "/" + std::string(kFactsCacheFile), doc.dump(), 0600);
 }
 

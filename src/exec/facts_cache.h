@@ -10,6 +10,7 @@
 // doctor` measures afresh and rewrites the cache.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -33,7 +34,12 @@ std::optional<Json> facts_cache_key();
 struct CachedFacts {
   plan::FactNeeds measured;  // which of the costlier facts the cached probe measured
   plan::HostFacts facts;
+  int64_t measured_at = 0;   // unix seconds; set by store_cached_facts
 };
+
+// The reasons key under which facts served from the cache say so, and when they were measured:
+// a receipt or a plan never shows a kept fact as one measured for it.
+inline constexpr std::string_view kFactsCachedReason = "facts_cached";
 
 // The cache in `state_dir` when it holds `key`, is ours (owned by this euid, not writable by
 // anyone else) and reads back whole; nullopt otherwise (a torn or foreign file is a miss).

@@ -1,6 +1,8 @@
 // planner: host facts from one source, and the one plan a session runs under.
 #include "exec/planner.h"
 
+#include <ctime>
+
 #include "exec/executor.h"
 #include "exec/facts_cache.h"
 #include "exec/session_view.h"
@@ -16,6 +18,14 @@ plan::HostFacts HostProbe::facts(const plan::FactNeeds& needs) const {
   auto cached = key ? load_cached_facts(state_dir_, *key) : std::nullopt;
   if (measure_ == Measure::PerBoot && cached && covers(cached->measured, needs)) {
     f = std::move(cached->facts);
+    const time_t at = static_cast<time_t>(cached->measured_at);
+    tm utc{};
+    char when[32] = "?";
+    if (::gmtime_r(&at, &utc)) std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &utc);
+    f.reasons[std::string(kFactsCachedReason)] = fmt::format(
+        "measured at {} and kept for this boot in {}/{}, re-measured when the host or the caller changes; "
+        "`airlock doctor` measures afresh",
+        when, state_dir_, kFactsCacheFile);
   } else {
     // What the cache measured before stays measured, so policies that need different facts do
     // not take turns re-probing.

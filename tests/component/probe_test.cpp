@@ -247,6 +247,12 @@ void write_cache_doc(const testing::ScratchDir& dir, const Json& doc, mode_t mod
   ASSERT_EQ(::chmod(path.c_str(), mode), 0);
 }
 
+// The document a real probe leaves in `dir`.
+Json cache_doc_after_probe(const testing::ScratchDir& dir) {
+  (void)HostProbe(dir.file(""), HostProbe::Measure::Fresh).facts({});
+  return cache_doc(dir);
+}
+
 // A cache whose kernel release was changed in place: what a PerBoot probe returns tells whether it
 // read the file (the planted value) or measured (the real one).
 Json planted(Json doc) {
@@ -275,11 +281,20 @@ TEST(FactsCache, AProbeKeepsItsFactsAndTheNextReusesThem) {
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   EXPECT_EQ(doc["key"], *facts_cache_key());
   EXPECT_EQ(doc["facts"]["kernel_release"], first.kernel_release);
+  EXPECT_FALSE(first.reasons.contains(std::string(kFactsCachedReason))) << "measured facts said they were kept";
+  EXPECT_FALSE(doc["facts"]["reasons"].contains(std::string(kFactsCachedReason)));
+  EXPECT_GT(doc["measured_at"].get<int64_t>(), 0);
   write_cache_doc(dir, planted(doc));
-  EXPECT_EQ(HostProbe(dir.file("")).facts(kLandlockOnly).kernel_release, "planted-by-the-test");
+  auto kept = HostProbe(dir.file("")).facts(kLandlockOnly);
+  EXPECT_EQ(kept.kernel_release, "planted-by-the-test");
+  // Kept facts say so, and when they were measured: a receipt never shows them as measured now.
+  ASSERT_TRUE(kept.reasons.contains(std::string(kFactsCachedReason)));
+  EXPECT_TRUE(kept.reasons.at(std::string(kFactsCachedReason)).starts_with("measured at 20"))
+      << kept.reasons.at(std::string(kFactsCachedReason));
   // Fresh measures, and keeps what it measured.
-  EXPECT_EQ(HostProbe(dir.file(""), HostProbe::Measure::Fresh).facts(kLandlockOnly).kernel_release,
-            first.kernel_release);
+  auto fresh = HostProbe(dir.file(""), HostProbe::Measure::Fresh).facts(kLandlockOnly);
+  EXPECT_EQ(fresh.kernel_release, first.kernel_release);
+  EXPECT_FALSE(fresh.reasons.contains(std::string(kFactsCachedReason)));
   EXPECT_EQ(cache_doc(dir)["facts"]["kernel_release"], first.kernel_release);
 }
 
@@ -334,7 +349,9 @@ TEST(FactsCache, AFifoOrAMalformedDocumentIsAMissNotAHangOrACrash) {
   ASSERT_TRUE(key);
   EXPECT_FALSE(load_cached_facts(dir.file(""), *key));  // returns at once: opened non-blocking, not regular
   ASSERT_EQ(::unlink(path.c_str()), 0);
-  for (const Json& doc : {Json{{"schema", 7}, {"key", *key}}, Json::array({1, 2}), Json("text"),
+  Json no_time = cache_doc_after_probe(dir);
+  no_time.erase("measured_at");
+  for (const Json& doc : {Json{{"schema", 7}, {"key", *key}}, Json::array({1, 2}), Json("text"), no_time,
                           Json{{"schema", "airlock.host_facts_cache.v1"}, {"key", *key}, {"measured", 1}, {"facts", {}}}}) {
     write_cache_doc(dir, doc);
     EXPECT_FALSE(load_cached_facts(dir.file(""), *key)) << doc.dump();
