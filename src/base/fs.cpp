@@ -41,6 +41,17 @@ Result<void> write_all(int fd, std::string_view bytes, Code code, const std::str
   return {};
 }
 
+Result<void> write_all_at(int fd, std::string_view bytes, uint64_t offset, Code code, const std::string& what) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::pwrite(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail_errno(code, what, errno);
+    done += static_cast<size_t>(n);
+  }
+  return {};
+}
+
 Result<void> append_record(int fd, std::string_view bytes, Code code, const std::string& what) {
   ssize_t n;
   do {

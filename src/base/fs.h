@@ -1,6 +1,7 @@
 // Small file helpers that return Result: read a whole file, write one atomically, make dirs.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -13,6 +14,8 @@ Result<std::string> read_file(const std::string& path, Code code = Code::IoError
 Result<void> write_file_atomic(const std::string& path, std::string_view bytes, unsigned mode = 0644);
 // Writes all of `bytes`, retrying short writes and EINTR; an error is `code` naming `what`.
 Result<void> write_all(int fd, std::string_view bytes, Code code, const std::string& what);
+// pwrite(2) of all of `bytes` at `offset`, retrying short writes and EINTR.
+Result<void> write_all_at(int fd, std::string_view bytes, uint64_t offset, Code code, const std::string& what);
 // One record appended with exactly one write(2) (O_APPEND keeps a record whole between writers):
 // a short write is an error (ENOSPC), never completed by a second write.
 Result<void> append_record(int fd, std::string_view bytes, Code code, const std::string& what);

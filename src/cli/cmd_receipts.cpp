@@ -1,4 +1,5 @@
-// `airlock receipts verify FILE` checks the hash chain; `airlock receipts show FILE` prints a table.
+// `airlock receipts verify FILE` checks the hash chain; `airlock receipts show FILE` prints a table;
+// `airlock receipts repair FILE` applies the torn-tail rule to an ended session's log.
 #include <cstdio>
 
 #include "base/fs.h"
@@ -69,6 +70,25 @@ int verify(const std::string& file, bool json) {
   return 0;
 }
 
+int repair(const std::string& file, bool json) {
+  auto rep = ledger::repair_torn_tail(file);
+  if (!rep) return refuse(rep.error(), json);
+  std::string what = rep->terminated    ? "the last receipt lacked only its newline: terminated"
+                     : rep->quarantined ? "the torn tail was kept in a receipts.torn_tail receipt"
+                                        : "no torn tail: nothing to repair";
+  if (json)
+    std::printf("%s\n", Json({{"receipts", rep->receipts},
+                               {"terminated", rep->terminated},
+                               {"quarantined", rep->quarantined},
+                               {"torn_tail", {{"offset", rep->offset}, {"length", rep->length}}}})
+                            .dump()
+                            .c_str());
+  else
+    std::printf("%s; %llu receipt(s)%s\n", what.c_str(), static_cast<unsigned long long>(rep->receipts),
+                rep->quarantined ? fmt::format(" ({} byte(s) from offset {})", rep->length, rep->offset).c_str() : "");
+  return 0;
+}
+
 }  // namespace
 
 void add_receipts(CLI::App& app, Globals& g, Action& run) {
@@ -79,6 +99,10 @@ void add_receipts(CLI::App& app, Globals& g, Action& run) {
   v->add_option("FILE", file, "receipts file (JSONL)")->required();
   v->add_flag("--json", g.json, "print JSON");
   v->callback([&g, &run] { run = [&g] { return verify(file, g.json); }; });
+  auto* r = cmd->add_subcommand("repair", "close a chain a cut-short write left torn: its bytes kept in a receipt");
+  r->add_option("FILE", file, "receipts file (JSONL) of a session that has ended")->required();
+  r->add_flag("--json", g.json, "print JSON");
+  r->callback([&g, &run] { run = [&g] { return repair(file, g.json); }; });
   auto* s = cmd->add_subcommand("show", "print the receipts as a table");
   s->add_option("FILE", file, "receipts file (JSONL)")->required();
   s->add_flag("--json", g.json, "print JSON");

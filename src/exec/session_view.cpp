@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -88,36 +89,85 @@ std::string process_identity(pid_t pid) {
 
 }  // namespace
 
-Result<SessionDirs> make_session_dirs(const std::string& state_dir, const std::string& id) {
-  SessionDirs d{state_dir + "/sessions/" + id, "", "", {}};
-  d.view = d.root + "/view";
-  d.scratch = d.root + "/tmp";
-  TRY(make_dirs(state_dir + "/sessions"));
-  // What an airlock killed with SIGKILL left behind (views, cgroups) goes before a new one is made.
-  (void)sweep_abandoned_sessions(state_dir);
-  if (::mkdir(d.root.c_str(), 0700) < 0) return fail_errno(Code::IoError, "mkdir " + d.root, errno);
-  if (::mkdir(d.view.c_str(), 0700) < 0) return fail_errno(Code::IoError, "mkdir " + d.view, errno);
-  if (::mkdir(d.scratch.c_str(), 0700) < 0) return fail_errno(Code::IoError, "mkdir " + d.scratch, errno);
-  TRY(write_file_atomic(d.root + "/owner", process_identity(::getpid()), 0600));
-  return d;
+namespace {
+
+// STATE/sessions.lock, held while the sweep runs and a session directory is made with its owner file:
+// so a directory without an owner file, seen under the lock, was left by an airlock killed while
+// making it or while removing it (the owner file goes last), never by one at work.
+Result<UniqueFd> lock_sessions(const std::string& sessions) {
+  std::string path = sessions + ".lock";
+  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!fd) return fail_errno(Code::IoError, "open " + path, errno);
+  while (::flock(fd.get(), LOCK_EX) < 0)
+    if (errno != EINTR) return fail_errno(Code::IoError, "flock " + path, errno);
+  return fd;
 }
 
-Result<void> remove_session_dirs(const SessionDirs& d) { return remove_tree(d.root); }
-
-std::vector<std::string> sweep_abandoned_sessions(const std::string& state_dir) {
+// Sweeps with STATE/sessions.lock held.
+std::vector<std::string> sweep_locked(const std::string& sessions) {
   std::vector<std::string> swept;
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(state_dir + "/sessions", ec)) {
+  for (const auto& e : fs::directory_iterator(sessions, ec)) {
     std::string id = e.path().filename().string();
-    auto owner = read_file(e.path().string() + "/owner");
-    if (!owner) continue;  // being made right now, or not ours to judge
-    pid_t pid = 0;
-    if (std::sscanf(owner->c_str(), "%d", &pid) != 1 || pid <= 0) continue;
-    if (process_identity(pid) == *owner) continue;  // its owner still runs
+    if (!e.is_directory(ec)) continue;
+    std::string owner_path = e.path().string() + "/owner";
+    struct stat st{};
+    if (::lstat(owner_path.c_str(), &st) == 0) {
+      auto owner = read_file(owner_path);
+      pid_t pid = 0;
+      if (!owner || std::sscanf(owner->c_str(), "%d", &pid) != 1 || pid <= 0) continue;  // not ours to judge
+      if (process_identity(pid) == *owner) continue;  // its owner still runs
+    } else if (errno != ENOENT) {
+      continue;
+    }
     if (remove_tree(e.path().string())) swept.push_back(id);
   }
   linux::release_abandoned_cgroups(swept);
   return swept;
+}
+
+}  // namespace
+
+Result<SessionDirs> make_session_dirs(const std::string& state_dir, const std::string& id) {
+  SessionDirs d{state_dir + "/sessions/" + id, "", "", {}};
+  d.view = d.root + "/view";
+  d.scratch = d.root + "/tmp";
+  std::string sessions = state_dir + "/sessions";
+  TRY(make_dirs(sessions));
+  UniqueFd lock = TRY(lock_sessions(sessions));
+  // What an airlock killed with SIGKILL left behind (views, cgroups) goes before a new one is made.
+  (void)sweep_locked(sessions);
+  if (::mkdir(d.root.c_str(), 0700) < 0) return fail_errno(Code::IoError, "mkdir " + d.root, errno);
+  // The owner file first: from here on a kill leaves a directory the next sweep knows to be dead.
+  if (auto owned = write_file_atomic(d.root + "/owner", process_identity(::getpid()), 0600); !owned) {
+    (void)remove_tree(d.root);
+    return std::unexpected(std::move(owned).error());
+  }
+  if (::mkdir(d.view.c_str(), 0700) < 0) return fail_errno(Code::IoError, "mkdir " + d.view, errno);
+  if (::mkdir(d.scratch.c_str(), 0700) < 0) return fail_errno(Code::IoError, "mkdir " + d.scratch, errno);
+  return d;
+}
+
+Result<void> remove_session_dirs(const SessionDirs& d) {
+  // Everything but the owner file, then the owner file, then the directory: a kill at any step
+  // leaves either a dead owner's directory or an empty one without an owner, and the sweep
+  // removes both.
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(d.root, ec))
+    if (e.path().filename() != "owner") TRY(remove_tree(e.path().string()));
+  if (ec && ec != std::errc::no_such_file_or_directory)
+    return fail(Code::IoError, fmt::format("cannot list {}: {}", d.root, ec.message()));
+  if (::unlink((d.root + "/owner").c_str()) < 0 && errno != ENOENT)
+    return fail_errno(Code::IoError, "unlink " + d.root + "/owner", errno);
+  if (::rmdir(d.root.c_str()) < 0 && errno != ENOENT) return fail_errno(Code::IoError, "rmdir " + d.root, errno);
+  return {};
+}
+
+std::vector<std::string> sweep_abandoned_sessions(const std::string& state_dir) {
+  std::string sessions = state_dir + "/sessions";
+  auto lock = lock_sessions(sessions);
+  if (!lock) return {};
+  return sweep_locked(sessions);
 }
 
 std::optional<pid_t> live_session_owner(const std::string& root) {

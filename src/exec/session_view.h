@@ -26,13 +26,14 @@ struct SessionDirs {
 };
 
 // Sweeps abandoned sessions (below), then makes the directories and records the owning process
-// (pid and start time) in root/owner.
+// (pid and start time) in root/owner, first. remove_session_dirs removes the owner file last.
 Result<SessionDirs> make_session_dirs(const std::string& state_dir, const std::string& session_id);
 Result<void> remove_session_dirs(const SessionDirs& dirs);
 
 // Removes the directories of sessions whose owning process is gone (an airlock that was
-// SIGKILLed leaves its view behind) and releases their cgroups; returns their ids. Never
-// touches a session whose owner is alive.
+// SIGKILLed leaves its view behind), and those without an owner file (killed while making or
+// removing one: both happen under STATE/sessions.lock, which the sweep holds), and releases their
+// cgroups; returns their ids. Never touches a session whose owner is alive.
 std::vector<std::string> sweep_abandoned_sessions(const std::string& state_dir);
 
 // The pid of the process that owns the session directory `root` (its owner file), when that

@@ -278,17 +278,6 @@ class RepairLock {
   std::string path_;
 };
 
-Result<void> write_all_at(int fd, std::string_view bytes, uint64_t offset, const std::string& what) {
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::pwrite(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(offset + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return fail_errno(Code::LedgerWriteFailed, what, errno);
-    done += static_cast<size_t>(n);
-  }
-  return {};
-}
-
 // Finds the bytes after the last newline and terminates or quarantines them. Runs with the
 // lock held, on a descriptor without O_APPEND (pwrite honours its offset only there).
 Result<RepairReport> repair_tail(const std::string& path) {
@@ -318,7 +307,7 @@ Result<RepairReport> repair_tail(const std::string& path) {
   if (tail.empty()) return rep;
   Decoded d;
   if (!decode(tail, d)) {
-    TRY(write_all_at(fd.get(), "\n", size, "terminate the last record of " + path));
+    TRY(write_all_at(fd.get(), "\n", size, Code::LedgerWriteFailed, "terminate the last record of " + path));
     rep.terminated = true;
   } else {
     TornArtifact t;
@@ -330,7 +319,7 @@ Result<RepairReport> repair_tail(const std::string& path) {
     std::string line = canonical_json(torn_record(t)) + "\n";
     // The torn line is longer than the fragment (base64 alone is), so writing it at the
     // fragment's offset covers every byte of it: no moment has the fragment cut and not kept.
-    TRY(write_all_at(fd.get(), line, start, "quarantine the torn tail of " + path));
+    TRY(write_all_at(fd.get(), line, start, Code::LedgerWriteFailed, "quarantine the torn tail of " + path));
     if (::ftruncate(fd.get(), static_cast<off_t>(start + line.size())) < 0)
       return fail_errno(Code::LedgerWriteFailed, "truncate " + path, errno);
     rep.quarantined = t;

@@ -2,14 +2,17 @@
 #include "ledger/receipts.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <ctime>
+#include <filesystem>
 
 #include "base/clock.h"
+#include "base/encoding.h"
 #include "base/fs.h"
 #include "base/hash.h"
 
@@ -27,8 +30,61 @@ std::string now_rfc3339() {
 Result<ReceiptLog> ReceiptLog::create(const std::string& path, std::string session_id) {
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600));
   if (!fd) return fail_errno(Code::LedgerWriteFailed, "cannot create receipts file " + path, errno);
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) < 0)
+    return fail_errno(Code::LedgerWriteFailed, "cannot lock receipts file " + path, errno);
   return ReceiptLog(path, std::move(session_id), std::move(fd));
 }
+
+namespace {
+
+void stamp_header(Json& r, const std::string& session, uint64_t seq, std::string_view kind, const std::string& prev) {
+  r["schema"] = kReceiptSchema;
+  r["session"] = session;
+  r["seq"] = seq;
+  r["ts"] = now_rfc3339();
+  r["kind"] = kind;
+  r["prev"] = prev;
+}
+
+struct Scan {
+  ChainCheck check;
+  std::string session;    // the last complete receipt's
+  size_t tail_offset = 0;  // where the bytes after the last newline start (== size: none)
+};
+
+// Every complete line, in order; stops at the first that does not verify.
+Result<Scan> scan_chain(std::string_view text, const std::string& path) {
+  Scan out;
+  std::string prev(kGenesis);
+  size_t pos = 0, line_no = 0;
+  while (true) {
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string::npos) break;
+    ++line_no;
+    std::string_view line(text.data() + pos, nl - pos);
+    // Receipts are written canonical, hence without duplicate keys; one with them is not ours.
+    auto j = parse_json(line, Code::LedgerCorrupt, fmt::format("{} line {}", path, line_no), kReceiptLineLimits);
+    if (!j) return std::unexpected(std::move(j.error()).fact("line", line_no));
+    if (!j->is_object() || !j->contains("prev") || !(*j)["prev"].is_string() || !j->contains("seq"))
+      return fail(Code::LedgerCorrupt, fmt::format("{}: line {} is not a receipt", path, line_no), {{"line", line_no}});
+    if ((*j)["prev"] != prev)
+      return fail(Code::LedgerCorrupt,
+                  fmt::format("{}: the chain breaks at line {}: prev does not match line {}", path, line_no, line_no - 1),
+                  {{"line", line_no}, {"expected_prev", prev}, {"found_prev", (*j)["prev"]}});
+    if ((*j)["seq"] != out.check.receipts)
+      return fail(Code::LedgerCorrupt, fmt::format("{}: line {} is out of sequence", path, line_no),
+                  {{"line", line_no}, {"expected_seq", out.check.receipts}});
+    prev = sha256_hex(line);
+    ++out.check.receipts;
+    if ((*j).contains("session") && (*j)["session"].is_string()) out.session = (*j)["session"];
+    pos = nl + 1;
+  }
+  out.check.last_hash = prev;
+  out.tail_offset = pos;
+  return out;
+}
+
+}  // namespace
 
 Result<Json> ReceiptLog::append(std::string_view kind, Json body) {
   if (broken_)
@@ -39,12 +95,7 @@ Result<Json> ReceiptLog::append(std::string_view kind, Json body) {
   // A receipt is never lost to an encoding: bytes from a sandbox (a file name, a header, a
   // tool's output) that are not UTF-8 are written lossy and, beside them, exactly.
   if (Json exact = repair_utf8(r); !exact.empty()) r[std::string(kNotUtf8Key)] = std::move(exact);
-  r["schema"] = kReceiptSchema;
-  r["session"] = session_;
-  r["seq"] = seq_;
-  r["ts"] = now_rfc3339();
-  r["kind"] = kind;
-  r["prev"] = prev_;
+  stamp_header(r, session_, seq_, kind, prev_);
   std::string line;
   try {
     line = canonical_json(r);
@@ -65,34 +116,57 @@ Result<Json> ReceiptLog::append(std::string_view kind, Json body) {
 
 Result<ChainCheck> verify_chain(const std::string& path) {
   std::string text = TRY(read_file(path, Code::LedgerCorrupt));
-  ChainCheck out;
-  std::string prev(kGenesis);
-  size_t pos = 0, line_no = 0;
-  while (pos < text.size()) {
-    size_t nl = text.find('\n', pos);
-    ++line_no;
-    if (nl == std::string::npos)
-      return fail(Code::LedgerCorrupt, fmt::format("{}: line {} has no newline (torn write)", path, line_no),
-                  {{"line", line_no}});
-    std::string_view line(text.data() + pos, nl - pos);
-    // Receipts are written canonical, hence without duplicate keys; one with them is not ours.
-    auto j = parse_json(line, Code::LedgerCorrupt, fmt::format("{} line {}", path, line_no), kReceiptLineLimits);
-    if (!j) return std::unexpected(std::move(j.error()).fact("line", line_no));
-    if (!j->is_object() || !j->contains("prev") || !(*j)["prev"].is_string() || !j->contains("seq"))
-      return fail(Code::LedgerCorrupt, fmt::format("{}: line {} is not a receipt", path, line_no), {{"line", line_no}});
-    if ((*j)["prev"] != prev)
-      return fail(Code::LedgerCorrupt,
-                  fmt::format("{}: the chain breaks at line {}: prev does not match line {}", path, line_no, line_no - 1),
-                  {{"line", line_no}, {"expected_prev", prev}, {"found_prev", (*j)["prev"]}});
-    if ((*j)["seq"] != out.receipts)
-      return fail(Code::LedgerCorrupt, fmt::format("{}: line {} is out of sequence", path, line_no),
-                  {{"line", line_no}, {"expected_seq", out.receipts}});
-    prev = sha256_hex(line);
-    ++out.receipts;
-    pos = nl + 1;
+  Scan scan = TRY(scan_chain(text, path));
+  if (scan.tail_offset < text.size()) {
+    uint64_t line = scan.check.receipts + 1, length = text.size() - scan.tail_offset;
+    return fail(Code::LedgerCorrupt,
+                fmt::format("{}: line {} has no newline (torn write: {} byte(s) at offset {}); the {} receipt(s) before "
+                            "it verify; `airlock receipts repair {}` keeps the bytes in a receipt and closes the chain",
+                            path, line, length, scan.tail_offset, scan.check.receipts, path),
+                {{"line", line},
+                 {"receipts", scan.check.receipts},
+                 {"torn_tail", {{"offset", scan.tail_offset}, {"length", length}}}});
   }
-  out.last_hash = prev;
-  return out;
+  return scan.check;
+}
+
+Result<TailRepair> repair_torn_tail(const std::string& path) {
+  // Without O_APPEND: pwrite honours its offset only there.
+  UniqueFd fd(::open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) return fail_errno(Code::LedgerWriteFailed, "open " + path + " for repair", errno);
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) < 0)
+    return fail_errno(Code::LedgerWriteFailed,
+                      path + " is locked: its session is still writing it (repair it after the session ends)", errno);
+  std::string text = TRY(read_file(fmt::format("/proc/self/fd/{}", fd.get()), Code::LedgerCorrupt));
+  Scan scan = TRY(scan_chain(text, path));
+  TailRepair rep;
+  rep.receipts = scan.check.receipts;
+  if (scan.tail_offset == text.size()) return rep;
+  std::string_view tail = std::string_view(text).substr(scan.tail_offset);
+  rep.offset = scan.tail_offset;
+  rep.length = tail.size();
+  auto whole = parse_json(tail, Code::LedgerCorrupt, "the tail", kReceiptLineLimits);
+  if (whole && whole->is_object() && whole->value("prev", Json()) == scan.check.last_hash &&
+      whole->value("seq", Json()) == scan.check.receipts) {
+    TRY(write_all_at(fd.get(), "\n", text.size(), Code::LedgerWriteFailed, "terminate the last receipt of " + path));
+    rep.terminated = true;
+  } else {
+    std::string session = scan.session;
+    if (session.empty()) session = std::filesystem::path(path).stem().string();  // <session>.jsonl
+    Json r = {{"offset", rep.offset}, {"length", rep.length}, {"sha256", sha256_hex(tail)},
+              {"bytes_b64", base64_encode(tail)}};
+    stamp_header(r, session, scan.check.receipts, "receipts.torn_tail", scan.check.last_hash);
+    std::string line = canonical_json(r) + "\n";
+    // The receipt is longer than the tail (base64 alone is), so writing it at the tail's offset
+    // covers every byte of it: no moment has the tail cut and not kept.
+    TRY(write_all_at(fd.get(), line, rep.offset, Code::LedgerWriteFailed, "quarantine the torn tail of " + path));
+    if (::ftruncate(fd.get(), static_cast<off_t>(rep.offset + line.size())) < 0)
+      return fail_errno(Code::LedgerWriteFailed, "truncate " + path, errno);
+    rep.quarantined = true;
+  }
+  ++rep.receipts;
+  if (::fdatasync(fd.get()) < 0) return fail_errno(Code::LedgerWriteFailed, "fdatasync " + path, errno);
+  return rep;
 }
 
 }  // namespace airlock::ledger

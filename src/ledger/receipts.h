@@ -24,7 +24,8 @@ inline constexpr std::string_view kGenesis =
 
 class ReceiptLog {
  public:
-  // Creates a new log (never appends to an existing file), mode 0600.
+  // Creates a new log (never appends to an existing file), mode 0600, and holds its lock
+  // (flock) while the log is open, so repair_torn_tail never races a live session.
   static Result<ReceiptLog> create(const std::string& path, std::string session_id);
 
   // Appends {schema, session, seq, ts, kind, prev, ...body} as one canonical line with one
@@ -61,8 +62,26 @@ struct ChainCheck {
 };
 
 // Checks every line's `prev` against the sha256 of the line before and the seq order.
-// A break is AIRLOCK_LEDGER_CORRUPT with facts.line (1-based) and what was expected.
+// A break is AIRLOCK_LEDGER_CORRUPT with facts.line (1-based) and what was expected. Bytes after
+// the last newline (a write cut short: a full disk, power lost) are a torn tail: also
+// AIRLOCK_LEDGER_CORRUPT, with facts.torn_tail {offset, length} and facts.receipts (those before
+// it, which verify), and the message names repair_torn_tail's command.
 Result<ChainCheck> verify_chain(const std::string& path);
+
+struct TailRepair {
+  uint64_t receipts = 0;     // in the log after the repair
+  bool terminated = false;   // the tail was a whole receipt that chains, short of its newline
+  bool quarantined = false;  // the tail became a `receipts.torn_tail` receipt (its bytes in base64)
+  uint64_t offset = 0, length = 0;
+};
+
+// The ledger's torn-tail rule for a receipts log whose session is over (a live session holds
+// its log's lock: refused, AIRLOCK_LEDGER_WRITE_FAILED). Every complete line must verify (else
+// AIRLOCK_LEDGER_CORRUPT, nothing written). A tail that is a whole receipt chaining on is
+// terminated with its newline; any other tail is replaced, at its offset, by a receipt of kind
+// `receipts.torn_tail` chaining on, with the tail's offset, length, sha256 and bytes (base64):
+// nothing is lost and the chain verifies again. A log without a torn tail is left as it is.
+Result<TailRepair> repair_torn_tail(const std::string& path);
 
 // Current UTC time as RFC 3339 with microseconds.
 std::string now_rfc3339();

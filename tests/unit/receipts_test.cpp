@@ -6,11 +6,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "base/encoding.h"
 #include "base/fs.h"
 #include "base/hash.h"
 
@@ -374,6 +376,95 @@ TEST(ReceiptTime, IsRfc3339UtcWithMicroseconds) {
   EXPECT_EQ(ts[10], 'T');
   EXPECT_EQ(ts[19], '.');
   EXPECT_EQ(ts.back(), 'Z');
+}
+
+// ---------------------------------------------------------------- the torn-tail rule
+
+// A log cut at every byte (a write cut short anywhere: a full disk, power lost) either verifies
+// as it stands (cut at a line's end) or is repaired into one that verifies, every byte kept.
+TEST(ReceiptRepair, ALogCutAtEveryByteVerifiesOrIsRepairedKeepingEveryByte) {
+  TempDir dir;
+  const std::string path = dir.file("session-1.jsonl");
+  const std::string text = write_log(path, 4);
+  std::vector<size_t> ends;  // offsets just past each newline
+  for (size_t i = 0; i < text.size(); ++i)
+    if (text[i] == '\n') ends.push_back(i + 1);
+  for (size_t cut = 0; cut <= text.size(); ++cut) {
+    SCOPED_TRACE(cut);
+    const std::string prefix = text.substr(0, cut);
+    write_text(path, prefix);
+    size_t whole = static_cast<size_t>(std::count(prefix.begin(), prefix.end(), '\n'));
+    size_t tail_at = whole == 0 ? 0 : ends[whole - 1];
+    auto check = verify_chain(path);
+    if (tail_at == cut) {
+      ASSERT_TRUE(check.has_value()) << check.error().message;
+      EXPECT_EQ(check->receipts, whole);
+      auto rep = repair_torn_tail(path);
+      ASSERT_TRUE(rep.has_value()) << rep.error().message;
+      EXPECT_FALSE(rep->terminated || rep->quarantined);
+      EXPECT_EQ(read_text(path), prefix);  // nothing to repair, nothing written
+      continue;
+    }
+    ASSERT_FALSE(check.has_value());
+    EXPECT_EQ(check.error().code, Code::LedgerCorrupt);
+    EXPECT_EQ(check.error().facts.at("receipts"), whole);
+    EXPECT_EQ(check.error().facts.at("torn_tail").at("offset"), tail_at);
+    EXPECT_EQ(check.error().facts.at("torn_tail").at("length"), cut - tail_at);
+    EXPECT_NE(check.error().message.find("airlock receipts repair"), std::string::npos);
+
+    auto rep = repair_torn_tail(path);
+    ASSERT_TRUE(rep.has_value()) << rep.error().message;
+    EXPECT_EQ(rep->receipts, whole + 1);
+    auto after = verify_chain(path);
+    ASSERT_TRUE(after.has_value()) << after.error().message;
+    EXPECT_EQ(after->receipts, whole + 1);
+    const std::string repaired = read_text(path);
+    EXPECT_EQ(repaired.substr(0, tail_at), prefix.substr(0, tail_at));  // the receipts before, untouched
+    if (cut + 1 == ends[whole]) {
+      // The whole receipt was written, only its newline was not.
+      EXPECT_TRUE(rep->terminated);
+      EXPECT_EQ(repaired, text.substr(0, cut + 1));
+    } else {
+      EXPECT_TRUE(rep->quarantined);
+      Json torn = Json::parse(lines_of(repaired).back());
+      EXPECT_EQ(torn.at("kind"), "receipts.torn_tail");
+      EXPECT_EQ(torn.at("session"), "session-1");
+      EXPECT_EQ(torn.at("seq"), whole);
+      EXPECT_EQ(torn.at("offset"), tail_at);
+      EXPECT_EQ(torn.at("length"), cut - tail_at);
+      EXPECT_EQ(base64_decode(torn.at("bytes_b64").get<std::string>()), prefix.substr(tail_at));
+      EXPECT_EQ(torn.at("sha256"), sha256_hex(prefix.substr(tail_at)));
+    }
+  }
+}
+
+TEST(ReceiptRepair, ALogItsSessionStillWritesIsNotTouched) {
+  TempDir dir;
+  const std::string path = dir.file("receipts.jsonl");
+  auto log = ReceiptLog::create(path, "session-1");
+  ASSERT_TRUE(log.has_value()) << log.error().message;
+  ASSERT_TRUE(log->append("step", Json{{"n", 0}}).has_value());
+  const std::string before = read_text(path);
+  ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(before.size() - 5)), 0);
+  auto rep = repair_torn_tail(path);
+  ASSERT_FALSE(rep.has_value());
+  EXPECT_EQ(rep.error().code, Code::LedgerWriteFailed);
+  EXPECT_NE(rep.error().message.find("still writing"), std::string::npos) << rep.error().message;
+  EXPECT_EQ(read_text(path), before.substr(0, before.size() - 5));
+}
+
+TEST(ReceiptRepair, ABrokenChainIsRefusedAndNothingWritten) {
+  TempDir dir;
+  const std::string path = dir.file("receipts.jsonl");
+  std::string text = write_log(path, 3);
+  auto lines = lines_of(text);
+  lines[1][lines[1].size() / 2] ^= 1;
+  std::string broken = join_lines(lines) + "{\"torn";
+  write_text(path, broken);
+  auto rep = repair_torn_tail(path);
+  ASSERT_FALSE(rep.has_value());
+  EXPECT_EQ(rep.error().code, Code::LedgerCorrupt);
+  EXPECT_EQ(read_text(path), broken);
 }
 
 }  // namespace
