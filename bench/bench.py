@@ -753,6 +753,70 @@ def agent_task(ctx):
 
 
 # ---------------------------------------------------------------------------------------------
+# Scale: sandboxed commands per second under concurrent clients.
+
+def throughput(prefix, concurrency, total, env, cwd):
+    """(commands per second, failures): `total` runs of PREFIX /bin/true x, `concurrency` at a
+    time, spawned by xargs -P (a small C spawner, the same for every variant)."""
+    lines = "x\n" * total
+    t0 = time.monotonic()
+    r = subprocess.run(["xargs", "-P", str(concurrency), "-n", "1", *prefix, "/bin/true"], input=lines, text=True,
+                       capture_output=True, env=env, cwd=cwd)
+    took = time.monotonic() - t0
+    return total / took, ("" if r.returncode == 0 else f"exit {r.returncode}: {r.stderr.strip()[-200:]}")
+
+
+@benchmark("scale")
+def scale(ctx):
+    levels = (1, 2, 8, 32)
+    variants = [("plain", "baseline", [])]
+    unavailable = []
+    for tier in ("landlock", "namespaces"):
+        why = ctx.tier_refusal(tier)
+        (unavailable if why else variants).append(
+            (f"airlock-{tier}-cli", "airlock CLI", why if why else ctx.cli(tier, [])[:-1]))
+    bwrap = next(p for p in ctx.peers if p.name == "bwrap")
+    why = ctx.peer_status(bwrap)
+    (unavailable if why else variants).append(("bwrap", "peer", why if why else bwrap.prefix))
+    reps = 2 if ctx.quick else 7
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(ctx.work), "LANG": "C.UTF-8"}
+    samples = {(name, c): [] for name, _, _ in variants for c in levels}
+    failed = {}
+    log(f"scale: {len(variants)} variants x {len(levels)} concurrencies x {reps} repetitions, interleaved")
+    for _ in range(reps):
+        for c in levels:
+            total = 2 * c if ctx.quick else max(64, 8 * c)
+            for name, _, prefix in variants:
+                rate, err = throughput(prefix, c, total, env, ctx.work)
+                if err:
+                    failed[(name, c)] = err
+                samples[(name, c)].append(rate)
+    rows = []
+    for c in levels:
+        base = statistics.median(samples[("bwrap", c)]) if ("bwrap", c) in samples else None
+        for name, kind, _ in variants:
+            v = samples[(name, c)]
+            row = Row(f"{name} x{c}", kind, statistics.median(v), min(v), max(v), v, len(v))
+            row.extra["clients"] = str(c)
+            if base and name != "bwrap":
+                row.extra["x bwrap (same clients)"] = f"{row.median / base:.2f}"
+            if (name, c) in failed:
+                row.unavailable = f"a run failed: {failed[(name, c)]}"
+            rows.append(row)
+        rows += [Row(f"{name} x{c}", kind, unavailable=why) for name, kind, why in unavailable]
+    s = Section("scale", "Scale: sandboxed /bin/true per second with 1, 2, 8 and 32 concurrent clients",
+                "commands/s", "worst-best repetition", rows, lower_is_better=False, ratios=False)
+    per = "2 per client" if ctx.quick else "8 per client, at least 64"
+    s.notes.append(f"Each figure: N runs ({per}) of the variant's command started by "
+                   "`xargs -P CLIENTS` and timed from the first start to the last exit; the median of "
+                   f"{reps} repetitions, variants interleaved. `x bwrap` divides by bubblewrap's rate at the "
+                   "same concurrency (above 1: airlock sustains more). Every airlock run takes a seat in the "
+                   "same run store and makes its own session view, cgroup and receipts. The machine has "
+                   f"{os.cpu_count()} cores: beyond that, clients queue for CPU, so the rate is CPU per run.")
+    return s
+
+
+# ---------------------------------------------------------------------------------------------
 # Output: ratios, Markdown, charts.
 
 def add_ratios(s):

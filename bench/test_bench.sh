@@ -8,7 +8,7 @@ build=${1:?usage: bench/test_bench.sh BUILD-DIR}
 here=$(cd "$(dirname "$0")" && pwd)
 out=$(mktemp -d /tmp/airlock-bench-test.XXXXXX)
 trap 'rm -rf "$out"' EXIT
-names=spawn-true,spawn-unprivileged,teardown,memory,broker,ledger
+names=spawn-true,spawn-unprivileged,teardown,memory,broker,ledger,scale
 # The real agent CLIs, when scripts/agent-clis installed them (CTest's agent_clis fixture).
 agents=0
 if [ -e "$here/../.cache/agent-clis/.complete" ]; then names+=,agent-task; agents=1; fi
@@ -32,6 +32,11 @@ row airlock-host-lib 'airlock library'
 row airlock-landlock 'airlock CLI'  # teardown and memory
 row 'session read_file \+ receipt' 'airlock library'
 row 'intent \+ outcome, fdatasync per intent' 'airlock library'
+for c in 1 2 8 32; do  # scale: a rate per concurrency
+  row "plain x$c" baseline
+  row "airlock-landlock-cli x$c" 'airlock CLI'
+  [ "${AIRLOCK_REQUIRE_ALL_TIERS:-0}" = 1 ] && row "airlock-namespaces-cli x$c" 'airlock CLI'
+done
 if [ "$agents" = 1 ]; then
   for cli in claude-code codex; do
     row "$cli unconfined" baseline
