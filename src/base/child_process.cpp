@@ -7,7 +7,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
+#include <string>
+#include <string_view>
+
+#include "base/fs.h"
 
 namespace airlock {
 
@@ -73,6 +79,30 @@ Result<std::optional<ExitStatus>> ChildProcess::wait_for(
   }
   status_ = st;
   return status_;
+}
+
+std::optional<int64_t> process_start_time(pid_t pid) {
+  auto text = read_file(fmt::format("/proc/{}/stat", pid));
+  if (!text) return std::nullopt;
+  // The command name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
+  auto close = text->rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::string_view rest = std::string_view(*text).substr(close + 1);
+  int64_t start = 0;
+  for (int field = 3; field <= 22; ++field) {
+    size_t b = rest.find_first_not_of(' ');
+    if (b == std::string_view::npos) return std::nullopt;
+    rest.remove_prefix(b);
+    size_t e = std::min(rest.find(' '), rest.size());
+    std::string_view value = rest.substr(0, e);
+    if (field == 3 && (value == "Z" || value == "X")) return std::nullopt;  // a zombie holds nothing
+    if (field == 22) {
+      auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), start);
+      if (ec != std::errc{} || end != value.data() + value.size()) return std::nullopt;
+    }
+    rest.remove_prefix(e);
+  }
+  return start;
 }
 
 }  // namespace airlock

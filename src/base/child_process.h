@@ -4,6 +4,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <optional>
 
 #include "base/error.h"
@@ -52,5 +53,10 @@ class ChildProcess {
 
 // pidfd_open(2), wrapped.
 Result<UniqueFd> open_pidfd(pid_t pid);
+
+// Field 22 of /proc/PID/stat (start time in clock ticks since boot): with the pid, a process's
+// identity (a pid alone may be reused). None when the process is gone (also while it is being
+// read), a zombie, or the file is not what the kernel writes. Never throws.
+std::optional<int64_t> process_start_time(pid_t pid);
 
 }  // namespace airlock

@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
@@ -16,6 +17,7 @@
 #include <functional>
 #include <sstream>
 
+#include "base/child_process.h"
 #include "base/fs.h"
 #include "base/hash.h"
 #include "base/relpath.h"
@@ -70,21 +72,10 @@ std::string protected_reason(const policy::ProtectedPath& p) {
 
 namespace {
 
-// "<pid> <start time in clock ticks since boot>": a pid alone may be reused.
+// "<pid> <start time in clock ticks since boot>": a pid alone may be reused. "" when gone.
 std::string process_identity(pid_t pid) {
-  auto stat = read_file(fmt::format("/proc/{}/stat", pid));
-  if (!stat) return "";
-  // Field 22 (starttime) counts from after the ")" that ends the command name.
-  auto close = stat->rfind(')');
-  if (close == std::string::npos || close + 2 >= stat->size()) return "";
-  // A zombie is dead: its new parent (pid 1 here, which reaps late) has not collected it yet.
-  char state = (*stat)[close + 2];
-  if (state == 'Z' || state == 'X') return "";
-  std::istringstream in(stat->substr(close + 2));
-  std::string field;
-  for (int i = 3; i <= 22 && in >> field; ++i) {
-  }
-  return fmt::format("{} {}", pid, field);
+  auto start = process_start_time(pid);
+  return start ? fmt::format("{} {}", pid, *start) : "";
 }
 
 }  // namespace
@@ -116,7 +107,11 @@ std::vector<std::string> sweep_locked(const std::string& sessions) {
       auto owner = read_file(owner_path);
       pid_t pid = 0;
       if (!owner || std::sscanf(owner->c_str(), "%d", &pid) != 1 || pid <= 0) continue;  // not ours to judge
-      if (process_identity(pid) == *owner) continue;  // its owner still runs
+      std::string now = process_identity(pid);
+      if (now == *owner) continue;  // its owner still runs
+      // Unreadable, yet a process has that pid: a zombie, or a read that failed (no fds left):
+      // judged by a later sweep, never removed on a guess.
+      if (now.empty() && ::kill(pid, 0) == 0) continue;
     } else if (errno != ENOENT) {
       continue;
     }

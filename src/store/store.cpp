@@ -5,8 +5,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
-#include <sstream>
 
 #include "base/encoding.h"
 #include "base/hash.h"
@@ -66,22 +64,6 @@ std::string redact(const std::string& url) {
 
 }  // namespace
 
-
-std::optional<int64_t> process_start_time(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  // The command name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
-  auto close = text.rfind(')');
-  if (close == std::string::npos) return std::nullopt;
-  std::istringstream rest(text.substr(close + 1));
-  std::string state;
-  rest >> state;                                          // field 3
-  if (state == "Z" || state == "X") return std::nullopt;  // a zombie holds nothing
-  std::string field;
-  for (int i = 4; i <= 22; ++i)
-    if (!(rest >> field)) return std::nullopt;
-  return std::stoll(field);
-}
 
 Holder Holder::self(const std::string& machine_id) {
   pid_t pid = ::getpid();

@@ -13,6 +13,7 @@
 #include <variant>
 #include <vector>
 
+#include "base/child_process.h"
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/json_util.h"
@@ -89,8 +90,6 @@ struct StoreOptions {
 // Alive means: same machine as `self_machine` and the pid runs with the recorded start time;
 // another machine and a heartbeat younger than the expiry.
 bool holder_alive(const RunRecord& run, const std::string& self_machine, int64_t now_ms, int64_t expiry_ms);
-// Field 22 of /proc/PID/stat; none when the process is gone or a zombie.
-std::optional<int64_t> process_start_time(pid_t pid);
 
 // One connection to a store. Thread-safe: every operation holds the store's mutex.
 // Backends supply statements and transactions; the capacity logic lives here, once.
