@@ -169,6 +169,8 @@ uint64_t Session::spent_ms() const {
 Result<void> Session::admit(std::string_view kind, const Json& args) {
   std::unique_lock lk(mu_);
   auto refuse = [&](Error e) -> Result<void> {
+    ++actions_;
+    ++refused_;
     // A receipt that cannot be written is itself the refusal: nothing unrecorded happens.
     TRY(append_refusal(kind,
                        {{"args_digest", sha256_hex(lossless_canonical_json(args))},
@@ -319,6 +321,8 @@ Result<T> Session::record(std::string_view kind, const Json& args, Result<T> r,
   std::unique_lock lk(mu_);
   in_flight_ = false;
   if (r && killed_) r = std::unexpected(Error{Code::SessionKilled, "the session was killed during the action", {}});
+  ++actions_;
+  if (!r) ++refused_;
   Json body = {{"args_digest", sha256_hex(lossless_canonical_json(args))},
                {"args", args},
                {"decision", r ? "allowed" : "refused"},
@@ -465,8 +469,24 @@ void Session::record_door(Json body) {
 
 Result<void> Session::note_refusal(std::string_view kind, const Json& args, const Error& e) {
   std::unique_lock lk(mu_);
+  ++actions_;
+  ++refused_;
   return append_refusal(kind, {{"args_digest", sha256_hex(lossless_canonical_json(args))}, {"decision", "refused"}, {"error", e.to_json()}},
                         e.code);
+}
+
+Json Session::status() const {
+  std::unique_lock lk(mu_);
+  return {{"session", id_},
+          {"task_id", policy_.task_id},
+          {"policy_digest", policy::digest(policy_)},
+          {"executor", policy::to_string(plan_.executor())},
+          {"tier", plan_.tier()},
+          {"age_seconds", std::chrono::duration_cast<std::chrono::seconds>(clock_() - opened_at_).count()},
+          {"actions", actions_},
+          {"refused", refused_},
+          {"receipts", receipts_.count()},
+          {"killed", killed_.load()}};
 }
 
 Result<std::vector<Json>> Session::receipts() const {

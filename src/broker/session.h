@@ -143,6 +143,9 @@ class Session {
 
   // The receipts written so far, oldest first.
   Result<std::vector<Json>> receipts() const;
+  // What an operator lists (GET /v1/sessions): id, task, policy digest, executor and tier, age,
+  // actions asked for so far and how many were refused, receipts written.
+  Json status() const;
   bool killed() const { return killed_; }
   // Closed or killed: no action will be admitted again.
   bool ended() const {
@@ -228,6 +231,7 @@ class Session {
   uint64_t max_receipt_bytes_ = 0;
   std::chrono::steady_clock::time_point refusal_window_;
   size_t refusals_in_window_ = 0;
+  uint64_t actions_ = 0, refused_ = 0;  // every action asked for, and those refused (mu_)
   uint64_t suppressed_ = 0;
   std::map<std::string, uint64_t> suppressed_codes_, suppressed_kinds_;
 };

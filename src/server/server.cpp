@@ -14,6 +14,7 @@
 #include <netinet/tcp.h>
 #include <openssl/crypto.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -40,6 +41,7 @@ constexpr Route kRoutes[] = {
     {"GET", "/v1/executors"},
     {"GET", "/v1/openapi.json"},
     {"POST", "/v1/sessions"},
+    {"GET", "/v1/sessions"},
     {"POST", "/v1/sessions/{id}/read_file"},
     {"POST", "/v1/sessions/{id}/write_file"},
     {"POST", "/v1/sessions/{id}/list_dir"},
@@ -437,6 +439,22 @@ struct Server::Impl {
     return total;
   }
 
+  // The open sessions, oldest first.
+  Result<std::pair<int, Json>> list_sessions() {
+    reap();
+    std::vector<std::shared_ptr<Entry>> open;
+    {
+      std::lock_guard lk(mu);
+      for (auto& [id, e] : sessions)
+        if (!e->ended && !e->session->killed()) open.push_back(e);
+    }
+    Json list = Json::array();
+    for (auto& e : open) list.push_back(e->session->status());
+    std::stable_sort(list.begin(), list.end(),
+                     [](const Json& a, const Json& b) { return a["age_seconds"] > b["age_seconds"]; });
+    return std::pair{200, Json{{"sessions", std::move(list)}}};
+  }
+
   Result<std::pair<int, Json>> open_session(const httplib::Request& req) {
     // Duplicate keys are refused here as in a policy file (parse_json), as a malformed body: 400.
     auto doc = TRY(body_object(req));
@@ -484,7 +502,8 @@ struct Server::Impl {
   Result<std::pair<int, Json>> act(const std::string& id, std::string_view action, const httplib::Request& req) {
     auto e = TRY(find(id));
     broker::Session& s = *e->session;
-    auto body = body_object(req);
+    // No body is no arguments: `curl -X POST …/kill` pulls the kill switch, it is not a 400.
+    auto body = req.body.empty() ? Result<Json>(Json::object()) : body_object(req);
     if (body) {
       for (const char* key : {"action", "id"})
         if (body->contains(key)) {
@@ -517,6 +536,7 @@ struct Server::Impl {
   Result<std::pair<int, Json>> route(const Route& r, const httplib::Request& req) {
     std::string_view action = route_action(r.path);
     if (!action.empty()) return act(req.matches[1].str(), action, req);
+    if (r.path == "/v1/sessions" && r.method == "GET") return list_sessions();
     if (r.path == "/v1/sessions") return open_session(req);
     if (r.path == "/v1/health") {
       std::lock_guard lk(mu);

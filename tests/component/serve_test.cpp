@@ -5,6 +5,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -21,6 +22,7 @@ using server::HttpReply;
 
 const char* kSleepA = "3601";  // each test's long tool has its own argv, to find its process
 const char* kSleepB = "3602";
+const char* kSleepC = "3603";
 
 std::string policy_json(const CliFixture& f, const std::string& sleep_seconds = "3600") {
   Json p = {{"schema_version", "airlock.task_policy.v1"},
@@ -316,6 +318,59 @@ TEST_F(Serve, SigtermKillsRunningSessionsAndLeavesNothingBehind) {
   EXPECT_EQ(close["how"], "killed");
   EXPECT_EQ(close["reason"], "server stopped by TERM");
   EXPECT_EQ(f->run({"receipts", "verify", receipts_path}).status, 0);
+}
+
+// A session a client leaked can be found (GET /v1/sessions) and stopped with a bare
+// `curl -X POST …/kill`: no body is no arguments, never a 400 that leaves the session running.
+TEST_F(Serve, OpenSessionsAreListedAndABodylessKillStopsOne) {
+  start();
+  HttpClient c(srv->unix_endpoint());
+  std::string a = open(c, policy_json(*f, kSleepC));
+  if (skipped) GTEST_SKIP() << "no executor for the policy here";
+  std::string b = open(c, policy_json(*f));
+  ASSERT_FALSE(a.empty());
+  ASSERT_FALSE(b.empty());
+  EXPECT_EQ(must(c.post("/v1/sessions/" + b + "/read_file", {{"path", "src/app.py"}})).status, 200);
+  EXPECT_EQ(must(c.post("/v1/sessions/" + b + "/read_file", {{"path", "../../etc/shadow"}})).status, 403);
+
+  auto listed = [&] {
+    auto r = must(c.get("/v1/sessions"));
+    EXPECT_EQ(r.status, 200) << r.body;
+    std::map<std::string, Json> by_id;
+    Json body = r.json();  // owned: a range over r.json()["sessions"] would outlive its temporary
+    for (const auto& s : body["sessions"]) by_id[s["session"]] = s;
+    return by_id;
+  };
+  auto open_now = listed();
+  ASSERT_EQ(open_now.size(), 2u);
+  ASSERT_TRUE(open_now.contains(a) && open_now.contains(b));
+  const Json& sb = open_now[b];
+  EXPECT_EQ(sb["actions"], 2);
+  EXPECT_EQ(sb["refused"], 1);
+  EXPECT_EQ(sb["killed"], false);
+  EXPECT_EQ(sb["policy_digest"].get<std::string>().size(), 64u);
+  EXPECT_TRUE(sb["executor"].is_string() && sb["tier"].is_number_integer() && sb["age_seconds"].is_number_integer());
+  EXPECT_EQ(sb["receipts"], 3);  // session.open and the two reads
+
+  std::thread runner([&] {
+    HttpClient own(srv->unix_endpoint());
+    (void)own.post("/v1/sessions/" + a + "/run_tool", {{"tool", "wait"}});
+  });
+  std::vector<std::string> tool = {"/usr/bin/sleep", kSleepC};
+  for (int i = 0; i < 600 && processes_running(tool).empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_FALSE(processes_running(tool).empty()) << "the long tool never started";
+  auto killed = must(c.request("POST", "/v1/sessions/" + a + "/kill", ""));
+  EXPECT_EQ(killed.status, 200) << killed.body;
+  runner.join();
+  EXPECT_TRUE(wait_until_gone(tool));
+  open_now = listed();
+  EXPECT_EQ(open_now.size(), 1u);
+  EXPECT_TRUE(open_now.contains(b));
+
+  auto closed = must(c.request("POST", "/v1/sessions/" + b + "/close", ""));
+  EXPECT_EQ(closed.status, 200) << closed.body;
+  EXPECT_TRUE(listed().empty());
 }
 
 TEST_F(Serve, OpenApiDescribesExactlyTheRoutesThatExist) {
