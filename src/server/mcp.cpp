@@ -45,6 +45,36 @@ Json text_result(std::string text, bool is_error) {
   return {{"content", Json::array({{{"type", "text"}, {"text", std::move(text)}}})}, {"isError", is_error}};
 }
 
+// MCP tool annotations (hints a client shows and may act on: ask before a destructive call).
+Json hints(bool read_only, bool destructive, bool idempotent, bool open_world) {
+  return {{"readOnlyHint", read_only}, {"destructiveHint", destructive}, {"idempotentHint", idempotent},
+          {"openWorldHint", open_world}};
+}
+
+// A tool run as a model reads it: what it printed first, then how it ended; the figures stay in
+// structuredContent. isError when the command did not exit 0 (a failing test suite is a failure).
+Json tool_run_result(const Json& result) {
+  const Json& o = result.value("outcome", Json::object());
+  std::string text;
+  for (const char* key : {"stdout", "stderr"}) {
+    std::string bytes = result.value(key, std::string());
+    bool encoded = result.contains(std::string(key) + "_base64");
+    if (bytes.empty() && !encoded) continue;
+    text += fmt::format("--- {}{}\n", key, encoded ? " (not UTF-8: base64 in structuredContent)" : "");
+    text += bytes;
+    if (!bytes.empty() && bytes.back() != '\n') text += "\n";
+  }
+  bool failed = o.value("status", 0) != 0;
+  std::string ended = o.value("timed_out", false) ? "timed out"
+                      : o.contains("signal") && o["signal"].is_number()
+                          ? fmt::format("killed by signal {}", o["signal"].get<int>())
+                          : fmt::format("exit {}", o.value("status", 0));
+  text += fmt::format("--- {} in {} ms", ended, o.value("wall_ms", Json(0)).dump());
+  Json out = text_result(std::move(text), failed);
+  out["structuredContent"] = result;
+  return out;
+}
+
 }  // namespace
 
 Json rpc_error(const Json& id, int code, const std::string& message) {
@@ -174,13 +204,18 @@ Json McpServer::tools() const {
       list.push_back({{"name", b}, {"description", why}, {"inputSchema", {{"type", "object"}}}});
     return {{"tools", list}};
   }
+  bool code_online = policy_.code_network.mode != policy::NetworkMode::Off;
   list.push_back({{"name", "read_file"},
+                  {"title", "Read a workspace file"},
+                  {"annotations", hints(true, false, true, false)},
                   {"description", fmt::format("Read a file in the task's workspace. Readable: {}.", prefixes(policy_.readable))},
                   {"inputSchema", object_schema({{"path", path},
                                                  {"offset", {{"type", "integer"}, {"minimum", 0}}},
                                                  {"length", {{"type", "integer"}, {"minimum", 0}}}},
                                                 {"path"})}});
   list.push_back({{"name", "write_file"},
+                  {"title", "Write a workspace file"},
+                  {"annotations", hints(false, true, true, false)},
                   {"description",
                    fmt::format("Write a whole file in the task's workspace ({}). Writable: {}.",
                                policy_.write_back == policy::WriteBack::Immediate
@@ -189,10 +224,14 @@ Json McpServer::tools() const {
                                prefixes(policy_.write_back_paths))},
                   {"inputSchema", object_schema({{"path", path}, {"content", {{"type", "string"}}}}, {"path", "content"})}});
   list.push_back({{"name", "list_dir"},
+                  {"title", "List a workspace directory"},
+                  {"annotations", hints(true, false, true, false)},
                   {"description", "List a directory in the task's workspace."},
                   {"inputSchema", object_schema({{"path", path}})}});
   list.push_back(
       {{"name", "http_fetch"},
+       {"title", "Fetch a URL"},
+       {"annotations", hints(false, true, false, true)},  // POST, PUT and DELETE are offered
        {"description", fmt::format("Fetch a URL. Allowed destinations: {}. Redirects are returned, not followed.",
                                    egress_rules(policy_.egress))},
        {"inputSchema", object_schema({{"url", {{"type", "string"}}},
@@ -206,6 +245,10 @@ Json McpServer::tools() const {
     if (t.allow_args) props["args"] = {{"type", "array"}, {"items", {{"type", "string"}}},
                                        {"description", "extra arguments, each one argv entry (no shell)"}};
     list.push_back({{"name", declared_name(t)},
+                    {"title", fmt::format("Run {}", t.name)},
+                    // A declared program may change the workspace; the open world only through
+                    // the network the policy gives commands.
+                    {"annotations", hints(false, true, false, code_online)},
                     {"description", fmt::format("Run the declared tool \"{}\": {}{} (timeout {} s).", t.name,
                                                 fmt::join(t.argv, " "), t.allow_args ? " [args]" : "",
                                                 t.timeout_seconds)},
@@ -250,6 +293,7 @@ Json McpServer::call_tool(const Json& params, int& rpc_code, std::string& rpc_me
   Json resp = broker::handle_request(*s_, request);
   if (!resp["ok"].get<bool>()) return text_result(explain_refusal(answer_error(resp["error"]), policy_, s_->plan()), true);
   const Json& result = resp["result"];
+  if (request["action"] == "run_tool") return tool_run_result(result);
   std::string text = name == "read_file" && result.contains("content")
                          ? result["content"].get<std::string>()
                          : result.dump(2, ' ', false, Json::error_handler_t::replace);

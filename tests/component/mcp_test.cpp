@@ -20,7 +20,8 @@ using Json = nlohmann::json;
 const char* kPolicy = R"({"schema_version": "airlock.task_policy.v1", "readable": ["src", "reports"],
   "write_back_paths": ["reports"], "egress": [{"host": "docs.python.org", "ports": [443], "schemes": ["https"]}],
   "tools": [{"name": "count", "argv": ["/usr/bin/wc", "-c", "src/app.py"]},
-            {"name": "grep", "argv": ["/usr/bin/grep", "-n"], "allow_args": true}]})";
+            {"name": "grep", "argv": ["/usr/bin/grep", "-n"], "allow_args": true},
+            {"name": "fails", "argv": ["/bin/sh", "-c", "echo 2 tests failed; echo oops >&2; exit 3"]}]})";
 
 std::string rpc(int id, const std::string& method, const Json& params = Json::object()) {
   return Json{{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", params}}.dump() + "\n";
@@ -53,7 +54,7 @@ TEST_F(Mcp, AnswersJsonRpcOverStdioAndWritesBackWhenInputEnds) {
       call(5, "write_file", {{"path", "reports/r.txt"}, {"content", "done\n"}}) + call(6, "count", Json::object()) +
       call(7, "http_fetch", {{"url", "https://example.com/"}}) + call(8, "grep", {{"args", {"hi", "src/app.py"}}}) +
       call(9, "no_such_tool", Json::object()) + rpc(10, "resources/list") + rpc(11, "ping") + "not json\n" +
-      call(12, "read_file", {{"path", "src/app.py"}, {"action", "write_file"}});
+      call(12, "read_file", {{"path", "src/app.py"}, {"action", "write_file"}}) + call(13, "fails", Json::object());
   auto r = f->run_program({f->binary(), "--state-dir", f->state_dir(), "mcp", "--policy", policy, "--workspace",
                            f->workspace()},
                           input);
@@ -70,7 +71,7 @@ TEST_F(Mcp, AnswersJsonRpcOverStdioAndWritesBackWhenInputEnds) {
     else
       no_id.push_back(j);
   }
-  EXPECT_EQ(by_id.size(), 12u) << r.out;  // the notification got no answer
+  EXPECT_EQ(by_id.size(), 13u) << r.out;  // the notification got no answer
   EXPECT_EQ(by_id[1]["result"]["protocolVersion"], "2025-06-18");
   EXPECT_EQ(by_id[1]["result"]["serverInfo"]["name"], "airlock");
   std::vector<std::string> names;
@@ -78,7 +79,21 @@ TEST_F(Mcp, AnswersJsonRpcOverStdioAndWritesBackWhenInputEnds) {
     names.push_back(t["name"]);
     EXPECT_EQ(t["inputSchema"]["type"], "object") << t.dump();
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"read_file", "write_file", "list_dir", "http_fetch", "count", "grep"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"read_file", "write_file", "list_dir", "http_fetch", "count", "grep", "fails"}));
+  // Titles and annotations: a client can tell reading from changing, and the open world.
+  std::map<std::string, Json> tool;
+  Json listed = by_id[2]["result"]["tools"];
+  for (const auto& t : listed) tool[t["name"]] = t;
+  for (const auto& [name, t] : tool) EXPECT_TRUE(t["title"].is_string() && !t["title"].empty()) << t.dump();
+  EXPECT_EQ(tool["read_file"]["annotations"]["readOnlyHint"], true);
+  EXPECT_EQ(tool["list_dir"]["annotations"]["readOnlyHint"], true);
+  EXPECT_EQ(tool["write_file"]["annotations"]["readOnlyHint"], false);
+  EXPECT_EQ(tool["write_file"]["annotations"]["destructiveHint"], true);
+  EXPECT_EQ(tool["http_fetch"]["annotations"]["openWorldHint"], true);
+  EXPECT_EQ(tool["read_file"]["annotations"]["openWorldHint"], false);
+  EXPECT_EQ(tool["count"]["annotations"]["readOnlyHint"], false);
+  EXPECT_EQ(tool["count"]["annotations"]["openWorldHint"], false);  // code_network is off
   EXPECT_TRUE(by_id[2]["result"]["tools"][5]["inputSchema"]["properties"].contains("args"));
   EXPECT_TRUE(by_id[2]["result"]["tools"][4]["inputSchema"]["properties"].empty());
 
@@ -94,6 +109,14 @@ TEST_F(Mcp, AnswersJsonRpcOverStdioAndWritesBackWhenInputEnds) {
   EXPECT_EQ(why.find("refused too"), std::string::npos) << why;
   EXPECT_EQ(by_id[5]["result"]["isError"], false) << by_id[5].dump();
   EXPECT_EQ(by_id[6]["result"]["structuredContent"]["stdout"], "12 src/app.py\n") << by_id[6].dump();
+  // A tool's output comes first, then how it ended; a failing command is an error result.
+  std::string counted = by_id[6]["result"]["content"][0]["text"];
+  EXPECT_EQ(counted.rfind("--- stdout\n12 src/app.py\n--- exit 0 in ", 0), 0u) << counted;
+  EXPECT_EQ(by_id[6]["result"]["isError"], false);
+  std::string failed = by_id[13]["result"]["content"][0]["text"];
+  EXPECT_EQ(by_id[13]["result"]["isError"], true) << by_id[13].dump();
+  EXPECT_EQ(failed.rfind("--- stdout\n2 tests failed\n--- stderr\noops\n--- exit 3 in ", 0), 0u) << failed;
+  EXPECT_EQ(by_id[13]["result"]["structuredContent"]["outcome"]["exit_code"], 3);
   std::string egress = by_id[7]["result"]["content"][0]["text"];
   EXPECT_EQ(by_id[7]["result"]["isError"], true);
   EXPECT_NE(egress.find("AIRLOCK_EGRESS_DENIED"), std::string::npos) << egress;
@@ -128,8 +151,11 @@ TEST_F(Mcp, OfficialTypeScriptSdkDrivesIt) {
   ASSERT_EQ(r.status, 0) << r.err << r.out;
   Json out = Json::parse(r.out);
   EXPECT_EQ(out["server"]["name"], "airlock");
-  ASSERT_EQ(out["tools"].size(), 6u) << out["tools"].dump();
+  ASSERT_EQ(out["tools"].size(), 7u) << out["tools"].dump();
   EXPECT_EQ(out["tools"][0]["name"], "read_file");
+  // The SDK's schema accepts the titles and annotations and hands them to the client.
+  EXPECT_EQ(out["tools"][0]["title"], "Read a workspace file");
+  EXPECT_EQ(out["tools"][0]["annotations"]["readOnlyHint"], true);
   EXPECT_EQ(out["read"]["content"][0]["text"], "print('hi')\n") << out["read"].dump();
   EXPECT_EQ(out["refused"]["isError"], true);
   std::string why = out["refused"]["content"][0]["text"];
