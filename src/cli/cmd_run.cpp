@@ -110,7 +110,10 @@ int run_confined(Globals& g, RunOptions& o, const std::function<Result<void>(Ses
   waiter.join();
   if (!outcome) {
     (void)s.kill();
-    return refuse_run(outcome.error());
+    int refused = refuse_run(outcome.error());
+    // A command that could not start exits as a shell says (127 not found, 126 not executable);
+    // the refusal above still names why.
+    return exec::not_started_status(outcome.error()).value_or(refused);
   }
   bool success = outcome->status.shell_status() == 0 && !outcome->timed_out && !outcome->stopped;
   // A spent budget ends the session the way the kill switch does: nothing is written back.
