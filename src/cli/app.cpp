@@ -5,11 +5,24 @@
 
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <string_view>
 
 #include "base/custody.h"
+#include "base/hash.h"
+#include "cli/build_info.h"
 
 namespace airlock::cli {
+namespace {
+
+// `NAME VERSION revision REV sha256 HEX`: what this executable is, down to its bytes (the
+// file this process runs, whatever path started it).
+std::string version_line(const std::string& name) {
+  auto sha = sha256_file("/proc/self/exe");
+  return fmt::format("{} {} revision {} sha256 {}", name, kVersion, kRevision, sha ? *sha : "unknown");
+}
+
+}  // namespace
 
 int run_app(int argc, char** argv, std::initializer_list<AddVerb> verbs) {
   // Custody first, before a flag is parsed: an executable someone else could replace is not
@@ -19,6 +32,10 @@ int run_app(int argc, char** argv, std::initializer_list<AddVerb> verbs) {
     return refuse(custody.error(), false);
   CLI::App app{"airlock: a governed execution engine for AI agents"};
   app.require_subcommand(1);
+  std::string name = argc > 0 ? std::filesystem::path(argv[0]).filename().string() : "";
+  if (name.empty()) name = "airlock";
+  app.set_version_flag("--version", [&name] { return version_line(name); },
+                       "print the version, the git revision and this executable's sha256");
   Globals g;
   g.args.assign(argv + 1, argv + argc);
   app.add_option("--state-dir", g.state_dir, "state directory (receipts, session views)");
