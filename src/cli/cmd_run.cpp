@@ -1,4 +1,4 @@
-// `airlock run -- CMD`: open a session under the policy, run the command in the planned
+// `airlock run CMD`: open a session under the policy, run the command in the planned
 // executor, write back on success, close. The command's exit status passes through.
 #include <poll.h>
 #include <signal.h>
@@ -188,7 +188,11 @@ void add_run(CLI::App& app, Globals& g, Action& run) {
   cmd->add_flag("--json", g.json, "print a JSON summary as the last line of stdout");
   cmd->add_option("--slot", o.slot, "the slot whose seat the run takes: NAME or MACHINE:NAME (default: default)");
   cmd->add_flag("-q,--quiet", o.quiet, "print nothing of airlock's own unless refused");
-  cmd->add_option("command", o.command, "the command and its arguments, after --")->required();
+  // Everything from the first positional on is the command's, options included (`airlock run ls
+  // -la`, `airlock run sh -c 'x' --state-dir y`); run's own options and the global ones come
+  // before it. `--` before the command still ends the options.
+  cmd->positionals_at_end();
+  cmd->add_option("command", o.command, "the command and its arguments (-- before it is optional)")->required();
   cmd->callback([&g, &run] { run = [&g] { return run_confined(g, o); }; });
 }
 

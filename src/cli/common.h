@@ -16,6 +16,8 @@ namespace airlock::cli {
 
 // Exit status for every refusal of airlock's own.
 inline constexpr int kRefusedExit = 125;
+// Exit status for a command line airlock cannot parse (AIRLOCK_OPTION_INVALID), as getopt tools do.
+inline constexpr int kUsageExit = 2;
 
 struct Globals {
   std::string state_dir;      // --state-dir, $AIRLOCK_STATE_DIR, or the per-user default
