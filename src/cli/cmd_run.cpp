@@ -1,14 +1,17 @@
 // `airlock run CMD`: open a session under the policy, run the command in the planned
 // executor, write back on success, close. The command's exit status passes through.
+#include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
 #include <atomic>
-
+#include <cerrno>
 #include <cstdio>
+#include <memory>
 #include <thread>
 
 #include <fmt/ranges.h>
@@ -35,6 +38,61 @@ std::string enforced_summary(const exec::Enforced& e) {
   parts.push_back(fmt::format("network {}", exec::to_string(e.network)));
   return fmt::format("{}", fmt::join(parts, ", "));
 }
+
+// With --json the command's stdout reaches ours through a pipe this relays, so that the summary
+// knows whether the output ended its last line: the summary always starts a line of its own.
+class StdoutRelay {
+ public:
+  // The pipe's write end is what the command gets as stdout (valid until finish()).
+  static Result<std::unique_ptr<StdoutRelay>> start() {
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) < 0) return fail_errno(Code::IoError, "pipe for the command's stdout", errno);
+    auto r = std::unique_ptr<StdoutRelay>(new StdoutRelay(UniqueFd(p[0]), UniqueFd(p[1])));
+    r->thread_ = std::thread([self = r.get()] { self->relay(); });
+    return r;
+  }
+  ~StdoutRelay() { (void)finish(); }
+  StdoutRelay(const StdoutRelay&) = delete;
+  int write_end() const { return write_.get(); }
+  // Waits for the command's output to end (every process of the command is gone once the
+  // executor returns, so only ours holds the write end); true when it ended inside a line.
+  bool finish() {
+    write_.reset();
+    if (thread_.joinable()) thread_.join();
+    return last_ != '\n' && last_ != 0;
+  }
+
+ private:
+  StdoutRelay(UniqueFd read, UniqueFd write) : read_(std::move(read)), write_(std::move(write)) {}
+  void relay() {
+    // A reader of our stdout that went away is EPIPE here (not a SIGPIPE that ends airlock); the
+    // read end closes then, and the command meets the closed pipe as it would have met ours.
+    sigset_t pipe_signal;
+    sigemptyset(&pipe_signal);
+    sigaddset(&pipe_signal, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_signal, nullptr);
+    char buf[65536];
+    for (;;) {
+      ssize_t n = ::read(read_.get(), buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      last_ = buf[n - 1];
+      for (ssize_t done = 0; done < n;) {
+        ssize_t w = ::write(STDOUT_FILENO, buf + done, static_cast<size_t>(n - done));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+          read_.reset();
+          return;
+        }
+        done += w;
+      }
+    }
+    read_.reset();
+  }
+  UniqueFd read_, write_;
+  std::thread thread_;
+  char last_ = 0;  // the last byte relayed; 0 while none was
+};
 
 }  // namespace
 
@@ -104,10 +162,25 @@ int run_confined(Globals& g, RunOptions& o, const std::function<Result<void>(Ses
     (void)s.kill();
     return refuse_run(held_still.error());
   }
+  std::unique_ptr<StdoutRelay> relay;
+  if (g.json) {
+    auto started = StdoutRelay::start();
+    if (!started) {
+      uint64_t one = 1;
+      (void)!::write(donefd.get(), &one, sizeof one);
+      waiter.join();
+      (void)s.kill();
+      return refuse_run(started.error());
+    }
+    relay = std::move(*started);
+    command.stdout_fd = relay->write_end();
+  }
   auto outcome = s.run_command(command);
   uint64_t one = 1;
   (void)!::write(donefd.get(), &one, sizeof one);
   waiter.join();
+  // What airlock prints on stdout from here (the summary, a refusal) starts a line of its own.
+  if (relay && relay->finish()) std::fputc('\n', stdout);
   if (!outcome) {
     (void)s.kill();
     int refused = refuse_run(outcome.error());

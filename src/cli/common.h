@@ -32,7 +32,8 @@ Result<plan::Profile> parse_profile(const std::string& s);
 // The state directory, created mode 0700 if missing.
 Result<std::string> resolve_state_dir(const std::string& flag);
 
-// Prints `airlock: refused: CODE: message` (and facts with --json to stdout) and returns 125.
+// Prints `airlock: refused: CODE: message` to stderr (with --json, also {"refused": ...} as one
+// line of stdout; without, the facts on stderr) and returns 125.
 int refuse(const Error& e, bool json);
 
 // `agent_run`: only an agent run may go on under `confinement: vendor`; any other verb (and the
