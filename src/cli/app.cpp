@@ -5,11 +5,66 @@
 
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <string_view>
 
+#include <fmt/ranges.h>
+
 #include "base/custody.h"
+#include "base/hash.h"
+#include "cli/build_info.h"
 
 namespace airlock::cli {
+namespace {
+
+// `NAME VERSION revision REV sha256 HEX`: what this executable is, down to its bytes (the
+// file this process runs, whatever path started it).
+std::string version_line(const std::string& name) {
+  auto sha = sha256_file("/proc/self/exe");
+  return fmt::format("{} {} revision {} sha256 {}", name, kVersion, kRevision, sha ? *sha : "unknown");
+}
+
+// The verb the command line reached, as typed: "airlock run", "airlock policy check".
+std::string verb_reached(const CLI::App& app, const std::string& name) {
+  std::string path = name;
+  for (const CLI::App* at = &app;;) {
+    auto subs = at->get_subcommands();
+    if (subs.empty()) return path;
+    at = subs.front();
+    path += " " + at->get_name();
+  }
+}
+
+// A command line CLI11 could not parse, as a refusal with a stable code: an unknown option named
+// as one, anything else in CLI11's words; the usage-error status.
+int refuse_usage(const CLI::App& app, const CLI::ParseError& e, const std::string& name, bool json) {
+  std::string verb = verb_reached(app, name);
+  Error err{Code::OptionInvalid, e.what(), Json{{"verb", verb}}};
+  if (dynamic_cast<const CLI::ExtrasError*>(&e)) {
+    std::vector<std::string> options, arguments;
+    for (const std::string& a : app.remaining(true))
+      if (a == "--")
+        continue;  // the end of options, kept by CLI11 among the leftovers
+      else if (a.size() > 1 && a[0] == '-')
+        options.push_back(a.substr(0, a.find('=')));
+      else
+        arguments.push_back(a);
+    std::vector<std::string> parts;
+    if (!options.empty())
+      parts.push_back(fmt::format("{} {} not an option of `{}`", fmt::join(options, ", "),
+                                  options.size() == 1 ? "is" : "are", verb));
+    if (!arguments.empty())
+      parts.push_back(fmt::format("`{}` takes no argument {}", verb, fmt::join(arguments, " ")));
+    if (!parts.empty()) err.message = fmt::format("{}", fmt::join(parts, "; "));
+    if (!options.empty()) err.facts["unknown_options"] = options;
+    if (!arguments.empty()) err.facts["unexpected_arguments"] = arguments;
+  }
+  err.message += fmt::format(" (`{} --help` lists what it takes)", verb);
+  refuse(err, json);
+  return kUsageExit;
+}
+
+}  // namespace
 
 int run_app(int argc, char** argv, std::initializer_list<AddVerb> verbs) {
   // Custody first, before a flag is parsed: an executable someone else could replace is not
@@ -19,6 +74,13 @@ int run_app(int argc, char** argv, std::initializer_list<AddVerb> verbs) {
     return refuse(custody.error(), false);
   CLI::App app{"airlock: a governed execution engine for AI agents"};
   app.require_subcommand(1);
+  // The global options below are taken after the verb too (`airlock run --state-dir X CMD`):
+  // fallthrough is inherited by every verb added after it.
+  app.fallthrough();
+  std::string name = argc > 0 ? std::filesystem::path(argv[0]).filename().string() : "";
+  if (name.empty()) name = "airlock";
+  app.set_version_flag("--version", [&name] { return version_line(name); },
+                       "print the version, the git revision and this executable's sha256");
   Globals g;
   g.args.assign(argv + 1, argv + argc);
   app.add_option("--state-dir", g.state_dir, "state directory (receipts, session views)");
@@ -31,8 +93,8 @@ int run_app(int argc, char** argv, std::initializer_list<AddVerb> verbs) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    return refuse_usage(app, e, name, g.json);
   }
   try {
     return run ? run() : 2;

@@ -1,14 +1,17 @@
-// `airlock run -- CMD`: open a session under the policy, run the command in the planned
+// `airlock run CMD`: open a session under the policy, run the command in the planned
 // executor, write back on success, close. The command's exit status passes through.
+#include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
 #include <atomic>
-
+#include <cerrno>
 #include <cstdio>
+#include <memory>
 #include <thread>
 
 #include <fmt/ranges.h>
@@ -35,6 +38,61 @@ std::string enforced_summary(const exec::Enforced& e) {
   parts.push_back(fmt::format("network {}", exec::to_string(e.network)));
   return fmt::format("{}", fmt::join(parts, ", "));
 }
+
+// With --json the command's stdout reaches ours through a pipe this relays, so that the summary
+// knows whether the output ended its last line: the summary always starts a line of its own.
+class StdoutRelay {
+ public:
+  // The pipe's write end is what the command gets as stdout (valid until finish()).
+  static Result<std::unique_ptr<StdoutRelay>> start() {
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) < 0) return fail_errno(Code::IoError, "pipe for the command's stdout", errno);
+    auto r = std::unique_ptr<StdoutRelay>(new StdoutRelay(UniqueFd(p[0]), UniqueFd(p[1])));
+    r->thread_ = std::thread([self = r.get()] { self->relay(); });
+    return r;
+  }
+  ~StdoutRelay() { (void)finish(); }
+  StdoutRelay(const StdoutRelay&) = delete;
+  int write_end() const { return write_.get(); }
+  // Waits for the command's output to end (every process of the command is gone once the
+  // executor returns, so only ours holds the write end); true when it ended inside a line.
+  bool finish() {
+    write_.reset();
+    if (thread_.joinable()) thread_.join();
+    return last_ != '\n' && last_ != 0;
+  }
+
+ private:
+  StdoutRelay(UniqueFd read, UniqueFd write) : read_(std::move(read)), write_(std::move(write)) {}
+  void relay() {
+    // A reader of our stdout that went away is EPIPE here (not a SIGPIPE that ends airlock); the
+    // read end closes then, and the command meets the closed pipe as it would have met ours.
+    sigset_t pipe_signal;
+    sigemptyset(&pipe_signal);
+    sigaddset(&pipe_signal, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_signal, nullptr);
+    char buf[65536];
+    for (;;) {
+      ssize_t n = ::read(read_.get(), buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      last_ = buf[n - 1];
+      for (ssize_t done = 0; done < n;) {
+        ssize_t w = ::write(STDOUT_FILENO, buf + done, static_cast<size_t>(n - done));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+          read_.reset();
+          return;
+        }
+        done += w;
+      }
+    }
+    read_.reset();
+  }
+  UniqueFd read_, write_;
+  std::thread thread_;
+  char last_ = 0;  // the last byte relayed; 0 while none was
+};
 
 }  // namespace
 
@@ -104,13 +162,31 @@ int run_confined(Globals& g, RunOptions& o, const std::function<Result<void>(Ses
     (void)s.kill();
     return refuse_run(held_still.error());
   }
+  std::unique_ptr<StdoutRelay> relay;
+  if (g.json) {
+    auto started = StdoutRelay::start();
+    if (!started) {
+      uint64_t one = 1;
+      (void)!::write(donefd.get(), &one, sizeof one);
+      waiter.join();
+      (void)s.kill();
+      return refuse_run(started.error());
+    }
+    relay = std::move(*started);
+    command.stdout_fd = relay->write_end();
+  }
   auto outcome = s.run_command(command);
   uint64_t one = 1;
   (void)!::write(donefd.get(), &one, sizeof one);
   waiter.join();
+  // What airlock prints on stdout from here (the summary, a refusal) starts a line of its own.
+  if (relay && relay->finish()) std::fputc('\n', stdout);
   if (!outcome) {
     (void)s.kill();
-    return refuse_run(outcome.error());
+    int refused = refuse_run(outcome.error());
+    // A command that could not start exits as a shell says (127 not found, 126 not executable);
+    // the refusal above still names why.
+    return exec::not_started_status(outcome.error()).value_or(refused);
   }
   bool success = outcome->status.shell_status() == 0 && !outcome->timed_out && !outcome->stopped;
   // A spent budget ends the session the way the kill switch does: nothing is written back.
@@ -185,7 +261,11 @@ void add_run(CLI::App& app, Globals& g, Action& run) {
   cmd->add_flag("--json", g.json, "print a JSON summary as the last line of stdout");
   cmd->add_option("--slot", o.slot, "the slot whose seat the run takes: NAME or MACHINE:NAME (default: default)");
   cmd->add_flag("-q,--quiet", o.quiet, "print nothing of airlock's own unless refused");
-  cmd->add_option("command", o.command, "the command and its arguments, after --")->required();
+  // Everything from the first positional on is the command's, options included (`airlock run ls
+  // -la`, `airlock run sh -c 'x' --state-dir y`); run's own options and the global ones come
+  // before it. `--` before the command still ends the options.
+  cmd->positionals_at_end();
+  cmd->add_option("command", o.command, "the command and its arguments (-- before it is optional)")->required();
   cmd->callback([&g, &run] { run = [&g] { return run_confined(g, o); }; });
 }
 

@@ -51,7 +51,8 @@ int refuse(const Error& e, bool json) {
                escape_for_terminal(e.message).c_str());
   // Facts may quote bytes from a sandbox (a file name): shown lossy, never thrown.
   constexpr auto kReplace = nlohmann::json::error_handler_t::replace;
-  if (json) std::printf("%s\n", nlohmann::json({{"refused", e.to_json()}}).dump(2, ' ', false, kReplace).c_str());
+  // One line, so a reader of --json output takes each line as one JSON value.
+  if (json) std::printf("%s\n", nlohmann::json({{"refused", e.to_json()}}).dump(-1, ' ', false, kReplace).c_str());
   else if (!e.facts.empty())
     std::fprintf(stderr, "  facts: %s\n", e.facts.dump(-1, ' ', false, kReplace).c_str());
   return kRefusedExit;

@@ -16,6 +16,8 @@ namespace airlock::cli {
 
 // Exit status for every refusal of airlock's own.
 inline constexpr int kRefusedExit = 125;
+// Exit status for a command line airlock cannot parse (AIRLOCK_OPTION_INVALID), as getopt tools do.
+inline constexpr int kUsageExit = 2;
 
 struct Globals {
   std::string state_dir;      // --state-dir, $AIRLOCK_STATE_DIR, or the per-user default
@@ -30,7 +32,8 @@ Result<plan::Profile> parse_profile(const std::string& s);
 // The state directory, created mode 0700 if missing.
 Result<std::string> resolve_state_dir(const std::string& flag);
 
-// Prints `airlock: refused: CODE: message` (and facts with --json to stdout) and returns 125.
+// Prints `airlock: refused: CODE: message` to stderr (with --json, also {"refused": ...} as one
+// line of stdout; without, the facts on stderr) and returns 125.
 int refuse(const Error& e, bool json);
 
 // `agent_run`: only an agent run may go on under `confinement: vendor`; any other verb (and the

@@ -11,8 +11,10 @@ namespace airlock::cli {
 
 void add_serve_stub(CLI::App& app, Globals& g, Action& run) {
   auto* cmd = app.add_subcommand("serve", "serve the broker's HTTP API on a unix socket (and loopback TCP)");
-  // Every option, --help included, is airlock-serve's to parse.
+  // Every option, --help and the global ones included, is airlock-serve's to parse (it takes the
+  // whole command line): none falls through to ours.
   cmd->prefix_command();
+  cmd->fallthrough(false);
   cmd->set_help_flag();
   cmd->callback([&g, &run] {
     run = [&g] {

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 
 #include "policy/task_policy.h"
@@ -67,16 +68,44 @@ Result<std::string> resolve_program(const std::string& name, const std::string& 
   if (name.empty()) return fail(Code::PolicyInvalid, "empty command");
   if (name.find('/') != std::string::npos) {
     std::string p = name[0] == '/' ? name : cwd + "/" + name;
-    if (::access(p.c_str(), X_OK) < 0)
-      return fail(Code::ToolFailed, fmt::format("{} is not an executable file", name), {{"program", name}});
+    if (::access(p.c_str(), X_OK) < 0) {
+      int err = errno;
+      return std::unexpected(command_not_started(name, fmt::format("{} is not an executable file", name), err));
+    }
     return name;
   }
   auto r = policy::resolve_trusted(name);
-  if (!r)
-    return fail(Code::ToolFailed,
-                fmt::format("{} is not on the trusted PATH {}", name, policy::kTrustedPath),
-                {{"program", name}, {"trusted_path", policy::kTrustedPath}});
+  if (!r) {
+    Error e = command_not_started(name, fmt::format("{} is not on the trusted PATH {}", name, policy::kTrustedPath),
+                                  ENOENT);
+    e.facts["trusted_path"] = policy::kTrustedPath;
+    return std::unexpected(std::move(e));
+  }
   return r;
+}
+
+namespace {
+// The fact command_not_started writes and not_started_status reads: the one place either knows it.
+constexpr const char* kShellStatusFact = "shell_status";
+}  // namespace
+
+Error command_not_started(const std::string& program, std::string message, int err) {
+  // As POSIX shells decide (bash's execute_cmd.c, dash's exec.c): only a program that is not
+  // there is 127; anything else that stops exec is 126.
+  int status = err == ENOENT || err == ENOTDIR ? 127 : 126;
+  Error e = fail_errno(Code::ToolFailed, std::move(message), err).error();
+  e.facts["program"] = program;
+  e.facts[kShellStatusFact] = status;
+  return e;
+}
+
+std::optional<int> not_started_status(const Error& e) {
+  if (e.code != Code::ToolFailed) return std::nullopt;
+  auto it = e.facts.find(kShellStatusFact);
+  if (it == e.facts.end() || !it->is_number_integer()) return std::nullopt;
+  int status = it->get<int>();
+  if (status != 126 && status != 127) return std::nullopt;
+  return status;
 }
 
 }  // namespace airlock::exec

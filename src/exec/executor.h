@@ -125,7 +125,17 @@ std::vector<std::string> sandbox_environment(const plan::ExecutionPlan& plan, co
                                              const std::string& tmp, const std::string& pwd,
                                              const std::string& session_id);
 
-// Resolves a program name against policy::kTrustedPath (names with a slash are kept).
+// Resolves a program name against policy::kTrustedPath (names with a slash are kept). A program
+// that is not there, or not executable, is command_not_started's refusal.
 Result<std::string> resolve_program(const std::string& name, const std::string& cwd);
+
+// The refusal for a command that never started because exec (or the check before it) failed with
+// `err`: AIRLOCK_TOOL_FAILED, the errno in its facts, and the status a shell gives such a command
+// (not_started_status).
+Error command_not_started(const std::string& program, std::string message, int err);
+// What a shell exits with for a command it could not start, when `e` is command_not_started's:
+// 127 when the program is not there (ENOENT, ENOTDIR), 126 when it is but cannot be executed (no
+// execute permission, a directory, not an executable format). nullopt for any other error.
+std::optional<int> not_started_status(const Error& e);
 
 }  // namespace airlock::exec

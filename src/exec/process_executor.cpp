@@ -234,7 +234,7 @@ class ProcessExecutor final : public Executor {
     if (rep->setup_failed) {
       auto step = linux::to_string(rep->step);
       Error e = rep->step == linux::Step::Exec
-                    ? fail_errno(Code::ToolFailed, fmt::format("cannot execute {}", spec.path), rep->err).error()
+                    ? command_not_started(spec.path, fmt::format("cannot execute {}", spec.path), rep->err)
                     : fail_errno(Code::ExecutorUnavailable,
                                  fmt::format("the {} executor failed to apply step {}",
                                              policy::to_string(plan_.executor()), step),
