@@ -45,51 +45,71 @@ class StdoutRelay {
  public:
   // The pipe's write end is what the command gets as stdout (valid until finish()).
   static Result<std::unique_ptr<StdoutRelay>> start() {
-    int p[2];
+    int p[2], q[2];
     if (::pipe2(p, O_CLOEXEC) < 0) return fail_errno(Code::IoError, "pipe for the command's stdout", errno);
-    auto r = std::unique_ptr<StdoutRelay>(new StdoutRelay(UniqueFd(p[0]), UniqueFd(p[1])));
+    UniqueFd read(p[0]), write(p[1]);
+    if (::pipe2(q, O_CLOEXEC) < 0) return fail_errno(Code::IoError, "pipe for the relay's stop", errno);
+    auto r = std::unique_ptr<StdoutRelay>(
+        new StdoutRelay(std::move(read), std::move(write), UniqueFd(q[0]), UniqueFd(q[1])));
     r->thread_ = std::thread([self = r.get()] { self->relay(); });
     return r;
   }
   ~StdoutRelay() { (void)finish(); }
   StdoutRelay(const StdoutRelay&) = delete;
   int write_end() const { return write_.get(); }
-  // Waits for the command's output to end (every process of the command is gone once the
-  // executor returns, so only ours holds the write end); true when it ended inside a line.
+  // Called once the executor returned (every process of the command is gone): relays what the
+  // pipe still holds and stops — at its end, or where it is empty, so a writer that outlived the
+  // command can never hold airlock open. True when the output ended inside a line.
   bool finish() {
     write_.reset();
+    stop_w_.reset();  // the relay sees the stop as end of file on stop_r_
     if (thread_.joinable()) thread_.join();
     return last_ != '\n' && last_ != 0;
   }
 
  private:
-  StdoutRelay(UniqueFd read, UniqueFd write) : read_(std::move(read)), write_(std::move(write)) {}
+  StdoutRelay(UniqueFd read, UniqueFd write, UniqueFd stop_r, UniqueFd stop_w)
+      : read_(std::move(read)), write_(std::move(write)), stop_r_(std::move(stop_r)), stop_w_(std::move(stop_w)) {}
+  // false when our stdout is gone (its reader left: EPIPE, not a SIGPIPE that ends airlock).
+  bool put(const char* buf, ssize_t n) {
+    last_ = buf[n - 1];
+    for (ssize_t done = 0; done < n;) {
+      ssize_t w = ::write(STDOUT_FILENO, buf + done, static_cast<size_t>(n - done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return false;
+      done += w;
+    }
+    return true;
+  }
   void relay() {
-    // A reader of our stdout that went away is EPIPE here (not a SIGPIPE that ends airlock); the
-    // read end closes then, and the command meets the closed pipe as it would have met ours.
     sigset_t pipe_signal;
     sigemptyset(&pipe_signal);
     sigaddset(&pipe_signal, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &pipe_signal, nullptr);
     char buf[65536];
+    bool stopping = false;
     for (;;) {
+      if (!stopping) {
+        pollfd fds[2] = {{read_.get(), POLLIN, 0}, {stop_r_.get(), POLLIN, 0}};
+        if (::poll(fds, 2, -1) < 0) {
+          if (errno == EINTR) continue;
+          break;
+        }
+        if (fds[1].revents) {  // stopped: from here on, only what the pipe holds now
+          stopping = true;
+          ::fcntl(read_.get(), F_SETFL, ::fcntl(read_.get(), F_GETFL) | O_NONBLOCK);
+        } else if (!fds[0].revents) {
+          continue;
+        }
+      }
       ssize_t n = ::read(read_.get(), buf, sizeof buf);
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      last_ = buf[n - 1];
-      for (ssize_t done = 0; done < n;) {
-        ssize_t w = ::write(STDOUT_FILENO, buf + done, static_cast<size_t>(n - done));
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-          read_.reset();
-          return;
-        }
-        done += w;
-      }
+      if (n <= 0 || !put(buf, n)) break;  // end of file, empty after the stop, or stdout gone
     }
+    // The read end closes: a command still writing meets a closed pipe, as it would have met ours.
     read_.reset();
   }
-  UniqueFd read_, write_;
+  UniqueFd read_, write_, stop_r_, stop_w_;
   std::thread thread_;
   char last_ = 0;  // the last byte relayed; 0 while none was
 };
