@@ -81,28 +81,40 @@ Result<std::optional<ExitStatus>> ChildProcess::wait_for(
   return status_;
 }
 
-std::optional<int64_t> process_start_time(pid_t pid) {
+std::optional<ProcessStat> process_stat(pid_t pid) {
   auto text = read_file(fmt::format("/proc/{}/stat", pid));
   if (!text) return std::nullopt;
   // The command name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
   auto close = text->rfind(')');
   if (close == std::string::npos) return std::nullopt;
   std::string_view rest = std::string_view(*text).substr(close + 1);
-  int64_t start = 0;
+  ProcessStat out;
   for (int field = 3; field <= 22; ++field) {
     size_t b = rest.find_first_not_of(' ');
     if (b == std::string_view::npos) return std::nullopt;
     rest.remove_prefix(b);
     size_t e = std::min(rest.find(' '), rest.size());
     std::string_view value = rest.substr(0, e);
-    if (field == 3 && (value == "Z" || value == "X")) return std::nullopt;  // a zombie holds nothing
+    if (field == 3) out.zombie = value == "Z" || value == "X";
     if (field == 22) {
-      auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), start);
+      auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), out.start_time);
       if (ec != std::errc{} || end != value.data() + value.size()) return std::nullopt;
     }
     rest.remove_prefix(e);
   }
-  return start;
+  return out;
+}
+
+std::optional<int64_t> process_start_time(pid_t pid) {
+  auto st = process_stat(pid);
+  if (!st || st->zombie) return std::nullopt;
+  return st->start_time;
+}
+
+std::optional<bool> same_process(pid_t pid, int64_t start_time) {
+  if (auto st = process_stat(pid)) return !st->zombie && st->start_time == start_time;
+  if (::kill(pid, 0) < 0 && errno == ESRCH) return false;
+  return std::nullopt;
 }
 
 }  // namespace airlock

@@ -54,9 +54,20 @@ class ChildProcess {
 // pidfd_open(2), wrapped.
 Result<UniqueFd> open_pidfd(pid_t pid);
 
-// Field 22 of /proc/PID/stat (start time in clock ticks since boot): with the pid, a process's
-// identity (a pid alone may be reused). None when the process is gone (also while it is being
-// read), a zombie, or the file is not what the kernel writes. Never throws.
+// /proc/PID/stat as far as identity goes: field 22 (start time in clock ticks since boot; with
+// the pid, a process's identity, as a pid alone may be reused) and whether it is a zombie. None
+// when it cannot be read: the process is gone (also while being read), or the read failed (no
+// descriptors left), or the file is not what the kernel writes. Never throws.
+struct ProcessStat {
+  int64_t start_time = 0;
+  bool zombie = false;
+};
+std::optional<ProcessStat> process_stat(pid_t pid);
+// The start time of a process that runs (not a zombie); none otherwise.
 std::optional<int64_t> process_start_time(pid_t pid);
+// Whether the process `pid` that started at `start_time` still runs: false when it is gone, a
+// zombie or the pid was reused; none when that cannot be told (the pid exists, its stat could
+// not be read). Callers that would destroy something on "gone" treat none as alive.
+std::optional<bool> same_process(pid_t pid, int64_t start_time);
 
 }  // namespace airlock

@@ -59,7 +59,9 @@ namespace airlock {
   X(IoError, "AIRLOCK_IO_ERROR", "a file, directory or system call airlock needed failed (see errno)") \
   X(OptionInvalid, "AIRLOCK_OPTION_INVALID", "an option or argument given to airlock is malformed")     \
   X(ServerUnreachable, "AIRLOCK_SERVER_UNREACHABLE", "no server answers at the address given")       \
-  X(InternalError, "AIRLOCK_INTERNAL_ERROR", "airlock broke one of its own rules: a bug to report")
+  X(InternalError, "AIRLOCK_INTERNAL_ERROR", "airlock broke one of its own rules: a bug to report") \
+  X(EgressFailed, "AIRLOCK_EGRESS_FAILED",                                                  \
+    "the destination is allowed but could not be reached (see the address and errno)")
 
 enum class Code {
 #define AIRLOCK_X(e, name, meaning) e,

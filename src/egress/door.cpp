@@ -315,17 +315,22 @@ Result<UniqueFd> connect_pinned(const IpAddress& a, int port, uint64_t timeout_m
     len = sizeof *sin;
   }
   Json facts = {{"address", a.to_string()}, {"port", port}};
+  // The destination is allowed: what goes wrong from here is the network's, said with errno.
+  auto failed = [&](std::string what, int err) {
+    auto e = fail_errno(Code::EgressFailed, std::move(what), err);
+    for (auto& [k, v] : facts.items()) e.error().facts[k] = v;
+    return e;
+  };
   UniqueFd fd(::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (!fd) return fail_errno(Code::EgressDenied, "socket", errno);
+  if (!fd) return failed("socket", errno);
   if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) < 0 && errno != EINPROGRESS)
-    return fail_errno(Code::EgressDenied, fmt::format("connecting to {} port {} failed", a.to_string(), port), errno);
+    return failed(fmt::format("connecting to {} port {} failed", a.to_string(), port), errno);
   if (!wait_for(fd.get(), POLLOUT, stop, static_cast<int>(timeout_ms)))
-    return fail(Code::EgressDenied, fmt::format("connecting to {} port {} timed out", a.to_string(), port), facts);
+    return failed(fmt::format("connecting to {} port {} timed out", a.to_string(), port), ETIMEDOUT);
   int err = 0;
   socklen_t elen = sizeof err;
   ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &elen);
-  if (err != 0)
-    return fail_errno(Code::EgressDenied, fmt::format("connecting to {} port {} failed", a.to_string(), port), err);
+  if (err != 0) return failed(fmt::format("connecting to {} port {} failed", a.to_string(), port), err);
   return fd;
 }
 
@@ -371,7 +376,8 @@ class Connection {
         "Content-Length: {}\r\nConnection: close\r\n\r\n{}",
         status, status_text(status), to_name(e.code), body.size(), body);
     (void)write_all(client_.get(), resp, stop());
-    receipt_["decision"] = "refused";
+    // A destination the policy allows that could not be reached failed; it was not refused.
+    receipt_["decision"] = e.code == Code::EgressFailed ? "failed" : "refused";
     receipt_["status"] = status;
     receipt_["error"] = e.to_json();
     if (e.facts.contains("addresses") && !receipt_.contains("addresses")) receipt_["addresses"] = e.facts["addresses"];
@@ -633,7 +639,7 @@ class Connection {
       auto rtext = from_up.head(&too_large);
       if (!rtext) {
         if (down_ == 0)
-          refuse_plain(502, Error{Code::EgressDenied, fmt::format("{} sent no response", target_.host), {}});
+          refuse_plain(502, Error{Code::EgressFailed, fmt::format("{} sent no response", target_.host), {}});
         else
           record();
         return false;
@@ -641,7 +647,7 @@ class Connection {
       auto rhead = parse_head(*rtext);
       int status = rhead && rhead->first.size() >= 12 ? std::atoi(rhead->first.c_str() + 9) : 0;
       if (!rhead || status < 100) {
-        refuse_plain(502, Error{Code::EgressDenied, fmt::format("{} sent a response that is not HTTP", target_.host), {}});
+        refuse_plain(502, Error{Code::EgressFailed, fmt::format("{} sent a response that is not HTTP", target_.host), {}});
         return false;
       }
       if (!write_all(client_.get(), *rtext, stop(), &down_)) {

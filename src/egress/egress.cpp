@@ -9,8 +9,8 @@
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <cstring>
 #include <chrono>
+#include <cstring>
 #include <memory>
 
 #include "base/encoding.h"
@@ -145,13 +145,13 @@ Result<Admission> admit(const std::vector<policy::EgressRule>& rules, std::strin
         addrs = std::vector<IpAddress>{*parse_literal(t.host)};
       } else {
         auto got = resolve(t.host);
-        if (!got) {
+        if (!got) {  // an allowed name that does not resolve: the network failed, not the policy
           Error e = got.error();
-          e.code = Code::EgressDenied;
+          e.code = Code::EgressFailed;
           for (auto& [k, v] : facts.items()) e.facts[k] = v;
           return std::unexpected(e);
         }
-        if (got->empty()) return denied(fmt::format("{} resolves to no address", t.host), facts);
+        if (got->empty()) return fail(Code::EgressFailed, fmt::format("{} resolves to no address", t.host), facts);
         addrs = std::move(*got);
       }
       Json list = Json::array();
@@ -380,7 +380,14 @@ Result<FetchResponse> fetch_pinned(const Admission& adm, const FetchRequest& req
   }
   if (rc != CURLE_OK) {
     facts["curl"] = api.easy_strerror(rc);
-    Code code = rc == CURLE_COULDNT_CONNECT ? Code::EgressDenied : Code::ToolFailed;
+    long os_errno = 0;
+    if (api.easy_getinfo(h, CURLINFO_OS_ERRNO, &os_errno) == CURLE_OK && os_errno > 0) {
+      facts["errno"] = os_errno;
+      const char* name = strerrorname_np(static_cast<int>(os_errno));
+      facts["errno_name"] = name ? name : "";
+    }
+    // Allowed, admitted, pinned, and then the network failed: not the policy's refusal.
+    Code code = rc == CURLE_COULDNT_CONNECT ? Code::EgressFailed : Code::ToolFailed;
     return fail(code, fmt::format("fetching {} failed: {}", t.url, api.easy_strerror(rc)), facts);
   }
   if (streamed && !tr.head_sent && !tr.send_head())

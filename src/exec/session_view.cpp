@@ -3,7 +3,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/file.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
@@ -72,10 +71,15 @@ std::string protected_reason(const policy::ProtectedPath& p) {
 
 namespace {
 
-// "<pid> <start time in clock ticks since boot>": a pid alone may be reused. "" when gone.
-std::string process_identity(pid_t pid) {
-  auto start = process_start_time(pid);
-  return start ? fmt::format("{} {}", pid, *start) : "";
+// The owner file's text: "<pid> <start time in clock ticks since boot>" (a pid alone may be reused).
+struct Owner {
+  pid_t pid = 0;
+  long long start_time = 0;
+};
+std::optional<Owner> parse_owner(const std::string& text) {
+  Owner o;
+  if (std::sscanf(text.c_str(), "%d %lld", &o.pid, &o.start_time) != 2 || o.pid <= 0) return std::nullopt;
+  return o;
 }
 
 }  // namespace
@@ -104,14 +108,12 @@ std::vector<std::string> sweep_locked(const std::string& sessions) {
     std::string owner_path = e.path().string() + "/owner";
     struct stat st{};
     if (::lstat(owner_path.c_str(), &st) == 0) {
-      auto owner = read_file(owner_path);
-      pid_t pid = 0;
-      if (!owner || std::sscanf(owner->c_str(), "%d", &pid) != 1 || pid <= 0) continue;  // not ours to judge
-      std::string now = process_identity(pid);
-      if (now == *owner) continue;  // its owner still runs
-      // Unreadable, yet a process has that pid: a zombie, or a read that failed (no fds left):
-      // judged by a later sweep, never removed on a guess.
-      if (now.empty() && ::kill(pid, 0) == 0) continue;
+      if (!S_ISREG(st.st_mode)) continue;  // not a file airlock wrote: not ours to judge
+      auto text = read_file(owner_path);
+      auto owner = text ? parse_owner(*text) : std::nullopt;
+      if (!owner) continue;
+      // Alive, or cannot be told (its pid exists, its stat is unreadable): never removed on a guess.
+      if (same_process(owner->pid, owner->start_time).value_or(true)) continue;
     } else if (errno != ENOENT) {
       continue;
     }
@@ -132,14 +134,20 @@ Result<SessionDirs> make_session_dirs(const std::string& state_dir, const std::s
   UniqueFd lock = TRY(lock_sessions(sessions));
   // What an airlock killed with SIGKILL left behind (views, cgroups) goes before a new one is made.
   (void)sweep_locked(sessions);
+  auto me = process_start_time(::getpid());
+  if (!me) return fail(Code::IoError, "cannot read /proc/self/stat: a session needs its owner's identity");
   if (::mkdir(d.root.c_str(), 0700) < 0) return fail_errno(Code::IoError, "mkdir " + d.root, errno);
-  // The owner file first: from here on a kill leaves a directory the next sweep knows to be dead.
-  if (auto owned = write_file_atomic(d.root + "/owner", process_identity(::getpid()), 0600); !owned) {
+  auto made = [&]() -> Result<void> {
+    // The owner file first: from here on a kill leaves a directory the next sweep knows to be dead.
+    TRY(write_file_atomic(d.root + "/owner", fmt::format("{} {}", ::getpid(), *me), 0600));
+    if (::mkdir(d.view.c_str(), 0700) < 0) return fail_errno(Code::IoError, "mkdir " + d.view, errno);
+    if (::mkdir(d.scratch.c_str(), 0700) < 0) return fail_errno(Code::IoError, "mkdir " + d.scratch, errno);
+    return {};
+  }();
+  if (!made) {
     (void)remove_tree(d.root);
-    return std::unexpected(std::move(owned).error());
+    return std::unexpected(std::move(made).error());
   }
-  if (::mkdir(d.view.c_str(), 0700) < 0) return fail_errno(Code::IoError, "mkdir " + d.view, errno);
-  if (::mkdir(d.scratch.c_str(), 0700) < 0) return fail_errno(Code::IoError, "mkdir " + d.scratch, errno);
   return d;
 }
 
@@ -166,11 +174,10 @@ std::vector<std::string> sweep_abandoned_sessions(const std::string& state_dir) 
 }
 
 std::optional<pid_t> live_session_owner(const std::string& root) {
-  auto owner = read_file(root + "/owner");
-  pid_t pid = 0;
-  if (!owner || std::sscanf(owner->c_str(), "%d", &pid) != 1 || pid <= 0) return std::nullopt;
-  if (process_identity(pid) != *owner) return std::nullopt;
-  return pid;
+  auto text = read_file(root + "/owner");
+  auto owner = text ? parse_owner(*text) : std::nullopt;
+  if (!owner || same_process(owner->pid, owner->start_time) != true) return std::nullopt;
+  return owner->pid;
 }
 
 namespace {

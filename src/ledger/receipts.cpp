@@ -156,13 +156,26 @@ Result<TailRepair> repair_torn_tail(const std::string& path) {
     Json r = {{"offset", rep.offset}, {"length", rep.length}, {"sha256", sha256_hex(tail)},
               {"bytes_b64", base64_encode(tail)}};
     stamp_header(r, session, scan.check.receipts, "receipts.torn_tail", scan.check.last_hash);
-    std::string line = canonical_json(r) + "\n";
-    // The receipt is longer than the tail (base64 alone is), so writing it at the tail's offset
-    // covers every byte of it: no moment has the tail cut and not kept.
-    TRY(write_all_at(fd.get(), line, rep.offset, Code::LedgerWriteFailed, "quarantine the torn tail of " + path));
-    if (::ftruncate(fd.get(), static_cast<off_t>(rep.offset + line.size())) < 0)
-      return fail_errno(Code::LedgerWriteFailed, "truncate " + path, errno);
+    // The repaired log is written whole beside the torn one and renamed over it: a kill or power
+    // lost at any moment leaves one or the other, never the tail cut and not kept.
+    std::string repaired = text.substr(0, rep.offset) + canonical_json(r) + "\n";
+    std::string tmp = path + ".repair-" + random_id().substr(0, 12);
+    UniqueFd out(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (!out) return fail_errno(Code::LedgerWriteFailed, "create " + tmp, errno);
+    auto written = write_all(out.get(), repaired, Code::LedgerWriteFailed, "write " + tmp);
+    if (written && ::fdatasync(out.get()) < 0) written = fail_errno(Code::LedgerWriteFailed, "fdatasync " + tmp, errno);
+    if (written && ::rename(tmp.c_str(), path.c_str()) < 0)
+      written = fail_errno(Code::LedgerWriteFailed, "rename " + tmp + " over " + path, errno);
+    if (!written) {
+      ::unlink(tmp.c_str());
+      return std::unexpected(std::move(written).error());
+    }
+    std::string dir = std::filesystem::path(path).parent_path().string();
+    UniqueFd d(::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!d || ::fsync(d.get()) < 0) return fail_errno(Code::LedgerWriteFailed, "fsync " + dir, errno);
     rep.quarantined = true;
+    ++rep.receipts;
+    return rep;
   }
   ++rep.receipts;
   if (::fdatasync(fd.get()) < 0) return fail_errno(Code::LedgerWriteFailed, "fdatasync " + path, errno);

@@ -78,9 +78,10 @@ struct TailRepair {
 // The ledger's torn-tail rule for a receipts log whose session is over (a live session holds
 // its log's lock: refused, AIRLOCK_LEDGER_WRITE_FAILED). Every complete line must verify (else
 // AIRLOCK_LEDGER_CORRUPT, nothing written). A tail that is a whole receipt chaining on is
-// terminated with its newline; any other tail is replaced, at its offset, by a receipt of kind
-// `receipts.torn_tail` chaining on, with the tail's offset, length, sha256 and bytes (base64):
-// nothing is lost and the chain verifies again. A log without a torn tail is left as it is.
+// terminated with its newline; any other tail is replaced by a receipt of kind
+// `receipts.torn_tail` chaining on, with the tail's offset, length, sha256 and bytes (base64) —
+// the repaired log written beside and renamed over the torn one, so nothing is lost at any
+// moment — and the chain verifies again. A log without a torn tail is left as it is.
 Result<TailRepair> repair_torn_tail(const std::string& path);
 
 // Current UTC time as RFC 3339 with microseconds.

@@ -54,6 +54,7 @@ int http_status(Code code) {
     case Code::CapacityExhausted:
       return 503;  // this host cannot, now or ever; another host might
     case Code::ServerUnreachable:
+    case Code::EgressFailed:
       return 502;  // a server airlock relays to does not answer
   }
   return 500;

@@ -167,6 +167,11 @@ std::string explain_refusal(const Error& e, const policy::TaskPolicy& p, const p
     case Code::InternalError:
       policy_refusal = false;
       break;
+    case Code::EgressFailed:
+      policy_refusal = false;
+      instead = "The policy allows this destination; it could not be reached (it may be down or not resolve). "
+                "Trying again later may work.";
+      break;
   }
   if (!instead.empty()) text += " " + instead;
   if (!elsewhere.empty()) text += " " + elsewhere;

@@ -72,8 +72,8 @@ Holder Holder::self(const std::string& machine_id) {
 
 bool holder_alive(const RunRecord& run, const std::string& self_machine, int64_t now, int64_t expiry_ms) {
   if (run.holder.machine_id == self_machine) {
-    auto st = process_start_time(static_cast<pid_t>(run.holder.pid));
-    return st && *st == run.holder.start_time;
+    // A holder whose stat cannot be read while its pid exists keeps its seat: never taken on a guess.
+    return same_process(static_cast<pid_t>(run.holder.pid), run.holder.start_time).value_or(true);
   }
   return now - run.heartbeat_at_ms < expiry_ms;
 }

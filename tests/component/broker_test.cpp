@@ -471,6 +471,33 @@ TEST_F(FetchTest, PrivateAddressNeedsAllowPrivate) {
   EXPECT_EQ(r.error().code, Code::EgressDenied);
 }
 
+// Allowed, and down or gone: the network failed, the policy did not refuse (AIRLOCK_EGRESS_FAILED,
+// with the address and errno), in the answer and in the receipt.
+TEST_F(FetchTest, AnAllowedDestinationThatIsDownOrDoesNotResolveFailsNotDenied) {
+  auto s = open(fmt::format(R"(, "egress": [{{"host": "svc.test", "ports": [{0}], "schemes": ["http"], "allow_private": true}},
+                                           {{"host": "gone.test", "ports": [{0}], "schemes": ["http"]}}])",
+                            port),
+                nullptr, resolver());
+  ASSERT_TRUE(s);
+  svr.reset();  // nothing listens on the port now
+  auto down = s->http_fetch({"GET", fmt::format("http://svc.test:{}/", port), {}, {}});
+  ASSERT_FALSE(down);
+  EXPECT_EQ(down.error().code, Code::EgressFailed) << down.error().message;
+  EXPECT_EQ(down.error().facts.value("errno_name", ""), "ECONNREFUSED") << down.error().facts.dump();
+  EXPECT_EQ(down.error().facts.value("pinned_address", ""), "127.0.0.1");
+  auto gone = s->http_fetch({"GET", fmt::format("http://gone.test:{}/", port), {}, {}});
+  ASSERT_FALSE(gone);
+  EXPECT_EQ(gone.error().code, Code::EgressFailed) << gone.error().message;
+  auto rs = s->receipts();
+  ASSERT_TRUE(rs);
+  EXPECT_EQ((*rs)[rs->size() - 2]["error"]["code"], "AIRLOCK_EGRESS_FAILED");
+  EXPECT_EQ(rs->back()["error"]["code"], "AIRLOCK_EGRESS_FAILED");
+  // Still denied, not failed: a host on no rule.
+  auto other = s->http_fetch({"GET", fmt::format("http://elsewhere.test:{}/", port), {}, {}});
+  ASSERT_FALSE(other);
+  EXPECT_EQ(other.error().code, Code::EgressDenied);
+}
+
 TEST_F(FetchTest, RedirectsAreReturnedNotFollowed) {
   auto s = open(rules(true), nullptr, resolver());
   ASSERT_TRUE(s);
@@ -521,7 +548,7 @@ TEST_F(FetchTest, TlsCertificatesAreVerified) {
   // s_server needs a moment to listen: a refused connection is retried, nothing else is.
   for (int i = 0; i < 50; ++i) {
     r = s->http_fetch({"GET", fmt::format("https://svc.test:{}/", tls_port), {}, {}});
-    if (r || r.error().code != Code::EgressDenied) break;
+    if (r || r.error().code != Code::EgressFailed) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   ::kill(pid, SIGKILL);

@@ -231,6 +231,27 @@ TEST_F(DoorTest, AHostNotOnTheListIsRefusedWithAReadableReason) {
   EXPECT_EQ(decision_of(rec, fmt::format("forbidden.test:{}", forbidden_->port())), "refused");  // the CONNECT
 }
 
+// An allowed destination that is down failed; it was not refused: 502 AIRLOCK_EGRESS_FAILED with
+// the address and errno, and the receipt says "failed", never a policy denial.
+TEST_F(DoorTest, AnAllowedHostThatIsDownFailsAndIsNotRecordedAsADenial) {
+  int down_port = allowed_->port();
+  allowed_.reset();  // nothing listens there now
+  OPEN_OR_SKIP(s, rules(down_port));
+  auto r = sh(*s, fmt::format("curl -sS -w '\\nstatus=%{{http_code}}\\n' http://allowed.test:{}/x", down_port));
+  EXPECT_NE(r.out.find("status=502"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.out.find("airlock: refused: AIRLOCK_EGRESS_FAILED: connecting to 127.0.0.1 port"), std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("allowed: host"), std::string::npos) << r.out;  // no allow-list lecture: it was allowed
+  auto rec = door_receipts(*s);
+  ASSERT_EQ(rec.size(), 1u);
+  EXPECT_EQ(rec[0]["decision"], "failed");
+  EXPECT_EQ(rec[0]["status"], 502);
+  EXPECT_EQ(rec[0]["error"]["code"], "AIRLOCK_EGRESS_FAILED");
+  EXPECT_EQ(rec[0]["error"]["facts"]["errno_name"], "ECONNREFUSED") << rec[0].dump();
+  EXPECT_EQ(rec[0]["error"]["facts"]["address"], "127.0.0.1");
+  EXPECT_EQ(rec[0]["error"]["facts"]["port"], down_port);
+}
+
 TEST_F(DoorTest, ANameThatRebindsToAForbiddenAddressIsRefused) {
   OPEN_OR_SKIP(s, rules(allowed_->port()));
   int port = allowed_->port();
