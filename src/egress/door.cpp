@@ -369,7 +369,9 @@ class Connection {
 
   // Answers with an error and records the request refused. The connection ends after it.
   void refuse_plain(int status, const Error& e) {
-    std::string body = fmt::format("airlock: refused: {}: {}\n", to_name(e.code), e.message);
+    // An allowed destination that could not be reached failed; only a policy decision is "refused".
+    std::string body = fmt::format("airlock: {}: {}: {}\n", e.code == Code::EgressFailed ? "failed" : "refused",
+                                   to_name(e.code), e.message);
     if (e.code == Code::EgressDenied) body += fmt::format("allowed: {}\n", describe_rules(st_.opts.rules));
     std::string resp = fmt::format(
         "HTTP/1.1 {} {}\r\nContent-Type: text/plain; charset=utf-8\r\nX-Airlock-Refusal: {}\r\n"

@@ -153,6 +153,7 @@ Result<TailRepair> repair_torn_tail(const std::string& path) {
   } else {
     std::string session = scan.session;
     if (session.empty()) session = std::filesystem::path(path).stem().string();  // <session>.jsonl
+    if (!is_valid_utf8(session)) session = "unknown";  // a file name is bytes; a receipt is JSON
     Json r = {{"offset", rep.offset}, {"length", rep.length}, {"sha256", sha256_hex(tail)},
               {"bytes_b64", base64_encode(tail)}};
     stamp_header(r, session, scan.check.receipts, "receipts.torn_tail", scan.check.last_hash);

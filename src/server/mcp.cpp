@@ -82,7 +82,9 @@ Json rpc_error(const Json& id, int code, const std::string& message) {
 }
 
 std::string explain_refusal(const Error& e, const policy::TaskPolicy& p, const plan::ExecutionPlan& plan) {
-  std::string text = fmt::format("airlock refused this action: {}: {}.", to_name(e.code), e.message);
+  std::string text = fmt::format("airlock {} this action: {}: {}.",
+                                 e.code == Code::EgressFailed ? "could not complete" : "refused", to_name(e.code),
+                                 e.message);
   std::string instead;
   // What else stands in the way, said only where it is true of this policy on this tier.
   std::string elsewhere;

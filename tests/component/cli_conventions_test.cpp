@@ -104,6 +104,17 @@ struct TierFixture {
     }                                                                                           \
   } while (0)
 
+// `out` as exactly one newline-terminated line of JSON (null, with a failure, when it is not).
+Json only_line_as_json(const std::string& out) {
+  auto lines = lines_of(out);
+  EXPECT_EQ(lines.size(), 1u) << out;
+  EXPECT_TRUE(!out.empty() && out.back() == '\n') << out;
+  if (lines.size() != 1) return nullptr;
+  Json j = Json::parse(lines[0], nullptr, false);
+  EXPECT_FALSE(j.is_discarded()) << lines[0];
+  return j.is_discarded() ? Json(nullptr) : j;
+}
+
 // --- --version ---------------------------------------------------------------------------------
 
 TEST(CliVersion, PrintsTheVersionTheRevisionAndTheSha256OfTheRunningBinary) {
@@ -214,10 +225,7 @@ TEST(CliUnknownFlag, InJsonModeIsOneLineOfJsonNamingIt) {
   CliFixture fx(Identity::Self);
   auto r = fx.run({"run", "--json", "--polcy", "x", "--", "true"});
   EXPECT_EQ(r.status, 2) << r.err;
-  auto lines = lines_of(r.out);
-  ASSERT_EQ(lines.size(), 1u) << r.out;
-  EXPECT_EQ(r.out.back(), '\n');
-  Json j = Json::parse(lines[0]);
+  Json j = only_line_as_json(r.out);
   EXPECT_EQ(j["refused"]["code"], "AIRLOCK_OPTION_INVALID");
   EXPECT_EQ(j["refused"]["facts"]["unknown_options"], Json::array({"--polcy"}));
   EXPECT_EQ(j["refused"]["facts"]["verb"], "airlock run");
@@ -367,10 +375,7 @@ TEST(CliJson, ARefusalIsExactlyOneLineOfJson) {
     SCOPED_TRACE(args[0]);
     auto r = fx.run(args);
     EXPECT_EQ(r.status, 125) << r.err;
-    auto lines = lines_of(r.out);
-    ASSERT_EQ(lines.size(), 1u) << r.out;
-    EXPECT_EQ(r.out.back(), '\n');
-    Json j = Json::parse(lines[0]);
+    Json j = only_line_as_json(r.out);
     EXPECT_EQ(j["refused"]["code"], "AIRLOCK_POLICY_INVALID");
     EXPECT_FALSE(j["refused"]["facts"].empty()) << j.dump();
   }

@@ -239,7 +239,7 @@ TEST_F(DoorTest, AnAllowedHostThatIsDownFailsAndIsNotRecordedAsADenial) {
   OPEN_OR_SKIP(s, rules(down_port));
   auto r = sh(*s, fmt::format("curl -sS -w '\\nstatus=%{{http_code}}\\n' http://allowed.test:{}/x", down_port));
   EXPECT_NE(r.out.find("status=502"), std::string::npos) << r.out << r.err;
-  EXPECT_NE(r.out.find("airlock: refused: AIRLOCK_EGRESS_FAILED: connecting to 127.0.0.1 port"), std::string::npos)
+  EXPECT_NE(r.out.find("airlock: failed: AIRLOCK_EGRESS_FAILED: connecting to 127.0.0.1 port"), std::string::npos)
       << r.out;
   EXPECT_EQ(r.out.find("allowed: host"), std::string::npos) << r.out;  // no allow-list lecture: it was allowed
   auto rec = door_receipts(*s);

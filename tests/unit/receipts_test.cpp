@@ -467,5 +467,17 @@ TEST(ReceiptRepair, ABrokenChainIsRefusedAndNothingWritten) {
   EXPECT_EQ(read_text(path), broken);
 }
 
+TEST(ReceiptRepair, ALogNamedWithBytesThatAreNotUtf8IsRepairedToo) {
+  TempDir dir;
+  const std::string path = dir.file("s\xff\xfe.jsonl");  // no whole receipt: the session comes from the name
+  write_text(path, "{\"torn");
+  auto rep = repair_torn_tail(path);
+  ASSERT_TRUE(rep.has_value()) << rep.error().message;
+  EXPECT_TRUE(rep->quarantined);
+  auto after = verify_chain(path);
+  ASSERT_TRUE(after.has_value()) << after.error().message;
+  EXPECT_EQ(Json::parse(lines_of(read_text(path)).back()).at("session"), "unknown");
+}
+
 }  // namespace
 }  // namespace airlock::ledger
