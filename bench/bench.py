@@ -111,6 +111,10 @@ class Ctx:
         shutil.copy(self.build / "spawn_bench", self.work / "spawn_bench")
         self.state = self.work / "state"
         self.state.mkdir()
+        # An empty workspace: without one, `airlock run` works on (copies) the current directory.
+        self.workspace = self.work / "workspace"
+        self.workspace.mkdir()
+        self.workspace.chmod(0o755)
         self.policies = {}
         for tier in ("host", "landlock", "namespaces"):
             p = self.work / f"{tier}.json"
@@ -145,7 +149,7 @@ class Ctx:
 
     def cli(self, tier, cmd, state=None):
         return [self.airlock, "--profile", "development", "--state-dir", str(state or self.state), "run", "-q",
-                "--policy", self.policies[tier], "--", *cmd]
+                "--policy", self.policies[tier], "--workspace", str(self.workspace), "--", *cmd]
 
     def tier_refusal(self, tier, runas=(), state=None):
         """Why `tier` cannot run here for this identity ("" when it can): airlock's own plan says."""

@@ -43,7 +43,10 @@ def main():
         policy = os.path.join(tmp, "policy.json")
         with open(policy, "w") as f:
             json.dump({"schema_version": "airlock.task_policy.v1", "task_id": "crash", "executor": tier}, f)
-        run = [airlock, "--state-dir", state, "run", "-q", "--policy", policy, "--", "/bin/true"]
+        workspace = os.path.join(tmp, "workspace")  # empty: without it, run works on the current directory
+        os.mkdir(workspace)
+        run = [airlock, "--state-dir", state, "run", "-q", "--policy", policy, "--workspace", workspace, "--",
+               "/bin/true"]
         receipts_dir = os.path.join(state, "receipts")
 
         def receipts():

@@ -61,7 +61,9 @@ namespace airlock {
   X(ServerUnreachable, "AIRLOCK_SERVER_UNREACHABLE", "no server answers at the address given")       \
   X(InternalError, "AIRLOCK_INTERNAL_ERROR", "airlock broke one of its own rules: a bug to report") \
   X(EgressFailed, "AIRLOCK_EGRESS_FAILED",                                                  \
-    "the destination is allowed but could not be reached (see the address and errno)")
+    "the destination is allowed but could not be reached (see the address and errno)")       \
+  X(PolicyUntrusted, "AIRLOCK_POLICY_UNTRUSTED",                                            \
+    "a policy found in the repository allows more than yours and was not allowed by you")
 
 enum class Code {
 #define AIRLOCK_X(e, name, meaning) e,

@@ -64,7 +64,11 @@ Result<void> check_workspace(const std::optional<std::string>& workspace, const 
 // open, and its destructor leaves the sandbox to the OwnedExecutor that holds it.
 Result<std::unique_ptr<Session>> Session::open(const policy::TaskPolicy& pol, const plan::HostFacts& facts,
                                                const SessionOptions& opts) {
-  std::string id = random_id();
+  // An id names a directory and a file: nothing but what random_id makes may reach the path.
+  if (opts.id && (opts.id->empty() || opts.id->size() > 64 ||
+                  opts.id->find_first_not_of("0123456789abcdef") != std::string::npos))
+    return fail(Code::InternalError, fmt::format("\"{}\" cannot be a session id", opts.id->substr(0, 80)));
+  std::string id = opts.id.value_or(random_id());
   TRY(make_dirs(receipts_dir(opts.state_dir)));
   auto log = TRY(ledger::ReceiptLog::create(receipts_dir(opts.state_dir) + "/" + id + ".jsonl", id));
   std::unique_ptr<Session> s(new Session(id, std::move(log)));

@@ -33,6 +33,9 @@ struct SessionOptions {
   std::string state_dir;                       // receipts/ and sessions/ live here
   plan::Profile profile = plan::Profile::Production;
   std::optional<std::string> workspace;        // overrides the policy's workspace
+  // The session's id (`airlock run` gives its run's id in the store, so one id names both); a
+  // fresh random one when absent. Lower-case hex, as random_id makes.
+  std::optional<std::string> id;
   // Seams (STYLE.md rule 11): time for the rate limit and the budget, names for http_fetch.
   Clock clock = [] { return std::chrono::steady_clock::now(); };
   egress::Resolver resolver = egress::system_resolver();

@@ -252,9 +252,13 @@ void add_agent(CLI::App& app, Globals& g, Action& run) {
   agent->require_subcommand(1);
   auto* cmd = agent->add_subcommand("run", "run the agent CLI of a profile under the policy's executor");
   cmd->add_option("--profile", o.profile, "agent profile: claude-code, codex or gemini")->required();
-  cmd->add_option("--policy", o.run.policy_file, "task policy (JSON); the built-in default when absent");
-  cmd->add_option("--defaults", o.run.defaults, "worker default policy (the one place `confinement` is set)");
-  cmd->add_option("--workspace", o.run.workspace, "workspace directory (overrides the policy's)");
+  cmd->add_option("--policy", o.run.policy_file,
+                  "task policy (JSON); when absent, the repository's .airlock/policy.json, if any");
+  cmd->add_option("--defaults", o.run.defaults,
+                  "worker default policy (the one place `confinement` is set); when absent, "
+                  "~/.config/airlock/policy.json, if any");
+  cmd->add_option("--workspace", o.run.workspace,
+                  "workspace directory (overrides the policy's); the current directory when neither names one");
   cmd->add_option("--executable", o.executable, "the agent's executable (default: the profile's, on the trusted PATH)");
   cmd->add_option("--pass-env", o.pass_env, "copy this host variable in (credential variables never are)");
   cmd->add_flag("--no-credential", o.no_credential, "hand the agent no credential");

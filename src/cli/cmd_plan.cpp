@@ -13,8 +13,9 @@ namespace airlock::cli {
 void add_plan(CLI::App& app, Globals& g, Action& run) {
   auto* cmd = app.add_subcommand("plan", "print the execution plan for a policy on this host");
   static std::optional<std::string> policy_file, defaults, facts_file, workspace;
-  cmd->add_option("--policy", policy_file, "task policy (JSON); the built-in default when absent");
-  cmd->add_option("--defaults", defaults, "worker default policy");
+  cmd->add_option("--policy", policy_file,
+                  "task policy (JSON); when absent, the repository's .airlock/policy.json, if any");
+  cmd->add_option("--defaults", defaults, "worker default policy; when absent, ~/.config/airlock/policy.json, if any");
   cmd->add_option("--facts", facts_file, "plan for the host facts in this JSON file instead of probing");
   cmd->add_option("--workspace", workspace, "plan as `run --workspace DIR` would (overrides the policy's workspace)");
   cmd->add_flag("--json", g.json, "print JSON");
@@ -22,7 +23,17 @@ void add_plan(CLI::App& app, Globals& g, Action& run) {
     run = [&g] {
       auto profile = parse_profile(g.profile);
       if (!profile) return refuse(profile.error(), g.json);
-      auto p = load_policy(defaults, policy_file);
+      // As `airlock run` finds the policy: discovered from the workspace when no flag names it.
+      std::string cwd = absolute_path(".");
+      auto layers = find_policy_layers(defaults, policy_file, workspace.value_or(cwd));
+      // The state directory holds the host facts and the allowed repository policies.
+      std::string state;
+      if (!facts_file || (layers.task && layers.task->origin == "repository")) {
+        auto resolved = resolve_state_dir(g.state_dir);
+        if (!resolved) return refuse(resolved.error(), g.json);
+        state = *resolved;
+      }
+      auto p = load_policy(layers, state);
       if (!p) return refuse(p.error(), g.json);
       plan::HostFacts facts;
       if (facts_file) {
@@ -34,12 +45,10 @@ void add_plan(CLI::App& app, Globals& g, Action& run) {
         if (!f) return refuse(f.error(), g.json);
         facts = *f;
       } else {
-        auto state = resolve_state_dir(g.state_dir);
-        if (!state) return refuse(state.error(), g.json);
-        facts = exec::facts_for(*p, exec::HostProbe(*state));
+        facts = exec::facts_for(*p, exec::HostProbe(state));
       }
       // The plan a session of this policy would run under (its workspace's git targets included).
-      std::optional<std::string> ws = workspace ? workspace : p->workspace;
+      std::optional<std::string> ws = workspace ? workspace : p->workspace ? p->workspace : cwd;
       auto planned = exec::plan_session(*p, facts, {*profile, ws ? absolute_path(*ws) : "", 0});
       if (!planned) return refuse(planned.error(), g.json);
       Json j = plan::to_json(*planned);

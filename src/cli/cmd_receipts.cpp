@@ -1,5 +1,7 @@
 // `airlock receipts verify FILE` checks the hash chain; `airlock receipts show FILE` prints a table;
 // `airlock receipts repair FILE` applies the torn-tail rule to an ended session's log.
+#include <sys/stat.h>
+
 #include <cstdio>
 
 #include "base/fs.h"
@@ -89,6 +91,25 @@ int repair(const std::string& file, bool json) {
   return 0;
 }
 
+// FILE, or a session id (what `airlock run` prints): that session's log in the state directory.
+Result<std::string> receipts_file(const Globals& g, const std::string& arg) {
+  bool id = !arg.empty() && arg.size() <= 64 && arg.find_first_not_of("0123456789abcdef") == std::string::npos;
+  struct stat st{};
+  if (!id || ::stat(arg.c_str(), &st) == 0) return arg;
+  auto state = TRY(resolve_state_dir(g.state_dir));
+  std::string file = state + "/receipts/" + arg + ".jsonl";
+  if (::stat(file.c_str(), &st) < 0)
+    return fail(Code::SessionUnknown, fmt::format("no session {} has receipts in {}", arg, state),
+                {{"session", arg}, {"state_dir", state}});
+  return file;
+}
+
+int with_file(const Globals& g, const std::string& arg, int (*verb)(const std::string&, bool)) {
+  auto file = receipts_file(g, arg);
+  if (!file) return refuse(file.error(), g.json);
+  return verb(*file, g.json);
+}
+
 }  // namespace
 
 void add_receipts(CLI::App& app, Globals& g, Action& run) {
@@ -96,17 +117,18 @@ void add_receipts(CLI::App& app, Globals& g, Action& run) {
   cmd->require_subcommand(1);
   static std::string file;
   auto* v = cmd->add_subcommand("verify", "check the hash chain; say where it breaks");
-  v->add_option("FILE", file, "receipts file (JSONL)")->required();
+  constexpr const char* kFile = "receipts file (JSONL), or the id of a session on this state directory";
+  v->add_option("FILE", file, kFile)->required();
   v->add_flag("--json", g.json, "print JSON");
-  v->callback([&g, &run] { run = [&g] { return verify(file, g.json); }; });
+  v->callback([&g, &run] { run = [&g] { return with_file(g, file, verify); }; });
   auto* r = cmd->add_subcommand("repair", "close a chain a cut-short write left torn: its bytes kept in a receipt");
-  r->add_option("FILE", file, "receipts file (JSONL) of a session that has ended")->required();
+  r->add_option("FILE", file, "receipts file (JSONL), or session id, of a session that has ended")->required();
   r->add_flag("--json", g.json, "print JSON");
-  r->callback([&g, &run] { run = [&g] { return repair(file, g.json); }; });
+  r->callback([&g, &run] { run = [&g] { return with_file(g, file, repair); }; });
   auto* s = cmd->add_subcommand("show", "print the receipts as a table");
-  s->add_option("FILE", file, "receipts file (JSONL)")->required();
+  s->add_option("FILE", file, kFile)->required();
   s->add_flag("--json", g.json, "print JSON");
-  s->callback([&g, &run] { run = [&g] { return show(file, g.json); }; });
+  s->callback([&g, &run] { run = [&g] { return with_file(g, file, show); }; });
 }
 
 }  // namespace airlock::cli

@@ -17,6 +17,7 @@
 #include <fmt/ranges.h>
 
 #include "base/encoding.h"
+#include "base/fs.h"
 #include "base/unique_fd.h"
 #include "broker/session.h"
 #include "cli/store_support.h"
@@ -117,8 +118,12 @@ class StdoutRelay {
 }  // namespace
 
 int run_confined(Globals& g, RunOptions& o, const std::function<Result<void>(SessionStart&)>& before) {
-  auto start = prepare_session(g, o.defaults, o.policy_file, static_cast<bool>(before));
+  // Zero configuration: the current directory is the workspace (protected paths and denied names
+  // apply as to any), and the policy is discovered from it when no flag names one.
+  std::string cwd = absolute_path(".");
+  auto start = prepare_session(g, o.defaults, o.policy_file, static_cast<bool>(before), o.workspace.value_or(cwd));
   if (!start) return refuse(start.error(), g.json);
+  if (!o.workspace && !start->policy.workspace) o.workspace = cwd;
   if (before)
     if (auto r = before(*start); !r) return refuse(r.error(), g.json);
   // SIGINT/SIGTERM/SIGHUP stop the command (and everything it started); a thread waits for them.
@@ -135,6 +140,7 @@ int run_confined(Globals& g, RunOptions& o, const std::function<Result<void>(Ses
   };
 
   broker::SessionOptions so(start->state_dir, start->profile, o.workspace);
+  so.id = seat.run().id;  // one id: `runs show`, `receipts show` and `session kill` all take it
   so.agent = o.agent;
   so.model_gateway = o.model_gateway;
   auto session = broker::Session::open(start->policy, start->facts, so);
@@ -143,6 +149,10 @@ int run_confined(Globals& g, RunOptions& o, const std::function<Result<void>(Ses
   (void)seat.record_enforcement(std::string(policy::to_string(s.plan().executor())), s.plan().tier(), s.plan().why,
                                 plan::to_json(start->facts));
   if (!o.quiet && !g.json) {
+    for (const auto* l : {&start->layers.defaults, &start->layers.task})
+      if (*l && ((*l)->origin == "user" || (*l)->origin == "repository"))
+        std::fprintf(stderr, "airlock: policy: the %s's %s\n", (*l)->origin.c_str(),
+                     escape_for_terminal((*l)->file).c_str());
     if (start->policy.confinement == policy::Confinement::Vendor)
       std::fprintf(stderr, "airlock: confinement vendor: %s; session %s\n", kVendorClaim.data(), s.id().c_str());
     else
@@ -275,9 +285,12 @@ int run_confined(Globals& g, RunOptions& o, const std::function<Result<void>(Ses
 void add_run(CLI::App& app, Globals& g, Action& run) {
   static RunOptions o;
   auto* cmd = app.add_subcommand("run", "run a command confined by the policy's executor");
-  cmd->add_option("--policy", o.policy_file, "task policy (JSON); the built-in default when absent");
-  cmd->add_option("--defaults", o.defaults, "worker default policy");
-  cmd->add_option("--workspace", o.workspace, "workspace directory (overrides the policy's)");
+  cmd->add_option("--policy", o.policy_file,
+                  "task policy (JSON); when absent, the repository's .airlock/policy.json, if any");
+  cmd->add_option("--defaults", o.defaults,
+                  "worker default policy; when absent, ~/.config/airlock/policy.json, if any");
+  cmd->add_option("--workspace", o.workspace,
+                  "workspace directory (overrides the policy's); the current directory when neither names one");
   cmd->add_flag("--json", g.json, "print a JSON summary as the last line of stdout");
   cmd->add_option("--slot", o.slot, "the slot whose seat the run takes: NAME or MACHINE:NAME (default: default)");
   cmd->add_flag("-q,--quiet", o.quiet, "print nothing of airlock's own unless refused");

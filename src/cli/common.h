@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "plan/host_facts.h"
 #include "plan/plan.h"
+#include "policy/policy_diff.h"
 #include "policy/task_policy.h"
 
 namespace airlock::cli {
@@ -36,8 +37,46 @@ Result<std::string> resolve_state_dir(const std::string& flag);
 // line of stdout; without, the facts on stderr) and returns 125.
 int refuse(const Error& e, bool json);
 
+// A layer of the effective policy above the built-in default: its file and how it was found.
+struct PolicyLayer {
+  std::string origin;  // "--defaults" or "user" (defaults layer); "--policy" or "repository" (task layer)
+  std::string file;
+};
+struct PolicyLayers {
+  std::optional<PolicyLayer> defaults, task;
+};
+
+// The flags' files; without a flag, and when `discover_from` is a directory, discovery: the user's
+// policy ($XDG_CONFIG_HOME or ~/.config, airlock/policy.json) for the defaults layer and the
+// repository's (.airlock/policy.json at the root of the git worktree holding `discover_from`, or
+// in `discover_from` itself outside one) for the task layer.
+PolicyLayers find_policy_layers(const std::optional<std::string>& defaults_flag,
+                                const std::optional<std::string>& policy_flag,
+                                const std::optional<std::string>& discover_from);
+// The repository policy file that discovery from `dir` finds, if there is one.
+std::optional<std::string> repository_policy(const std::string& dir);
+
+// A repository's policy is code from whoever wrote the repository: it applies unasked only when it
+// allows nothing the layers below it do not (policy::widenings). Otherwise it is refused,
+// AIRLOCK_POLICY_UNTRUSTED with what it would allow, until the user allows that very version
+// (`airlock policy allow`: its real path and sha256, recorded in the state directory).
+Result<void> allow_repository_policy(const std::string& state_dir, const std::string& file, std::string_view text);
+
+// The layers read and parsed, before the repository gate: the effective policy, the policy below
+// the task layer, and what a repository layer allows that is not allowed yet (empty when none).
+struct LayeredPolicy {
+  policy::TaskPolicy policy, below_task;
+  std::optional<std::string> task_text;
+  std::vector<policy::Widening> untrusted;
+};
+Result<LayeredPolicy> read_policy_layers(const PolicyLayers& layers, const std::string& state_dir);
+
 // `agent_run`: only an agent run may go on under `confinement: vendor`; any other verb (and the
-// server) refuses it.
+// server) refuses it. `state_dir` holds the allowed repository policies (needed only when
+// `layers.task` came from a repository).
+Result<policy::TaskPolicy> load_policy(const PolicyLayers& layers, const std::string& state_dir,
+                                       bool agent_run = false);
+// The flags' files only, no discovery.
 Result<policy::TaskPolicy> load_policy(const std::optional<std::string>& defaults_file,
                                        const std::optional<std::string>& policy_file, bool agent_run = false);
 
@@ -50,10 +89,13 @@ struct SessionStart {
   std::string state_dir;
   policy::TaskPolicy policy;
   plan::HostFacts facts;
+  PolicyLayers layers;  // where the policy's layers came from
 };
 // `agent_run`: only an agent run may go on under `confinement: vendor`; any other verb refuses it.
+// `discover_from`: where policy discovery starts when a flag does not name a layer (none: no discovery).
 Result<SessionStart> prepare_session(const Globals& g, const std::optional<std::string>& defaults_file,
-                                     const std::optional<std::string>& policy_file, bool agent_run = false);
+                                     const std::optional<std::string>& policy_file, bool agent_run = false,
+                                     const std::optional<std::string>& discover_from = std::nullopt);
 
 // Blocks SIGINT, SIGTERM and SIGHUP in every thread (call before starting any): a thread then
 // takes them from a signalfd on the returned mask and stops the session.

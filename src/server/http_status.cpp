@@ -32,6 +32,7 @@ int http_status(Code code) {
     case Code::RequestTimeout:
       return 408;
     case Code::PolicyInvalid:
+    case Code::PolicyUntrusted:
     case Code::IsolationPolicyInvalid:
     case Code::LimitExceeded:
     case Code::ToolTimeout:

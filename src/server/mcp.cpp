@@ -139,6 +139,7 @@ std::string explain_refusal(const Error& e, const policy::TaskPolicy& p, const p
     // Not the policy: the session, the host, the caller or airlock itself. Listed, not defaulted,
     // so a new code is a compile error here until someone says which it is.
     case Code::PolicyInvalid:
+    case Code::PolicyUntrusted:
     case Code::IsolationPolicyInvalid:
     case Code::ExecutorUnavailable:
     case Code::ConfinementBelowFloor:

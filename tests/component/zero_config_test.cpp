@@ -1,0 +1,218 @@
+// Zero configuration through the real binary: `airlock run -- CMD` works on the current directory
+// (protected paths apply), the policy is discovered from the repository and the user's config,
+// a repository policy that allows more than the user's waits for `airlock policy allow`, and
+// `policy show|explain|diff` say where each rule came from and which one decides. One id names a
+// run: the session id `run` prints is what `receipts show` and `runs show` take.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli_support.h"
+
+namespace airlock::testing {
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr const char* kNarrow = R"({"schema_version": "airlock.task_policy.v1", "readable": ["src"],
+                                     "write_back_paths": ["src"], "limits": {"memory_mb": 512}})";
+constexpr const char* kWide = R"({"schema_version": "airlock.task_policy.v1",
+                                   "egress": [{"host": "pypi.org", "ports": [443], "schemes": ["https"]}]})";
+constexpr const char* kWider = R"({"schema_version": "airlock.task_policy.v1",
+                                    "egress": [{"host": "pypi.org", "ports": [443], "schemes": ["https"]},
+                                               {"host": "*", "ports": [443], "schemes": ["https"]}]})";
+
+// A repository in the fixture's workspace: a .git directory and a file in src/.
+void make_repository(CliFixture& fx) {
+  fx.put(".git/HEAD", "ref: refs/heads/main\n");
+  fx.put("src/a.txt", "alpha\n");
+  fx.put("top.txt", "top\n");
+}
+
+TEST(ZeroConfig, RunWorksOnTheCurrentDirectoryAndWritesBack) {
+  CliFixture fx(Identity::Self);
+  fx.put("hello.txt", "hi from the workspace\n");
+  auto r = fx.run({"run", "-q", "sh", "-c", "cat hello.txt; echo made > made.txt"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "hi from the workspace\n");
+  EXPECT_EQ(read_text(fx.workspace() + "/made.txt"), "made\n");
+  EXPECT_EQ(fx.session_dirs(), 0u);
+}
+
+TEST(ZeroConfig, ACommandCannotPlantARepositoryPolicyForTheNextRun) {
+  CliFixture fx(Identity::Self);
+  make_repository(fx);
+  // None there: one made inside is refused at write-back by name, and nothing else lands.
+  std::string plant = std::string("mkdir -p .airlock && printf '%s' '") + kWide + "' > .airlock/policy.json";
+  auto made = fx.run({"run", "sh", "-c", plant});
+  EXPECT_EQ(made.status, 125) << made.out << made.err;
+  EXPECT_NE(made.err.find("AIRLOCK_WRITE_BACK_REFUSED: .airlock"), std::string::npos) << made.err;
+  struct stat st{};
+  EXPECT_NE(::stat((fx.workspace() + "/.airlock").c_str(), &st), 0) << "the planted policy came back";
+  // One there: read-only inside, left as it was.
+  constexpr const char* kTight = R"({"schema_version": "airlock.task_policy.v1", "limits": {"memory_mb": 512}})";
+  fx.put(".airlock/policy.json", kTight);
+  auto over = fx.run({"run", "-q", "sh", "-c", std::string("printf '%s' '") + kWide + "' > .airlock/policy.json"});
+  EXPECT_NE(over.status, 0) << over.out << over.err;
+  EXPECT_EQ(read_text(fx.workspace() + "/.airlock/policy.json"), kTight);
+}
+
+TEST(ZeroConfig, ARepositoryPolicyThatOnlyNarrowsAppliesUnaskedFromAnySubdirectory) {
+  CliFixture fx(Identity::Self);
+  make_repository(fx);
+  fx.put(".airlock/policy.json", kNarrow);
+  // Found from the worktree root above the workspace given.
+  auto r = fx.run({"run", "--workspace", fx.workspace(), "sh", "-c", "cat src/a.txt; cat top.txt || echo no-top"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "alpha\nno-top\n") << "readable is src only";
+  EXPECT_NE(r.err.find("airlock: policy: the repository's " + fx.workspace() + "/.airlock/policy.json"),
+            std::string::npos)
+      << r.err;
+  auto shown = fx.run({"policy", "show", "--json", "--workspace", fx.workspace() + "/src"});
+  ASSERT_EQ(shown.status, 0) << shown.err;
+  Json j = Json::parse(shown.out);
+  EXPECT_EQ(j["policy"]["readable"], Json::array({"src"}));
+  EXPECT_EQ(j["sources"]["$.readable"], "repository " + fx.workspace() + "/.airlock/policy.json");
+  EXPECT_EQ(j["sources"]["$.limits.memory_mb"], "repository " + fx.workspace() + "/.airlock/policy.json");
+  EXPECT_EQ(j["sources"]["$.executor"], "built-in");
+  EXPECT_EQ(j["not_allowed"], Json::array());
+}
+
+TEST(ZeroConfig, ARepositoryPolicyThatWidensIsRefusedUntilThatVersionIsAllowed) {
+  CliFixture fx(Identity::Self);
+  make_repository(fx);
+  fx.put(".airlock/policy.json", kWide);
+  std::string file = fx.workspace() + "/.airlock/policy.json";
+  auto refused = fx.run({"run", "--json", "true"});
+  EXPECT_EQ(refused.status, 125) << refused.err;
+  EXPECT_NE(refused.err.find("airlock: refused: AIRLOCK_POLICY_UNTRUSTED: the repository's policy " + file +
+                             " allows more than your own (allows fetches from pypi.org"),
+            std::string::npos)
+      << refused.err;
+  Json why = Json::parse(refused.out);
+  EXPECT_EQ(why["refused"]["facts"]["widenings"][0]["field"], "$.egress");
+  EXPECT_EQ(fx.receipts().size(), 0u) << "refused before any session opened";
+
+  auto shown = fx.run({"policy", "show"});
+  ASSERT_EQ(shown.status, 0) << shown.err;
+  EXPECT_NE(shown.out.find("not allowed yet"), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find("egress: allows fetches from pypi.org"), std::string::npos) << shown.out;
+
+  auto allowed = fx.run({"policy", "allow"});
+  ASSERT_EQ(allowed.status, 0) << allowed.err;
+  EXPECT_NE(allowed.out.find("allowed " + file), std::string::npos) << allowed.out;
+  auto ran = fx.run({"run", "-q", "true"});
+  EXPECT_EQ(ran.status, 0) << ran.err;
+
+  // Another version is another policy: refused again until allowed again.
+  fx.put(".airlock/policy.json", kWider);
+  auto again = fx.run({"run", "-q", "true"});
+  EXPECT_EQ(again.status, 125) << again.err;
+  EXPECT_NE(again.err.find("AIRLOCK_POLICY_UNTRUSTED"), std::string::npos) << again.err;
+  // An explicit --policy is the user's choice: no gate.
+  auto chosen = fx.run({"run", "-q", "--policy", file, "true"});
+  EXPECT_EQ(chosen.status, 0) << chosen.err;
+}
+
+TEST(ZeroConfig, TheUsersPolicyIsTheLayerBelowTheRepositorys) {
+  CliFixture fx(Identity::Self);
+  make_repository(fx);
+  TempDir home;
+  ASSERT_EQ(::chmod(home.path().c_str(), 0755), 0);
+  std::string config = home.path() + "/.config/airlock";
+  std::filesystem::create_directories(config);
+  std::ofstream(config + "/policy.json") << kWide;
+  fx.put(".airlock/policy.json", kNarrow);
+  std::map<std::string, std::string> env = {{"HOME", home.path()}};
+  auto shown = fx.run({"policy", "show", "--json"}, env);
+  ASSERT_EQ(shown.status, 0) << shown.err;
+  Json j = Json::parse(shown.out);
+  EXPECT_EQ(j["sources"]["$.egress"], "user " + config + "/policy.json");
+  EXPECT_EQ(j["sources"]["$.readable"], "repository " + fx.workspace() + "/.airlock/policy.json");
+  EXPECT_EQ(j["not_allowed"], Json::array()) << "it narrows the user's policy: nothing to allow";
+  EXPECT_EQ(j["policy"]["egress"][0]["host"], "pypi.org");
+  auto ran = fx.run({"run", "true"}, env);
+  EXPECT_EQ(ran.status, 0) << ran.err;
+  EXPECT_NE(ran.err.find("airlock: policy: the user's " + config + "/policy.json"), std::string::npos) << ran.err;
+}
+
+TEST(PolicyExplain, NamesTheRuleThatDecidesEachAction) {
+  CliFixture fx(Identity::Self);
+  make_repository(fx);
+  auto explain = [&](std::vector<std::string> words) {
+    std::vector<std::string> args = {"policy", "explain"};
+    args.insert(args.end(), words.begin(), words.end());
+    return fx.run(args);
+  };
+  auto env = explain({"read_file", ".env"});
+  EXPECT_EQ(env.status, 1) << env.err;
+  EXPECT_EQ(env.out, "refused: AIRLOCK_PATH_DENIED: .env: \".env\" is a denied name; it is absent from the "
+                     "session's view\n");
+  auto hook = explain({"write_file", ".git/hooks/pre-commit"});
+  EXPECT_EQ(hook.status, 1) << hook.err;
+  EXPECT_NE(hook.out.find("refused: AIRLOCK_PATH_DENIED: "), std::string::npos) << hook.out;
+  EXPECT_NE(hook.out.find("a protected path (.git"), std::string::npos) << hook.out;
+  auto src = explain({"write_file", "src/a.txt"});
+  EXPECT_EQ(src.status, 0) << src.out << src.err;
+  EXPECT_NE(src.out.find("allowed: src/a.txt is inside the write_back_paths prefix \".\""), std::string::npos)
+      << src.out;
+  auto fetch = explain({"fetch", "https://pypi.org/simple/"});
+  EXPECT_EQ(fetch.status, 1) << fetch.out;
+  EXPECT_NE(fetch.out.find("refused: AIRLOCK_EGRESS_DENIED"), std::string::npos) << fetch.out;
+  auto push = explain({"run", "git", "push"});
+  EXPECT_EQ(push.status, 0) << push.out << push.err;
+  EXPECT_NE(push.out.find("code has no network"), std::string::npos) << push.out;
+
+  std::string wide = fx.write_policy(kWide, "wide.json");
+  auto allowed = fx.run({"policy", "explain", "--json", "--policy", wide, "fetch", "https://pypi.org/simple/"});
+  EXPECT_EQ(allowed.status, 0) << allowed.out << allowed.err;
+  Json j = Json::parse(allowed.out);
+  EXPECT_EQ(j["allowed"], true);
+  EXPECT_NE(j["rule"].get<std::string>().find("egress rule 0"), std::string::npos) << j;
+  auto other = fx.run({"policy", "explain", "--policy", wide, "fetch", "https://evil.example/"});
+  EXPECT_EQ(other.status, 1) << other.out;
+
+  auto unknown = explain({"delete_everything", "x"});
+  EXPECT_NE(unknown.status, 0);
+  EXPECT_NE(unknown.err.find("AIRLOCK_OPTION_INVALID"), std::string::npos) << unknown.err;
+}
+
+TEST(PolicyDiff, ListsWhatOnePolicyAllowsThatTheOtherDoesNot) {
+  CliFixture fx(Identity::Self);
+  std::string wide = fx.write_policy(kWider, "wide.json");
+  std::string narrow = fx.write_policy(kNarrow, "narrow.json");
+  auto d = fx.run({"policy", "diff", wide, narrow});
+  EXPECT_EQ(d.status, 1) << d.err;
+  EXPECT_NE(d.out.find("egress: allows fetches from pypi.org"), std::string::npos) << d.out;
+  EXPECT_NE(d.out.find("egress: allows fetches from * ports [443]"), std::string::npos) << d.out;
+  EXPECT_NE(d.out.find("readable: reads ."), std::string::npos) << d.out;
+  EXPECT_NE(d.out.find("limits.memory_mb: 1024 (not 512)"), std::string::npos) << d.out;
+  auto back = fx.run({"policy", "diff", "--json", narrow, wide});
+  EXPECT_EQ(back.status, 0) << back.out << back.err;
+  EXPECT_EQ(Json::parse(back.out)["a_allows_more"], Json::array());
+}
+
+TEST(OneId, TheSessionIdRunPrintsIsAcceptedByReceiptsAndRuns) {
+  CliFixture fx(Identity::Self);
+  auto r = fx.run({"run", "--json", "true"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::string id = Json::parse(r.out)["session"];
+  auto shown = fx.run({"receipts", "show", id});
+  EXPECT_EQ(shown.status, 0) << shown.err;
+  EXPECT_NE(shown.out.find("session.open"), std::string::npos) << shown.out;
+  auto verified = fx.run({"receipts", "verify", id});
+  EXPECT_EQ(verified.status, 0) << verified.err;
+  auto run = fx.run({"runs", "show", "--json", id});
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_EQ(Json::parse(run.out)["id"], id);
+  auto unknown = fx.run({"receipts", "show", "0123456789abcdef0123456789abcdef"});
+  EXPECT_EQ(unknown.status, 125);
+  EXPECT_NE(unknown.err.find("AIRLOCK_SESSION_UNKNOWN"), std::string::npos) << unknown.err;
+}
+
+}  // namespace
+}  // namespace airlock::testing
