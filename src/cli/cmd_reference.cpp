@@ -107,7 +107,7 @@ Result<std::string> policy_markdown() {
   for (const auto& f : policy::schema_fields()) {
     std::string def;
     std::optional<Json> v;
-    if (f.absent != "required") v = value_at(f.path.find("[]") == std::string::npos ? builtin : item_defaults, f.path);
+    if (f.absent.empty()) v = value_at(f.path.find("[]") == std::string::npos ? builtin : item_defaults, f.path);
     if (v && !v->is_object() && !(v->is_array() && !v->empty() && (*v)[0].is_object()))
       def = "`" + v->dump() + "`";
     else if (v)

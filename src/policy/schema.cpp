@@ -19,10 +19,10 @@ std::string one_of() {
 
 // The fields of an allow-list rule, shared by `egress[]` and `code_network.rules[]`.
 void add_rule_fields(std::vector<SchemaField>& f, const std::string& at) {
-  f.push_back({at + ".host", "string", "absent",
+  f.push_back({at + ".host", "string", "one of `host`, `cidr`",
                "A host name: exact (`pypi.org`), one level of wildcard (`*.example.com`) or `*`. "
                "Exactly one of `host` and `cidr`. Every address the name resolves to is checked."});
-  f.push_back({at + ".cidr", "string", "absent", "An address range (`127.0.0.1/32`, `10.0.0.0/8`, IPv6 too)."});
+  f.push_back({at + ".cidr", "string", "one of `host`, `cidr`", "An address range (`127.0.0.1/32`, `10.0.0.0/8`, IPv6 too)."});
   f.push_back({at + ".ports", "array of integers", "required", "The destination ports the rule admits."});
   f.push_back({at + ".schemes", "array of `http`, `https`", "",
                "The schemes the rule admits; an omission admits https only."});
@@ -116,11 +116,11 @@ std::vector<SchemaField> make_fields() {
       {"agent", "object", "absent: the values below",
        "What `airlock agent run` may ask of the agent CLI, field by field over the lower layer. Nothing "
        "here can ask for a bypass."},
-      {"agent.model", "string or null", "null",
+      {"agent.model", "string or null", "`null`",
        "The model airlock passes; any other is refused (`AIRLOCK_BYPASS_REFUSED`); null: any `--model` is "
        "refused."},
-      {"agent.resume", "boolean", "false", "Whether the profile's resume flags and commands are allowed."},
-      {"agent.continue", "boolean", "false", "Whether its continue flags are allowed."},
+      {"agent.resume", "boolean", "`false`", "Whether the profile's resume flags and commands are allowed."},
+      {"agent.continue", "boolean", "`false`", "Whether its continue flags are allowed."},
       {"agent.executable_sha256", "64 lower-case hex digits", "absent: not pinned",
        "Pins the agent's executable (after links): a mismatch is `AIRLOCK_CUSTODY_UNSAFE`."},
       {"agent.airlock_sha256", "64 lower-case hex digits", "absent: not pinned", "Pins airlock's own binary."},
@@ -171,7 +171,7 @@ Json schema_example() {
       {"write_back_paths", {"out"}},
       {"read_only_paths", {"/opt"}},
       {"tools",
-       {{{"name", "t"}, {"argv", {"/bin/true"}}, {"allow_args", true}, {"timeout_seconds", 5},
+       {{{"name", "t"}, {"argv", {"/bin/true"}}, {"allow_args", false}, {"timeout_seconds", 5},
          {"protocol", "json"}, {"env", {"LANG_X"}}, {"max_output_bytes", 4096}}}},
       {"limits",
        {{"memory_mb", 64}, {"cpu_seconds", 5}, {"max_processes", 8}, {"command_timeout_seconds", 5},

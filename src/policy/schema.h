@@ -13,8 +13,9 @@ namespace airlock::policy {
 
 // One field. `path` is dotted from the document's root, `[]` standing for every item of an
 // array ("tools[].argv", "code_network.rules[].host"). `type` is prose ("integer",
-// "one of: off, allowlist"). `absent` says what an omitted field means where the built-in default
-// does not show it (fields to_json writes only when set, and the fields of array items).
+// "one of: off, allowlist"). `absent`, when set, is the reference's default column: what an
+// omitted field means ("required", "`on_close`"); when empty, the column shows the value the
+// built-in default (or, for an array item's field, an item that omits it) has.
 struct SchemaField {
   std::string path;
   std::string type;
