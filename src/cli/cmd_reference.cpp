@@ -1,10 +1,10 @@
 // `airlock reference codes|policy`: the references in docs/reference/, printed as Markdown from
 // the code's own tables (the refusal codes, the HTTP status map, the policy schema).
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <optional>
 #include <string>
-
-#include <fmt/format.h>
 
 #include "cli/verbs.h"
 #include "policy/schema.h"
@@ -22,9 +22,12 @@ constexpr std::string_view kGeneratedNote =
 std::string cell(std::string s) {
   std::string out;
   for (char c : s) {
-    if (c == '|') out += "\\|";
-    else if (c == '\n') out += ' ';
-    else out += c;
+    if (c == '|')
+      out += "\\|";
+    else if (c == '\n')
+      out += ' ';
+    else
+      out += c;
   }
   return out;
 }
@@ -40,7 +43,8 @@ std::string codes_markdown() {
       "results. A name is never reused or renumbered; new codes are added at the end.\n\n"
       "| code | HTTP | meaning |\n|---|---|---|\n";
   for (Code c : all_codes())
-    out += fmt::format("| `{}` | {} | {} |\n", to_name(c), server::http_status(c), cell(std::string(meaning(c))));
+    out += fmt::format("| `{}` | {} | {} |\n", to_name(c), server::http_status(c),
+                       cell(std::string(meaning(c))));
   return out;
 }
 
@@ -67,10 +71,11 @@ std::optional<Json> value_at(const Json& j, const std::string& path) {
 
 Result<std::string> policy_markdown() {
   if (auto problems = policy::schema_problems(); !problems.empty())
-    return fail(Code::InternalError,
-                fmt::format("the policy schema's descriptions (src/policy/schema.cpp) are out of step with the "
-                            "parser: {}",
-                            fmt::join(problems, "; ")));
+    return fail(
+        Code::InternalError,
+        fmt::format("the policy schema's descriptions (src/policy/schema.cpp) are out of step with the "
+                    "parser: {}",
+                    fmt::join(problems, "; ")));
   const Json builtin = policy::to_json(policy::builtin_default());
   // The defaults of an array item's fields: a layer whose items give only what is required.
   const Json rule = {{"host", "example.com"}, {"ports", {443}}};
@@ -82,8 +87,9 @@ Result<std::string> policy_markdown() {
   if (!items) return std::unexpected(items.error());
   const Json item_defaults = policy::to_json(*items);
 
-  std::string out = fmt::format(kGeneratedNote, "policy",
-                                "src/policy/schema.cpp and the built-in default (src/policy/task_policy.cpp)");
+  std::string out =
+      fmt::format(kGeneratedNote, "policy",
+                  "src/policy/schema.cpp and the built-in default (src/policy/task_policy.cpp)");
   out += fmt::format(
       "# Policy reference: `{}`\n\n"
       "A task policy is one JSON object. Every key is checked: an unknown key, a wrong type or an unknown\n"
@@ -107,7 +113,8 @@ Result<std::string> policy_markdown() {
   for (const auto& f : policy::schema_fields()) {
     std::string def;
     std::optional<Json> v;
-    if (f.absent.empty()) v = value_at(f.path.find("[]") == std::string::npos ? builtin : item_defaults, f.path);
+    if (f.absent.empty())
+      v = value_at(f.path.find("[]") == std::string::npos ? builtin : item_defaults, f.path);
     if (v && !v->is_object() && !(v->is_array() && !v->empty() && (*v)[0].is_object()))
       def = "`" + v->dump() + "`";
     else if (v)

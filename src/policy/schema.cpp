@@ -1,10 +1,10 @@
 // The policy schema's descriptions, one per field, and the check that they cover what the code reads.
 #include "policy/schema.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <set>
-
-#include <fmt/format.h>
 
 #include "policy/task_policy.h"
 
@@ -22,7 +22,8 @@ void add_rule_fields(std::vector<SchemaField>& f, const std::string& at) {
   f.push_back({at + ".host", "string", "one of `host`, `cidr`",
                "A host name: exact (`pypi.org`), one level of wildcard (`*.example.com`) or `*`. "
                "Exactly one of `host` and `cidr`. Every address the name resolves to is checked."});
-  f.push_back({at + ".cidr", "string", "one of `host`, `cidr`", "An address range (`127.0.0.1/32`, `10.0.0.0/8`, IPv6 too)."});
+  f.push_back({at + ".cidr", "string", "one of `host`, `cidr`",
+               "An address range (`127.0.0.1/32`, `10.0.0.0/8`, IPv6 too)."});
   f.push_back({at + ".ports", "array of integers", "required", "The destination ports the rule admits."});
   f.push_back({at + ".schemes", "array of `http`, `https`", "",
                "The schemes the rule admits; an omission admits https only."});
@@ -41,7 +42,8 @@ std::vector<SchemaField> make_fields() {
        "The host directory the session works on (never `/`); null clears one a lower layer set."},
       {"workload", one_of<Workload>(), "",
        "What runs. With `untrusted_code` only a guest kernel of its own (the microvm tier) is enough."},
-      {"tenancy", one_of<Tenancy>(), "", "Whether the host serves one tenant or several; the planner weighs it."},
+      {"tenancy", one_of<Tenancy>(), "",
+       "Whether the host serves one tenant or several; the planner weighs it."},
       {"executor", one_of<ExecutorKind>(), "",
        "The tier. `auto` takes the first available tier strong enough for the workload; an explicit tier "
        "weaker than the workload needs is `AIRLOCK_ISOLATION_POLICY_INVALID`, one the host cannot provide "
@@ -123,7 +125,8 @@ std::vector<SchemaField> make_fields() {
       {"agent.continue", "boolean", "`false`", "Whether its continue flags are allowed."},
       {"agent.executable_sha256", "64 lower-case hex digits", "absent: not pinned",
        "Pins the agent's executable (after links): a mismatch is `AIRLOCK_CUSTODY_UNSAFE`."},
-      {"agent.airlock_sha256", "64 lower-case hex digits", "absent: not pinned", "Pins airlock's own binary."},
+      {"agent.airlock_sha256", "64 lower-case hex digits", "absent: not pinned",
+       "Pins airlock's own binary."},
       {"confinement", one_of<Confinement>(), "`engine`",
        "Who confines an agent run: airlock, or the agent's own sandbox (airlock then records that it makes "
        "no claim the agent is confined). Only the worker layer (`--defaults`) may set it."},
@@ -156,7 +159,8 @@ std::span<const SchemaField> schema_fields() {
 }
 
 Json schema_example() {
-  const Json rule = {{"host", "pypi.org"}, {"ports", {443}}, {"schemes", {"https"}}, {"allow_private", false}};
+  const Json rule = {
+      {"host", "pypi.org"}, {"ports", {443}}, {"schemes", {"https"}}, {"allow_private", false}};
   const Json cidr_rule = {{"cidr", "127.0.0.1/32"}, {"ports", {8080}}, {"schemes", {"http"}}};
   return {
       {"schema_version", kSchemaVersion},
@@ -171,18 +175,34 @@ Json schema_example() {
       {"write_back_paths", {"out"}},
       {"read_only_paths", {"/opt"}},
       {"tools",
-       {{{"name", "t"}, {"argv", {"/bin/true"}}, {"allow_args", false}, {"timeout_seconds", 5},
-         {"protocol", "json"}, {"env", {"LANG_X"}}, {"max_output_bytes", 4096}}}},
+       {{{"name", "t"},
+         {"argv", {"/bin/true"}},
+         {"allow_args", false},
+         {"timeout_seconds", 5},
+         {"protocol", "json"},
+         {"env", {"LANG_X"}},
+         {"max_output_bytes", 4096}}}},
       {"limits",
-       {{"memory_mb", 64}, {"cpu_seconds", 5}, {"max_processes", 8}, {"command_timeout_seconds", 5},
-        {"session_budget_seconds", 60}, {"max_actions_per_minute", 10}, {"max_read_bytes", 10},
-        {"max_write_bytes", 10}, {"max_list_entries", 10}, {"max_response_bytes", 10},
-        {"fetch_timeout_seconds", 5}, {"max_output_bytes", 10}}},
+       {{"memory_mb", 64},
+        {"cpu_seconds", 5},
+        {"max_processes", 8},
+        {"command_timeout_seconds", 5},
+        {"session_budget_seconds", 60},
+        {"max_actions_per_minute", 10},
+        {"max_read_bytes", 10},
+        {"max_write_bytes", 10},
+        {"max_list_entries", 10},
+        {"max_response_bytes", 10},
+        {"fetch_timeout_seconds", 5},
+        {"max_output_bytes", 10}}},
       {"denied_names", {"*.key"}},
       {"protected_paths", {"Makefile"}},
       {"writable_protected_paths", {".envrc"}},
       {"agent",
-       {{"model", "m"}, {"resume", true}, {"continue", true}, {"executable_sha256", std::string(64, 'a')},
+       {{"model", "m"},
+        {"resume", true},
+        {"continue", true},
+        {"executable_sha256", std::string(64, 'a')},
         {"airlock_sha256", std::string(64, 'b')}}},
       {"confinement", "vendor"},
       {"write_back", "immediate"},

@@ -1,7 +1,7 @@
 // The policy schema's descriptions (policy/schema.cpp) cover every field the code reads and writes.
-#include <algorithm>
-
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "policy/schema.h"
 #include "policy/task_policy.h"
@@ -46,11 +46,13 @@ TEST(PolicySchema, TheExampleSetsEveryKeyTheParserAccepts) {
   // description before schema_problems() is empty again.
   auto p = parse_layer(schema_example(), builtin_default(), true);
   ASSERT_TRUE(p) << p.error().message;
-  for (std::string at : {"", "/limits", "/agent", "/code_network", "/tools/0", "/egress/0", "/code_network/rules/0"}) {
+  for (std::string at :
+       {"", "/limits", "/agent", "/code_network", "/tools/0", "/egress/0", "/code_network/rules/0"}) {
     auto keys = accepted_keys(at);
     EXPECT_FALSE(keys.empty()) << at;
     for (const auto& key : keys)
-      EXPECT_TRUE(schema_example()[Json::json_pointer(at)].contains(key)) << "schema_example() lacks " << at << "/" << key;
+      EXPECT_TRUE(schema_example()[Json::json_pointer(at)].contains(key))
+          << "schema_example() lacks " << at << "/" << key;
   }
 }
 
