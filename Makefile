@@ -8,7 +8,7 @@ FUZZ_TARGETS = policy protocol mcp http door dns ledger receipts
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all deps build install run test test-asan fuzz bench clean
+.PHONY: all deps build install run test test-asan fuzz bench clean docs
 
 all: build
 
@@ -29,6 +29,13 @@ install: build
 # The demo: a small Python test suite run under examples/policies/demo.json on the Landlock tier.
 run: build
 	@examples/demo.sh $(BUILD)/src/airlock
+
+# The generated references in docs/reference/, from the code's own tables (the docs_reference
+# test fails when they differ from what the code generates).
+docs: $(BUILD)/build.ninja
+	ninja -C $(BUILD) -j $(JOBS) airlock
+	$(BUILD)/src/airlock reference codes > docs/reference/refusal-codes.md
+	$(BUILD)/src/airlock reference policy > docs/reference/policy.md
 
 # Every test, through CTest. AIRLOCK_REQUIRE_ALL_TIERS=1 turns a missing-feature skip into a failure.
 test: build

@@ -72,5 +72,7 @@ void print_escape_report(const escape::SuiteReport& report, bool json);
 void add_store_verbs(CLI::App& app, Globals& g, Action& run);
 // `agent run --profile NAME -- ARGS`: a whole agent CLI under the plan's tier.
 void add_agent(CLI::App& app, Globals& g, Action& run);
+// `reference codes|policy`: the generated references of docs/reference/, as Markdown.
+void add_reference(CLI::App& app, Globals& g, Action& run);
 
 }  // namespace airlock::cli
