@@ -104,7 +104,7 @@ int show(Globals& g, const LayerFlags& f) {
   if (!l->untrusted.empty()) {
     std::printf("not allowed yet: the repository's policy allows more than yours (`airlock policy allow` trusts it):\n");
     for (const auto& w : l->untrusted)
-      std::printf("  %s: %s\n", w.field.c_str(), escape_for_terminal(w.what).c_str());
+      std::printf("  %s: %s\n", w.field.c_str() + 2, escape_for_terminal(w.what).c_str());
   }
   return 0;
 }
@@ -253,7 +253,7 @@ int allow(Globals& g, const LayerFlags& f, const std::optional<std::string>& fil
   }
   std::printf("allowed %s (sha256 %s): any change to it must be allowed again\n", escape_for_terminal(*target).c_str(),
               sha256_hex(*l->task_text).c_str());
-  for (const auto& w : wider) std::printf("  allows %s: %s\n", w.field.c_str() + 2, escape_for_terminal(w.what).c_str());
+  for (const auto& w : wider) std::printf("  %s: %s\n", w.field.c_str() + 2, escape_for_terminal(w.what).c_str());
   return 0;
 }
 

@@ -85,7 +85,8 @@ TEST(CliPlan, PrintsThePlanItWouldRun) {
   EXPECT_EQ(j["limits"]["process_mechanism"], "rlimit_nproc");
 }
 
-// `plan` plans as a session would: with --workspace, that repository's own hooksPath is protected.
+// `plan` plans as a session would: that repository's own hooksPath is protected, whether the
+// workspace is named or is the current directory (as `airlock run` takes it); another is not.
 TEST(CliPlan, PlansTheWorkspacesGitConfigTargetsAsRunWould) {
   CliFixture fx(Identity::Self);
   fx.put(".git/config", "[core]\n\thooksPath = .husky\n");
@@ -95,9 +96,13 @@ TEST(CliPlan, PlansTheWorkspacesGitConfigTargetsAsRunWould) {
                                "facts.json");
   auto with = fx.run({"plan", "--json", "--policy", pol, "--facts", facts, "--workspace", fx.workspace()});
   ASSERT_EQ(with.status, 0) << with.err;
-  auto without = fx.run({"plan", "--json", "--policy", pol, "--facts", facts});
+  auto here = fx.run({"plan", "--json", "--policy", pol, "--facts", facts});
+  ASSERT_EQ(here.status, 0) << here.err;
+  TempDir elsewhere;
+  auto without = fx.run({"plan", "--json", "--policy", pol, "--facts", facts, "--workspace", elsewhere.path()});
   ASSERT_EQ(without.status, 0) << without.err;
   EXPECT_NE(with.out.find("\".husky\""), std::string::npos) << with.out;
+  EXPECT_NE(here.out.find("\".husky\""), std::string::npos) << here.out;
   EXPECT_EQ(without.out.find("\".husky\""), std::string::npos) << without.out;
 }
 
