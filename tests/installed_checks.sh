@@ -5,7 +5,8 @@
 check_installed_tree() {
   local prefix=$1 scratch=$2 airlock=$1/bin/airlock out page rendered warnings name known
   local state=$scratch/state workspace=$scratch/workspace
-  "$airlock" --version | grep -q '^airlock [0-9][^ ]* revision ' || fail "airlock --version: $("$airlock" --version 2>&1)"
+  out=$("$airlock" --version 2>&1) || fail "airlock --version failed: $out"
+  grep -q '^airlock [0-9][^ ]* revision ' <<<"$out" || fail "airlock --version: $out"
   "$airlock" --state-dir "$state" doctor > /dev/null || fail "the installed airlock's doctor failed"
   # The quick start: the built-in default policy, a workspace, a confined command.
   mkdir -p "$workspace" && echo hi > "$workspace/quick-start.txt"
