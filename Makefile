@@ -8,7 +8,7 @@ FUZZ_TARGETS = policy protocol mcp http door dns ledger receipts
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all deps build install run test test-asan fuzz bench clean docs
+.PHONY: all deps build install uninstall deb run test test-asan fuzz bench clean docs
 
 all: build
 
@@ -21,10 +21,24 @@ $(BUILD)/build.ninja:
 build: deps $(BUILD)/build.ninja
 	ninja -C $(BUILD) -j $(JOBS)
 
-# The executables into $(PREFIX)/bin, their debug information into $(PREFIX)/lib/debug.
+# The executables into $(PREFIX)/bin, their debug information into $(PREFIX)/lib/debug, the man
+# pages, the bash completion and the agent profiles into $(PREFIX)/share.
 PREFIX ?= /usr/local
+# Its list of files is kept as $(BUILD)/installed-files.txt (install_manifest.txt is rewritten
+# by every install from the build, the tests' and `make deb`'s too).
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
+	cp $(BUILD)/install_manifest.txt $(BUILD)/installed-files.txt
+
+# Every file the last `make install` wrote.
+uninstall:
+	@test -f $(BUILD)/installed-files.txt || { echo "uninstall: no $(BUILD)/installed-files.txt: nothing was installed from $(BUILD)" >&2; exit 1; }
+	xargs -d '\n' rm -f -- < $(BUILD)/installed-files.txt
+	rm $(BUILD)/installed-files.txt
+
+# A Debian package of the same files under /usr, in $(BUILD): airlock_VERSION_ARCH.deb.
+deb: build
+	cd $(BUILD) && cpack -G DEB
 
 # The demo: a small Python test suite run under examples/policies/demo.json on the Landlock tier.
 run: build

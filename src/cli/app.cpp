@@ -64,6 +64,38 @@ int refuse_usage(const CLI::App& app, const CLI::ParseError& e, const std::strin
   return kUsageExit;
 }
 
+// One command of `app` and everything below it, as data: names, descriptions, options, and
+// whether each option takes a value. `airlock --cli-reference` prints it; scripts/gen-cli-docs
+// makes the man pages and the shell completion from it at build time, so they say what --help
+// says. Hidden options (no group) are left out, as --help leaves them out.
+Json cli_reference(const CLI::App& app) {
+  Json options = Json::array(), positionals = Json::array(), subcommands = Json::array();
+  for (const CLI::Option* o : app.get_options()) {
+    if (o->get_group().empty()) continue;
+    Json j = {{"description", o->get_description()}, {"required", o->get_required()}};
+    if (o->get_positional()) {
+      j["name"] = o->get_name(true);
+      j["repeats"] = o->get_items_expected_max() > 1;
+      positionals.push_back(std::move(j));
+      continue;
+    }
+    Json names = Json::array();
+    for (const std::string& s : o->get_snames()) names.push_back("-" + s);
+    for (const std::string& l : o->get_lnames()) names.push_back("--" + l);
+    j["names"] = std::move(names);
+    j["value"] = o->get_type_size_max() == 0 ? "" : o->get_type_name();
+    options.push_back(std::move(j));
+  }
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+    if (!sub->get_group().empty()) subcommands.push_back(cli_reference(*sub));
+  return {{"name", app.get_name()},
+          {"description", app.get_description()},
+          {"passes_arguments_through", app.get_prefix_command()},
+          {"options", std::move(options)},
+          {"positionals", std::move(positionals)},
+          {"subcommands", std::move(subcommands)}};
+}
+
 }  // namespace
 
 int run_app(int argc, char** argv, std::initializer_list<AddVerb> verbs) {
@@ -90,6 +122,12 @@ int run_app(int argc, char** argv, std::initializer_list<AddVerb> verbs) {
   app.add_option("--machine-id", g.machine_id, "act as this machine in the run store (default: /etc/machine-id)");
   Action run;
   for (AddVerb add : verbs) add(app, g, run);
+  if (argc == 2 && std::string_view(argv[1]) == "--cli-reference") {
+    Json ref = cli_reference(app);
+    ref["name"] = name;
+    std::printf("%s\n", ref.dump(2).c_str());
+    return 0;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -107,7 +107,7 @@ int mcp_verb(Globals& g, McpOptions& o) {
 void add_mcp(CLI::App& app, Globals& g, Action& run) {
   static McpOptions o;
   auto* cmd = app.add_subcommand("mcp", "an MCP server over stdio: one session's actions as tools");
-  add_session_options(cmd, o)->required();
+  add_session_options(cmd, o, PolicyOption::Required);
   cmd->add_option("--vm-pool", o.vm_pool,
                   "on the microvm tier, keep N guests booted ahead, each used for one tool call (default 0: off)")
       ->check(CLI::Range(0, 16));

@@ -124,7 +124,7 @@ void add_session(CLI::App& app, Globals& g, Action& run) {
   static std::string kill_id;
   auto* cmd = app.add_subcommand(
       "session", "open a broker session and speak the action protocol: JSON lines on stdin and stdout");
-  add_session_options(cmd, o);
+  add_session_options(cmd, o, PolicyOption::Optional);
   cmd->add_option("--slot", o.slot, "the slot whose seat the session takes: NAME or MACHINE:NAME (default: default)");
   auto* kill = cmd->add_subcommand(
       "kill", "the kill switch for a running `airlock mcp` or `airlock session` by its id: nothing more is written back");
@@ -142,11 +142,15 @@ void add_session(CLI::App& app, Globals& g, Action& run) {
   });
 }
 
-CLI::Option* add_session_options(CLI::App* cmd, SessionCliOptions& o) {
-  auto* policy = cmd->add_option("--policy", o.policy_file, "task policy (JSON); the built-in default when absent");
+void add_session_options(CLI::App* cmd, SessionCliOptions& o, PolicyOption policy) {
+  // One text per case, so the help never says both "required" and "when absent".
+  if (policy == PolicyOption::Required)
+    cmd->add_option("--policy", o.policy_file, "task policy (JSON), layered over --defaults and the built-in default")
+        ->required();
+  else
+    cmd->add_option("--policy", o.policy_file, "task policy (JSON); the built-in default when absent");
   cmd->add_option("--defaults", o.defaults, "worker default policy");
   cmd->add_option("--workspace", o.workspace, "workspace directory (overrides the policy's)");
-  return policy;
 }
 
 }  // namespace airlock::cli

@@ -48,8 +48,10 @@ void add_session(CLI::App& app, Globals& g, Action& run);
 struct SessionCliOptions {
   std::optional<std::string> policy_file, defaults, workspace;
 };
-// Adds the three options to `cmd`; returns --policy (a verb may make it required).
-CLI::Option* add_session_options(CLI::App* cmd, SessionCliOptions& o);
+// Whether the verb runs without --policy (under the built-in default) or refuses to.
+enum class PolicyOption { Optional, Required };
+// Adds the three options to `cmd`, --policy's help saying what its absence means.
+void add_session_options(CLI::App* cmd, SessionCliOptions& o, PolicyOption policy);
 void add_receipts(CLI::App& app, Globals& g, Action& run);
 void add_broker_suite(CLI::App& app, Globals& g, Action& run);
 void add_tool(CLI::App& app, Globals& g, Action& run);

@@ -498,10 +498,14 @@ Candidate assess(ExecutorKind e, const HostFacts& f, Profile profile, BuiltTiers
         return c;
       }
       if (!f.microvm.verified) {
-        auto it = f.reasons.find("microvm");
-        c.reason = it != f.reasons.end() ? it->second
-                                         : std::string("the escape suite has not passed against a guest on this host: "
-                                                       "run `airlock vm verify`");
+        // The probe's own words when it ran; else what the facts show: without an image, building
+        // it comes first (verify boots it).
+        if (auto it = f.reasons.find("microvm"); it != f.reasons.end())
+          c.reason = it->second;
+        else if (f.microvm.kernel.empty())
+          c.reason = "no guest image on this host: run `airlock vm build`, then `airlock vm verify`";
+        else
+          c.reason = "the escape suite has not passed against a guest on this host: run `airlock vm verify`";
         return c;
       }
       c.available = true;

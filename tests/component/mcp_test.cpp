@@ -139,6 +139,28 @@ TEST_F(Mcp, AnswersJsonRpcOverStdioAndWritesBackWhenInputEnds) {
   EXPECT_EQ(verify.status, 0) << verify.err;
 }
 
+// The help line of `--policy` for `airlock VERB --help`.
+std::string policy_help_line(CliFixture& fx, const std::string& verb) {
+  auto r = fx.run_program({fx.binary(), verb, "--help"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);)
+    if (line.find("--policy") != std::string::npos) return line;
+  ADD_FAILURE() << "no --policy in `airlock " << verb << " --help`:\n" << r.out;
+  return "";
+}
+
+TEST(McpHelp, PolicyIsRequiredAndNoDefaultIsOffered) {
+  CliFixture fx(Identity::Self);
+  std::string mcp = policy_help_line(fx, "mcp");
+  EXPECT_NE(mcp.find("REQUIRED"), std::string::npos) << mcp;
+  EXPECT_EQ(mcp.find("when absent"), std::string::npos) << mcp;
+  // `airlock session` runs without --policy, and says under what.
+  std::string session = policy_help_line(fx, "session");
+  EXPECT_EQ(session.find("REQUIRED"), std::string::npos) << session;
+  EXPECT_NE(session.find("the built-in default when absent"), std::string::npos) << session;
+}
+
 TEST_F(Mcp, OfficialTypeScriptSdkDrivesIt) {
   std::string dir = std::string(AIRLOCK_SOURCE_DIR) + "/tests/mcp-client";
   if (!exists("/usr/bin/node") || !exists(dir + "/node_modules/@modelcontextprotocol/sdk/package.json")) {

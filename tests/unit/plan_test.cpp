@@ -357,6 +357,18 @@ TEST(PlanSelection, MicrovmIsUnavailableUntilVerifiedAndSaysToRunVerify) {
   EXPECT_NE(r.error().message.find("airlock vm verify"), std::string::npos) << r.error().message;
 }
 
+TEST(PlanSelection, MicrovmWithoutAGuestImageSaysToBuildItBeforeVerifying) {
+  HostFacts f = facts_everything();
+  f.microvm = {};  // no image in the cache, and no probe's reason to repeat
+  auto r = plan_here(policy_or_die("untrusted"), f, Profile::Production);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Code::ExecutorUnavailable);
+  const std::string& m = r.error().message;
+  auto build = m.find("airlock vm build"), verify = m.find("airlock vm verify");
+  ASSERT_NE(build, std::string::npos) << m;
+  EXPECT_TRUE(verify == std::string::npos || build < verify) << m;
+}
+
 TEST(PlanSelection, MicrovmNeedsTheNamespacesTierForQemu) {
   HostFacts f = facts_everything();
   f.user_namespaces = false;

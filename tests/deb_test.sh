@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# `make deb`'s package, built by CPack into a scratch directory and unpacked into a clean tree: its
+# control fields (name, the project's version, Depends from dpkg-shlibdeps plus libcurl4), its
+# dependencies present on this host, and the unpacked /usr running the doctor and the quick start,
+# with man pages that render and a bash completion that sources (tests/installed_checks.sh).
+# Usage: tests/deb_test.sh CPACK BUILD-DIR VERSION
+set -euo pipefail
+source "$(dirname "$0")/installed_checks.sh"
+cpack=${1:?usage: deb_test.sh CPACK BUILD-DIR VERSION}
+build=${2:?usage: deb_test.sh CPACK BUILD-DIR VERSION}
+version=${3:?usage: deb_test.sh CPACK BUILD-DIR VERSION}
+scratch=$(mktemp -d /tmp/airlock-deb-test.XXXXXX)
+trap 'rm -rf "$scratch"' EXIT
+fail() { echo "deb_test: $*" >&2; exit 1; }
+
+"$cpack" --config "$build/CPackConfig.cmake" -G DEB -B "$scratch/out" > "$scratch/cpack.log" 2>&1 ||
+  { cat "$scratch/cpack.log" >&2; fail "cpack failed"; }
+debs=("$scratch"/out/*.deb)
+[ ${#debs[@]} -eq 1 ] && [ -f "${debs[0]}" ] || fail "cpack made no single .deb: ${debs[*]}"
+deb=${debs[0]}
+field() { dpkg-deb -f "$deb" "$1"; }
+[ "$(field Package)" = airlock ] || fail "Package is $(field Package)"
+[ "$(field Version)" = "$version" ] || fail "Version is $(field Version), the project's is $version"
+[ "$(basename "$deb")" = "airlock_${version}_$(dpkg --print-architecture).deb" ] || fail "file name $(basename "$deb")"
+depends=$(field Depends)
+for need in libc6 libcurl4; do
+  grep -qE "(^|, )$need( |,|$)" <<<"$depends" || fail "Depends lacks $need: $depends"
+done
+# Every dependency is a package this host has installed, at a version that satisfies it: the
+# package would install here (dpkg checks the same relations).
+IFS=',' read -ra relations <<<"$depends"
+for rel in "${relations[@]}"; do
+  rel=${rel# }
+  pkg=${rel%% *}
+  have=$(dpkg-query -W -f='${Version}' "$pkg" 2>/dev/null) || fail "Depends names $pkg, which is not installed here"
+  if [[ $rel =~ \((\>=|\<=|=|\>\>|\<\<)\ ([^\)]+)\) ]]; then
+    op=${BASH_REMATCH[1]}
+    case $op in '>=') op=ge ;; '<=') op=le ;; '=') op=eq ;; '>>') op=gt ;; '<<') op=lt ;; esac
+    dpkg --compare-versions "$have" "$op" "${BASH_REMATCH[2]}" || fail "Depends wants $rel; installed: $have"
+  fi
+done
+contents=$(dpkg-deb -c "$deb")
+for f in usr/bin/airlock usr/bin/airlock-serve usr/bin/airlock-probe usr/bin/airlock-guest-agent \
+         usr/share/man/man1/airlock.1 usr/share/bash-completion/completions/airlock \
+         usr/share/airlock/agents/codex.json; do
+  grep -qE " \./$f$" <<<"$contents" || fail "the package lacks /$f"
+done
+grep -q ' \./usr/local/' <<<"$contents" && fail "the package installs under /usr/local"
+
+# A clean tree: the package's files and nothing else.
+dpkg-deb -x "$deb" "$scratch/root"
+check_installed_tree "$scratch/root/usr" "$scratch/scratch"
+echo "deb_test: ok ($(basename "$deb"), $(stat -c %s "$deb") bytes; Depends: $depends)"
