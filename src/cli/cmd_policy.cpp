@@ -1,5 +1,8 @@
 // `airlock policy check|show|explain|diff|allow`: a policy read, traced to its layers, asked about
 // one action, compared with another, and (a repository's) trusted.
+#include <limits.h>
+#include <stdlib.h>
+
 #include <cstdio>
 
 #include "base/encoding.h"
@@ -74,8 +77,12 @@ int show(Globals& g, const LayerFlags& f) {
     std::string from = "built-in";
     for (const auto& [name, doc] : docs)
       if (names(doc, at)) from = name;
-    // denied_names add to the built-in list, never replace it.
-    if (at == "$.denied_names" && from != "built-in") from = "built-in + " + from;
+    // These add to the built-in list and to each other, never replace them.
+    if (at == "$.denied_names" || at == "$.protected_paths" || at == "$.writable_protected_paths") {
+      from = "built-in";
+      for (const auto& [name, doc] : docs)
+        if (names(doc, at)) from += " + " + name;
+    }
     sources[at] = from;
   }
   Json untrusted = Json::array();
@@ -150,22 +157,13 @@ Verdict explain_fetch(const policy::TaskPolicy& p, const std::string& url, std::
           std::nullopt};
 }
 
-Verdict explain_run(const policy::TaskPolicy& p, const plan::ExecutionPlan& plan, const std::vector<std::string>& argv) {
+Verdict explain_run(const policy::TaskPolicy& p, const plan::ExecutionPlan& plan) {
   std::string where = fmt::format("runs confined on the {} tier (level {}) of this host", 
                                   policy::to_string(plan.executor()), plan.tier());
   std::string net = p.code_network.mode == policy::NetworkMode::Off
                         ? "code has no network: anything it connects to (a git push, a package download) fails"
                         : fmt::format("code reaches only {}", policy::to_json(p.code_network.rules).dump());
   if (plan.host_network()) net = "code has the host's network (the host tier confines nothing)";
-  for (const auto& t : p.tools)
-    if (t.name == argv[0]) {
-      if (argv.size() > 1 && !t.allow_args)
-        return {false, "",
-                Error{Code::ToolArgsDenied, fmt::format("the declared tool {} takes no arguments", t.name),
-                      {{"tool", t.name}}}};
-      return {true, fmt::format("the declared tool {} ({}), {}; {}", t.name, Json(t.argv).dump(), where, net),
-              std::nullopt};
-    }
   return {true, fmt::format("a command {}; {}", where, net), std::nullopt};
 }
 
@@ -189,7 +187,7 @@ int explain(Globals& g, const LayerFlags& f, const std::vector<std::string>& wor
   if (!planned) return refuse(planned.error(), g.json);
   std::string note;
   Verdict v = action == "fetch" ? explain_fetch(start->policy, words[1], note)
-              : action == "run" ? explain_run(start->policy, *planned, {words.begin() + 1, words.end()})
+              : action == "run" ? explain_run(start->policy, *planned)
                                 : explain_path(*planned, workspace, action, words[1]);
   if (g.json) {
     Json j = {{"action", words}, {"allowed", v.allowed}, {"policy_digest", planned->policy_digest}};
@@ -231,7 +229,11 @@ int diff(Globals& g, const std::optional<std::string>& defaults, const std::stri
 int allow(Globals& g, const LayerFlags& f, const std::optional<std::string>& file) {
   auto state = resolve_state_dir(g.state_dir);
   if (!state) return refuse(state.error(), g.json);
-  std::optional<std::string> target = file ? file : repository_policy(f.dir());
+  std::optional<std::string> target = file ? std::optional(absolute_path(*file)) : repository_policy(f.dir());
+  if (file) {
+    char buf[PATH_MAX];
+    if (::realpath(file->c_str(), buf)) target = buf;  // the file itself, wherever a link on the way leads
+  }
   if (!target)
     return refuse({Code::NotFound,
                    fmt::format("no repository policy (.airlock/policy.json) is found from {}", f.dir()),

@@ -93,15 +93,20 @@ int repair(const std::string& file, bool json) {
 
 // FILE, or a session id (what `airlock run` prints): that session's log in the state directory.
 Result<std::string> receipts_file(const Globals& g, const std::string& arg) {
+  // An id is looked up in the state directory first: a file in the current directory named after
+  // a session (a confined command knows its own id) must never stand in for its receipts.
   bool id = !arg.empty() && arg.size() <= 64 && arg.find_first_not_of("0123456789abcdef") == std::string::npos;
-  struct stat st{};
-  if (!id || ::stat(arg.c_str(), &st) == 0) return arg;
+  if (!id) return arg;
   auto state = TRY(resolve_state_dir(g.state_dir));
   std::string file = state + "/receipts/" + arg + ".jsonl";
-  if (::stat(file.c_str(), &st) < 0)
-    return fail(Code::SessionUnknown, fmt::format("no session {} has receipts in {}", arg, state),
+  struct stat st{};
+  if (::stat(file.c_str(), &st) == 0) return file;
+  if (::stat(arg.c_str(), &st) == 0)
+    return fail(Code::SessionUnknown,
+                fmt::format("no session {} has receipts in {}; to read a file of that name, write ./{}", arg, state, arg),
                 {{"session", arg}, {"state_dir", state}});
-  return file;
+  return fail(Code::SessionUnknown, fmt::format("no session {} has receipts in {}", arg, state),
+              {{"session", arg}, {"state_dir", state}});
 }
 
 int with_file(const Globals& g, const std::string& arg, int (*verb)(const std::string&, bool)) {

@@ -6,6 +6,8 @@
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -123,7 +125,23 @@ int run_confined(Globals& g, RunOptions& o, const std::function<Result<void>(Ses
   std::string cwd = absolute_path(".");
   auto start = prepare_session(g, o.defaults, o.policy_file, static_cast<bool>(before), o.workspace.value_or(cwd));
   if (!start) return refuse(start.error(), g.json);
-  if (!o.workspace && !start->policy.workspace) o.workspace = cwd;
+  if (!o.workspace && !start->policy.workspace) {
+    // The current directory, but never a whole home directory (or one above it) by default: its
+    // start-up files and the user's own configuration would be the command's to rewrite.
+    char home[PATH_MAX], here[PATH_MAX];
+    const char* h = std::getenv("HOME");
+    if (h && *h == '/' && ::realpath(h, home) && ::realpath(cwd.c_str(), here)) {
+      std::string outer = here, inner = home;
+      if (outer == "/" || inner == outer || inner.starts_with(outer + "/"))
+        return refuse({Code::PolicyInvalid,
+                       fmt::format("the current directory {} holds your home directory {}: airlock does not make it "
+                                   "the workspace unasked; run from a project directory, or pass --workspace",
+                                   outer, inner),
+                       {{"directory", outer}, {"home", inner}}},
+                      g.json);
+    }
+    o.workspace = cwd;
+  }
   if (before)
     if (auto r = before(*start); !r) return refuse(r.error(), g.json);
   // SIGINT/SIGTERM/SIGHUP stop the command (and everything it started); a thread waits for them.

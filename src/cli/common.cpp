@@ -2,16 +2,19 @@
 #include "cli/common.h"
 
 #include <sys/stat.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "base/custody.h"
 #include "base/encoding.h"
 #include "base/fs.h"
 #include "base/hash.h"
+#include "base/unique_fd.h"
 #include "exec/planner.h"
 
 namespace airlock::cli {
@@ -81,29 +84,64 @@ std::string allow_record(const std::string& state_dir, const std::string& real, 
   return state_dir + "/allowed-policies/" + sha256_hex(real + "\n" + sha256_hex(text));
 }
 
-Result<std::string> real_path_of(const std::string& file) {
-  char buf[PATH_MAX];
-  if (!::realpath(file.c_str(), buf)) return fail_errno(Code::PolicyInvalid, fmt::format("policy file {}", file), errno);
-  return std::string(buf);
+constexpr std::string_view kRepositoryPolicy = "/.airlock/policy.json";
+constexpr off_t kMaxRepositoryPolicyBytes = 1 << 20;
+
+// A directory (not a symlink to one) owned by this user or root: where a repository policy may be.
+bool owned_directory(const std::string& path) {
+  struct stat st{};
+  return ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && (st.st_uid == ::geteuid() || st.st_uid == 0);
 }
 
 }  // namespace
 
 std::optional<std::string> repository_policy(const std::string& dir) {
+  // The nearest .airlock above the workspace, normally at the repository's root. Not bounded by a
+  // `.git`: a command may make an empty .git below the root (its contents are the agent's), and
+  // that must not hide the repository's policy from the next run started there. `.airlock` itself
+  // is protected at any depth, so no command can put a nearer one in the way.
   char buf[PATH_MAX];
-  std::string start = ::realpath(dir.c_str(), buf) ? std::string(buf) : absolute_path(dir);
-  std::string root = start;
-  for (std::string d = start;;) {
-    if (exists(d + "/.git")) {
-      root = d;
-      break;
-    }
-    if (d == "/" || d.empty()) break;
+  std::string d = ::realpath(dir.c_str(), buf) ? std::string(buf) : absolute_path(dir);
+  for (;;) {
+    std::string at = (d == "/" ? "" : d) + "/.airlock";
+    struct stat st{};
+    // A symlink is found (and refused when read); another user's directory is passed over.
+    if (::lstat(at.c_str(), &st) == 0 && (S_ISLNK(st.st_mode) || (owned_directory(at) && exists(at + "/policy.json"))))
+      return (d == "/" ? "" : d) + std::string(kRepositoryPolicy);
+    if (d == "/" || d.empty()) return std::nullopt;
     auto slash = d.rfind('/');
     d = slash == 0 ? "/" : d.substr(0, slash);
   }
-  std::string file = (root == "/" ? "" : root) + "/.airlock/policy.json";
-  return exists(file) ? std::optional(file) : std::nullopt;
+}
+
+Result<std::string> read_repository_policy(const std::string& file) {
+  auto refused = [&](const std::string& why) {
+    return fail(Code::PolicyUntrusted, fmt::format("the repository policy {} {}", file, why), {{"source", file}});
+  };
+  if (!file.ends_with(kRepositoryPolicy) || file.front() != '/') return refused("is not DIR/.airlock/policy.json");
+  std::string root = file.substr(0, file.size() - kRepositoryPolicy.size());
+  // Opened step by step without following a symlink: the bytes read are the bytes of this very
+  // repository's file, never another one's (a `.airlock` linking to a repository the user trusts).
+  UniqueFd dir(::open(root.empty() ? "/" : root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir) return fail_errno(Code::PolicyInvalid, fmt::format("opening {}", root), errno);
+  UniqueFd at(::openat(dir.get(), ".airlock", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!at) return refused(fmt::format("cannot be opened without following a symlink ({})", std::strerror(errno)));
+  UniqueFd fd(::openat(at.get(), "policy.json", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (!fd) return refused(fmt::format("cannot be opened without following a symlink ({})", std::strerror(errno)));
+  struct stat st{};
+  if (::fstat(fd.get(), &st) < 0 || !S_ISREG(st.st_mode)) return refused("is not a regular file");
+  if (st.st_uid != ::geteuid() && st.st_uid != 0) return refused("belongs to another user");
+  if (st.st_size > kMaxRepositoryPolicyBytes) return refused("is larger than 1 MiB");
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    ssize_t n = ::read(fd.get(), text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  text.resize(got);
+  return text;
 }
 
 PolicyLayers find_policy_layers(const std::optional<std::string>& defaults_flag,
@@ -120,10 +158,9 @@ PolicyLayers find_policy_layers(const std::optional<std::string>& defaults_flag,
 }
 
 Result<void> allow_repository_policy(const std::string& state_dir, const std::string& file, std::string_view text) {
-  std::string real = TRY(real_path_of(file));
   TRY(make_dirs(state_dir + "/allowed-policies", 0700));
-  Json record = {{"file", real}, {"sha256", sha256_hex(text)}};
-  return write_file_atomic(allow_record(state_dir, real, text), record.dump() + "\n", 0600);
+  Json record = {{"file", file}, {"sha256", sha256_hex(text)}};
+  return write_file_atomic(allow_record(state_dir, file, text), record.dump() + "\n", 0600);
 }
 
 Result<LayeredPolicy> read_policy_layers(const PolicyLayers& layers, const std::string& state_dir) {
@@ -135,13 +172,13 @@ Result<LayeredPolicy> read_policy_layers(const PolicyLayers& layers, const std::
   if (!layers.task) return l;
   const std::string& file = layers.task->file;
   // One read: the bytes judged (and allowed) are the bytes parsed.
-  auto text = read_file(file, Code::PolicyInvalid);
+  bool repository = layers.task->origin == "repository";
+  auto text = repository ? read_repository_policy(file) : read_file(file, Code::PolicyInvalid);
   if (!text) return std::unexpected(std::move(text).error().context("policy file").fact("source", file));
   l.policy = TRY(policy::parse_layer_text(*text, l.below_task, file));
-  if (layers.task->origin == "repository") {
+  if (repository) {
     auto wider = policy::widenings(l.policy, l.below_task);
-    std::string real = TRY(real_path_of(file));
-    if (!wider.empty() && !exists(allow_record(state_dir, real, *text))) l.untrusted = std::move(wider);
+    if (!wider.empty() && !exists(allow_record(state_dir, file, *text))) l.untrusted = std::move(wider);
   }
   l.task_text = std::move(*text);
   return l;
@@ -150,7 +187,7 @@ Result<LayeredPolicy> read_policy_layers(const PolicyLayers& layers, const std::
 Result<policy::TaskPolicy> load_policy(const PolicyLayers& layers, const std::string& state_dir, bool agent_run) {
   auto l = TRY(read_policy_layers(layers, state_dir));
   if (!l.untrusted.empty()) {
-    std::string real = TRY(real_path_of(layers.task->file));
+    const std::string& real = layers.task->file;
     Json what = Json::array();
     for (const auto& w : l.untrusted) what.push_back(w.to_json());
     size_t more = l.untrusted.size() - 1;

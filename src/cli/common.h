@@ -48,13 +48,19 @@ struct PolicyLayers {
 
 // The flags' files; without a flag, and when `discover_from` is a directory, discovery: the user's
 // policy ($XDG_CONFIG_HOME or ~/.config, airlock/policy.json) for the defaults layer and the
-// repository's (.airlock/policy.json at the root of the git worktree holding `discover_from`, or
-// in `discover_from` itself outside one) for the task layer.
+// repository's (the nearest .airlock/policy.json at or above `discover_from`, normally at the
+// repository's root) for the task layer.
 PolicyLayers find_policy_layers(const std::optional<std::string>& defaults_flag,
                                 const std::optional<std::string>& policy_flag,
                                 const std::optional<std::string>& discover_from);
-// The repository policy file that discovery from `dir` finds, if there is one.
+// The repository policy file that discovery from `dir` finds, if there is one: the nearest
+// DIR/.airlock/policy.json at or above it whose .airlock is a directory of this user's or root's
+// (or a symlink, which reading it refuses).
 std::optional<std::string> repository_policy(const std::string& dir);
+// Its bytes, read without following a symlink at .airlock or policy.json, from a regular file
+// of this user's or root's of at most 1 MiB (AIRLOCK_POLICY_UNTRUSTED otherwise). `file` is
+// absolute and ends in /.airlock/policy.json.
+Result<std::string> read_repository_policy(const std::string& file);
 
 // A repository's policy is code from whoever wrote the repository: it applies unasked only when it
 // allows nothing the layers below it do not (policy::widenings). Otherwise it is refused,

@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -138,6 +141,64 @@ TEST(ZeroConfig, TheUsersPolicyIsTheLayerBelowTheRepositorys) {
   auto ran = fx.run({"run", "true"}, env);
   EXPECT_EQ(ran.status, 0) << ran.err;
   EXPECT_NE(ran.err.find("airlock: policy: the user's " + config + "/policy.json"), std::string::npos) << ran.err;
+}
+
+// Red-team findings, each a test.
+TEST(ZeroConfig, AHomeDirectoryIsNeverTheWorkspaceUnasked) {
+  CliFixture fx(Identity::Self);
+  fx.put(".bashrc", "# mine\n");
+  auto r = fx.run({"run", "-q", "sh", "-c", "echo evil >> .bashrc"}, {{"HOME", fx.workspace()}});
+  EXPECT_EQ(r.status, 125) << r.err;
+  EXPECT_NE(r.err.find("AIRLOCK_POLICY_INVALID: the current directory " + fx.workspace() + " holds your home directory"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(read_text(fx.workspace() + "/.bashrc"), "# mine\n");
+  // Named, it is the user's choice; the user's own policy stays out of reach.
+  auto named = fx.run({"run", "--workspace", fx.workspace(), "sh", "-c",
+                       "mkdir -p .config/airlock && echo '{}' > .config/airlock/policy.json"},
+                      {{"HOME", fx.workspace()}});
+  EXPECT_EQ(named.status, 125) << named.err;
+  EXPECT_NE(named.err.find("AIRLOCK_WRITE_BACK_REFUSED: .config/airlock"), std::string::npos) << named.err;
+  struct stat st{};
+  EXPECT_NE(::stat((fx.workspace() + "/.config/airlock/policy.json").c_str(), &st), 0);
+}
+
+TEST(ZeroConfig, ASymlinkedRepositoryPolicyNeverBorrowsAnotherRepositorysTrust) {
+  CliFixture fx(Identity::Self);
+  TempDir trusted;
+  std::filesystem::create_directories(trusted.path() + "/.airlock");
+  std::ofstream(trusted.path() + "/.airlock/policy.json") << kWide;
+  auto allowed = fx.run({"policy", "allow", trusted.path() + "/.airlock/policy.json"});
+  ASSERT_EQ(allowed.status, 0) << allowed.err;
+  make_repository(fx);
+  ASSERT_EQ(::symlink((trusted.path() + "/.airlock").c_str(), (fx.workspace() + "/.airlock").c_str()), 0);
+  auto r = fx.run({"run", "-q", "true"});
+  EXPECT_EQ(r.status, 125) << r.err;
+  EXPECT_NE(r.err.find("AIRLOCK_POLICY_UNTRUSTED"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("without following a symlink"), std::string::npos) << r.err;
+}
+
+TEST(ZeroConfig, AGitDirectoryMadeBelowTheRootDoesNotHideTheRepositorysPolicy) {
+  CliFixture fx(Identity::Self);
+  make_repository(fx);
+  fx.put(".airlock/policy.json", R"({"schema_version": "airlock.task_policy.v1", "denied_names": ["secret*"]})");
+  fx.put("sub/secret.txt", "S\n");
+  auto made = fx.run({"run", "-q", "mkdir", "sub/.git"});
+  ASSERT_EQ(made.status, 0) << made.err;
+  auto r = fx.run({"run", "-q", "--workspace", fx.workspace() + "/sub", "sh", "-c", "cat secret.txt || echo hidden"});
+  EXPECT_EQ(r.out, "hidden\n") << r.err;
+}
+
+TEST(OneId, AFileNamedAfterASessionNeverStandsInForItsReceipts) {
+  CliFixture fx(Identity::Self);
+  auto r = fx.run({"run", "--json", "sh", "-c", ": > \"$AIRLOCK_SESSION\""});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::string id = Json::parse(r.out)["session"];
+  struct stat st{};
+  ASSERT_EQ(::stat((fx.workspace() + "/" + id).c_str(), &st), 0) << "the command wrote its file";
+  auto v = fx.run({"receipts", "verify", id});
+  ASSERT_EQ(v.status, 0) << v.err;
+  EXPECT_EQ(v.out.find("receipts ok: 0 receipt(s)"), std::string::npos) << v.out;
 }
 
 TEST(PolicyExplain, NamesTheRuleThatDecidesEachAction) {
