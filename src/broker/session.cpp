@@ -307,6 +307,7 @@ Landing Session::land(std::string_view after) {
     for (const auto& rel : wb->created_dirs)
       if (auto e = view_entry(dirs_.view + "/" + rel)) manifest_[rel] = *e;
     for (const auto& rel : wb->deleted) manifest_.erase(rel);
+    for (const auto& rel : wb->kept) manifest_.erase(rel);
     body["written_back"] = wb->to_json();
     l.landed = std::move(*wb);
   } else {

@@ -465,7 +465,11 @@ Result<ViewCopy> create_view(const std::string& workspace, const std::string& vi
 Json WriteBackReport::to_json() const {
   Json refusals = Json::array();
   for (const auto& r : refused) refusals.push_back({{"path", r.path}, {"reason", r.reason}});
-  return {{"written", written}, {"created_dirs", created_dirs}, {"deleted", deleted}, {"refused", refusals}};
+  return {{"written", written},
+          {"created_dirs", created_dirs},
+          {"deleted", deleted},
+          {"kept", kept},
+          {"refused", refusals}};
 }
 
 Result<WriteBackReport> write_back(const std::string& view, const std::string& workspace,
@@ -620,18 +624,40 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
     rep.written.push_back(op.rel);
   }
 
-  // Deletions: what the view had when made, under write-back paths, and no longer has.
+  // Deletions: what the view had when made, under write-back paths, and no longer has. A
+  // directory goes whole or not at all: when a protected path beneath it cannot be deleted,
+  // nothing beneath it is — neither beneath the outermost directory gone with it (`mv sub
+  // elsewhere`) nor beneath the directory an allow-list entry guards (`mv .git x`, or `rm -rf
+  // .git; mkdir .git`, must not take HEAD, refs and objects and leave config behind).
   std::sort(seen.begin(), seen.end());
-  std::vector<std::string> gone;
-  for (const auto& [rel, entry] : manifest)
-    if (under_any(rel, write_back_paths) && !under_any(rel, refused_prefixes) &&
-        !std::binary_search(seen.begin(), seen.end(), rel)) {
-      if (auto guard = policy::protected_by(rules.protected_paths, rel, entry.is_dir)) {
-        rep.refused.push_back({rel, protected_reason(*guard) + " (deleted in the view)"});
-        continue;
-      }
-      gone.push_back(rel);
+  auto is_gone = [&](const std::string& rel) {
+    return manifest.contains(rel) && under_any(rel, write_back_paths) &&
+           !std::binary_search(seen.begin(), seen.end(), rel);
+  };
+  std::vector<std::string> gone, kept;
+  for (const auto& [rel, entry] : manifest) {
+    if (!is_gone(rel) || under_any(rel, refused_prefixes)) continue;
+    auto guard = policy::protected_by(rules.protected_paths, rel, entry.is_dir);
+    if (!guard) {
+      if (policy::kept_by(rules.protected_paths, rel))
+        rep.kept.push_back(rel);
+      else
+        gone.push_back(rel);
+      continue;
     }
+    rep.refused.push_back({rel, protected_reason(*guard) + " (deleted in the view)"});
+    std::string root = rel;
+    for (std::string up = parent_of(rel); up != "." && is_gone(up); up = parent_of(up)) root = up;
+    for (const auto& k : {root, guard->except.empty() ? std::string() : policy::protected_root(*guard, rel)})
+      if (!k.empty() && k != rel && !under_any(k, kept) && !under_any(k, refused_prefixes)) {
+        std::erase_if(kept, [&](const std::string& x) { return under_any(x, {k}); });
+        kept.push_back(k);
+      }
+  }
+  for (const auto& k : kept)
+    rep.refused.push_back({k, "kept whole: a protected path beneath it was deleted in the view, so nothing "
+                              "beneath it is deleted"});
+  std::erase_if(gone, [&](const std::string& rel) { return under_any(rel, kept); });
   std::sort(gone.rbegin(), gone.rend());  // children before parents
   for (const auto& rel : gone) {
     auto parent = open_beneath(ws.get(), parent_of(rel), O_DIRECTORY | O_RDONLY);

@@ -109,6 +109,7 @@ struct WriteBackReport {
   std::vector<std::string> written;
   std::vector<std::string> created_dirs;
   std::vector<std::string> deleted;
+  std::vector<std::string> kept;  // deleted in the view, never in the workspace (a `keep` part)
   std::vector<WriteBackRefusal> refused;
   Json to_json() const;
 };

@@ -70,6 +70,15 @@ std::vector<ProtectedPath> parse_defaults() {
         p->except.push_back(q->pattern);
       }
     }
+    if (e.contains("keep")) {
+      if (!e["keep"].is_array()) fatal("keep must be an array of patterns");
+      for (const auto& x : e["keep"]) {
+        if (!x.is_string()) fatal("keep must be an array of patterns");
+        auto q = parse_protected_pattern(x.get<std::string>(), "$.entries.keep");
+        if (!q) fatal(q.error().message);
+        p->keep.push_back(q->pattern);
+      }
+    }
     out.push_back(std::move(*p));
   }
   return out;
@@ -97,7 +106,7 @@ Result<ProtectedPath> parse_protected_pattern(const std::string& pattern, const 
     if (c == "." || c == "..") return bad("\".\" and \"..\" are not components of a pattern");
   }
   if (p == "**") return bad("\"**\" alone would protect the whole workspace");
-  return ProtectedPath{p, false, "named by the policy", {}};
+  return ProtectedPath{p, false, "named by the policy", {}, {}};
 }
 
 namespace {
@@ -143,6 +152,38 @@ std::optional<ProtectedPath> protected_by(const std::vector<ProtectedPath>& entr
   return std::nullopt;
 }
 
+bool kept_by(const std::vector<ProtectedPath>& entries, std::string_view rel) {
+  auto comps = components(rel);
+  std::vector<size_t> ends;
+  for (const auto& e : entries) {
+    if (e.keep.empty()) continue;
+    auto pat = components(e.pattern);
+    for (size_t start = 0; start < comps.size(); ++start) {
+      ends.clear();
+      match_ends(pat, 0, comps, start, ends);
+      for (size_t end : ends)
+        if (end > start && end < comps.size() && allowed_beneath(e.keep, comps, end)) return true;
+    }
+  }
+  return false;
+}
+
+std::string protected_root(const ProtectedPath& e, std::string_view rel) {
+  auto comps = components(rel);
+  auto pat = components(e.pattern);
+  size_t best = 0;
+  std::vector<size_t> ends;
+  for (size_t start = 0; start < comps.size(); ++start) {
+    ends.clear();
+    match_ends(pat, 0, comps, start, ends);
+    for (size_t end : ends)
+      if (end > start && (best == 0 || end < best)) best = end;
+  }
+  std::string out;
+  for (size_t i = 0; i < best; ++i) out += (i ? "/" : "") + comps[i];
+  return out;
+}
+
 std::optional<ProtectedPath> protected_in_git_dir(const std::vector<ProtectedPath>& entries, std::string_view rel) {
   for (const auto& e : entries) {
     if (e.pattern != ".git" || e.except.empty()) continue;
@@ -158,6 +199,8 @@ Json to_json(const std::vector<ProtectedPath>& entries) {
   for (const auto& e : entries) {
     if (e.file_only)
       j.push_back({{"pattern", e.pattern}, {"type", "file"}});
+    else if (!e.except.empty() && !e.keep.empty())
+      j.push_back({{"pattern", e.pattern}, {"except", e.except}, {"keep", e.keep}});
     else if (!e.except.empty())
       j.push_back({{"pattern", e.pattern}, {"except", e.except}});
     else

@@ -25,8 +25,12 @@ struct ProtectedPath {
   // stays writable. `.git` is protected so: objects, refs, the index and HEAD are the agent's;
   // config, hooks, commondir, a rebase's todo list and anything git may add later are not.
   std::vector<std::string> except;
+  // Beneath the matched directory, what write-back adds and changes but never deletes (patterns
+  // as above): `.git`'s objects, refs, reflogs and HEAD, so history an agent prunes, rewrites or
+  // deletes stays on the host.
+  std::vector<std::string> keep;
   bool operator==(const ProtectedPath& o) const {
-    return pattern == o.pattern && file_only == o.file_only && except == o.except;
+    return pattern == o.pattern && file_only == o.file_only && except == o.except && keep == o.keep;
   }
 };
 
@@ -42,6 +46,13 @@ Result<ProtectedPath> parse_protected_pattern(const std::string& pattern, const 
 // `rel` itself is; an entry matched by one of rel's ancestors protects it whatever it is.
 std::optional<ProtectedPath> protected_by(const std::vector<ProtectedPath>& entries, std::string_view rel,
                                           bool is_dir);
+
+// Whether write-back keeps `rel` when the view deleted it: it lies in a `keep` part of an entry.
+bool kept_by(const std::vector<ProtectedPath>& entries, std::string_view rel);
+
+// The shortest leading part of `rel` that `e`'s pattern matches (the directory an allow-list
+// entry such as `.git` guards), or "" when none does.
+std::string protected_root(const ProtectedPath& e, std::string_view rel);
 
 // Whether `rel`, a path relative to a git directory (a `.git` or a bare repository's), is
 // protected by the allow-list of the `.git` entry in `entries` (false when there is none).

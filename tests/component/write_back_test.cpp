@@ -676,10 +676,11 @@ TEST_F(WriteBack, ProtectedPathsAreReadOnlyInTheViewAndRefusedAtWriteBack) {
   Strings refused;
   for (const auto& r : rep.refused) {
     refused.push_back(r.path);
-    EXPECT_TRUE(r.reason.starts_with("protected path")) << r.path << ": " << r.reason;
+    // .git/info/exclude was deleted: the rest of .git is kept whole (no deletion beneath it lands).
+    EXPECT_TRUE(r.reason.starts_with(r.path == ".git" ? "kept whole" : "protected path")) << r.path << ": " << r.reason;
   }
   std::sort(refused.begin(), refused.end());
-  EXPECT_EQ(refused, (Strings{".bashrc", ".git/config", ".git/hooks/pre-commit", ".git/info/exclude",
+  EXPECT_EQ(refused, (Strings{".bashrc", ".git", ".git/config", ".git/hooks/pre-commit", ".git/info/exclude",
                               "sub/.claude/settings.local.json", "sub/.git"}));
   EXPECT_EQ(content_of(ws_ / ".git/config"), "[core]\n");
   EXPECT_EQ(content_of(ws_ / ".bashrc"), "# rc\n");
@@ -717,6 +718,86 @@ TEST_F(WriteBack, WhatRedirectsGitIsRefusedWhereverItIsPlanted) {
   EXPECT_FALSE(exists(ws_ / "bare/config"));
   EXPECT_EQ(content_of(ws_ / "bare/objects/ab"), "object\n") << "a repository's objects are ordinary work";
   EXPECT_EQ(content_of(ws_ / ".git/objects/cd"), "object\n");
+}
+
+// A git directory renamed away in the view (the first wall's read-only binds do not stop a rename)
+// must not cost the workspace its history: config cannot be deleted, so nothing beneath .git is.
+void git_layout(const TempDir& ws) {
+  mkdir_p(ws / ".git/objects/ab");
+  mkdir_p(ws / ".git/refs/heads");
+  mkdir_p(ws / ".git/hooks");
+  put(ws / ".git/HEAD", "ref: refs/heads/main\n");
+  put(ws / ".git/config", "[core]\n");
+  put(ws / ".git/objects/ab/cdef", "object\n");
+  put(ws / ".git/refs/heads/main", "abcdef\n");
+  put(ws / ".git/hooks/pre-commit.sample", "#!/bin/sh\n");
+  put(ws / ".git/MERGE_HEAD", "abcdef\n");
+}
+
+Strings git_files() {
+  return {".git/HEAD",          ".git/MERGE_HEAD", ".git/config", ".git/hooks/pre-commit.sample", ".git/objects/ab/cdef",
+          ".git/refs/heads/main"};
+}
+
+TEST_F(WriteBack, AGitDirectoryRenamedAwayKeepsEverythingInTheWorkspace) {
+  git_layout(ws_);
+  auto copy = make_view(all_of_it());
+  ASSERT_EQ(::chmod(view(".git/hooks").c_str(), 0700), 0);
+  ASSERT_EQ(::rename(view(".git").c_str(), view("moved").c_str()), 0);
+  auto rep = back(copy.manifest, all_of_it());
+  for (const auto& f : git_files()) EXPECT_TRUE(exists(ws_ / f)) << f << " was deleted: " << rep.to_json().dump();
+  EXPECT_EQ(content_of(ws_ / ".git/objects/ab/cdef"), "object\n");
+  EXPECT_TRUE(rep.deleted.empty()) << rep.to_json().dump();
+  bool kept_whole = false;
+  for (const auto& r : rep.refused) kept_whole = kept_whole || (r.path == ".git" && r.reason.starts_with("kept whole"));
+  EXPECT_TRUE(kept_whole) << rep.to_json().dump();
+}
+
+TEST_F(WriteBack, AGitDirectoryDeletedAndMadeAgainKeepsItsHistory) {
+  git_layout(ws_);
+  auto copy = make_view(all_of_it());
+  ASSERT_EQ(::chmod(view(".git/hooks").c_str(), 0700), 0);
+  ASSERT_TRUE(remove_tree(view(".git")).has_value());
+  mkdir_p(view(".git"));
+  auto rep = back(copy.manifest, all_of_it());
+  for (const auto& f : git_files()) EXPECT_TRUE(exists(ws_ / f)) << f << " was deleted: " << rep.to_json().dump();
+  EXPECT_TRUE(rep.deleted.empty()) << rep.to_json().dump();
+}
+
+TEST_F(WriteBack, ADirectoryMovedWithAProtectedPathInsideStaysWhole) {
+  mkdir_p(ws_ / "sub/.vscode");
+  put(ws_ / "sub/.vscode/tasks.json", "{}\n");
+  put(ws_ / "sub/code.c", "int x;\n");
+  put(ws_ / "other.c", "int y;\n");
+  auto copy = make_view(all_of_it());
+  ASSERT_EQ(::chmod(view("sub/.vscode").c_str(), 0700), 0);
+  ASSERT_EQ(::rename(view("sub").c_str(), view("moved").c_str()), 0);
+  ASSERT_EQ(::unlink(view("other.c").c_str()), 0);
+  auto rep = back(copy.manifest, all_of_it());
+  EXPECT_EQ(content_of(ws_ / "sub/code.c"), "int x;\n") << rep.to_json().dump();
+  EXPECT_EQ(content_of(ws_ / "sub/.vscode/tasks.json"), "{}\n");
+  EXPECT_EQ(content_of(ws_ / "moved/code.c"), "int x;\n") << "the moved copy lands";
+  EXPECT_FALSE(exists(ws_ / "moved/.vscode/tasks.json"));
+  EXPECT_EQ(rep.deleted, (Strings{"other.c"})) << "a deletion elsewhere still lands";
+}
+
+// git gc prunes loose objects, git branch -D deletes a ref, git merge --abort its state: history
+// stays on the host (objects, refs), transient state goes; none of it is a refusal.
+TEST_F(WriteBack, GitHistoryIsNeverDeletedAndTransientStateIs) {
+  git_layout(ws_);
+  auto copy = make_view(all_of_it());
+  ASSERT_EQ(::unlink(view(".git/objects/ab/cdef").c_str()), 0);
+  ASSERT_EQ(::rmdir(view(".git/objects/ab").c_str()), 0);
+  ASSERT_EQ(::unlink(view(".git/refs/heads/main").c_str()), 0);
+  ASSERT_EQ(::unlink(view(".git/MERGE_HEAD").c_str()), 0);
+  auto rep = back(copy.manifest, all_of_it());
+  EXPECT_EQ(rep.deleted, (Strings{".git/MERGE_HEAD"})) << rep.to_json().dump();
+  EXPECT_EQ(rep.kept, (Strings{".git/objects/ab", ".git/objects/ab/cdef", ".git/refs/heads/main"}))
+      << rep.to_json().dump();
+  EXPECT_TRUE(rep.refused.empty()) << rep.to_json().dump();
+  EXPECT_EQ(content_of(ws_ / ".git/objects/ab/cdef"), "object\n");
+  EXPECT_EQ(content_of(ws_ / ".git/refs/heads/main"), "abcdef\n");
+  EXPECT_FALSE(exists(ws_ / ".git/MERGE_HEAD"));
 }
 
 TEST_F(WriteBack, HardLinkedGitObjectsOfALocalCloneAreCopied) {

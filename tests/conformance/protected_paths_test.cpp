@@ -320,6 +320,27 @@ TEST_P(ProtectedPaths, GitCommitsInsideAndTheCommitLands) {
   EXPECT_EQ(host_git({"status", "--porcelain"}).out, "") << "the host's work tree and index disagree";
 }
 
+// The first wall does not stop a rename of .git itself, nor rm -rf of what is not protected: the
+// host's repository must come out whole, its history and its configuration both.
+TEST_P(ProtectedPaths, AGitDirectoryMovedOrDeletedInsideLeavesTheHostRepositoryWhole) {
+  make_repo();
+  if (HasFatalFailure()) return;
+  auto head = host_git({"rev-parse", "HEAD"});
+  ASSERT_EQ(head.status, 0) << head.err;
+  for (const char* attack : {"mv .git .git-moved", "rm -rf .git 2>/dev/null; mkdir -p .git; true",
+                             "mv .git/objects objects-moved; mv .git/refs refs-moved; true"}) {
+    SCOPED_TRACE(attack);
+    auto r = sh(std::string(attack) + "; echo work > app.py");
+    EXPECT_TRUE(r.status == 0 || r.status == 125) << r.out << r.err;
+    EXPECT_EQ(host_bytes(fx_->workspace() + "/app.py"), "work\n") << "ordinary work lands: " << r.err;
+    auto now = host_git({"rev-parse", "HEAD"});
+    EXPECT_EQ(now.out, head.out) << now.err;
+    auto fsck = host_git({"fsck", "--strict"});
+    EXPECT_EQ(fsck.status, 0) << fsck.out << fsck.err;
+    EXPECT_TRUE(exists(fx_->workspace() + "/.git/config"));
+  }
+}
+
 TEST_P(ProtectedPaths, AHardLinkToAFileOutsideIsReadByNoRoute) {
   std::string canary = fs::path(fx_->state_dir()).parent_path().string() + "/canary";
   const std::string secret = "hard-link-canary-5e1f";
