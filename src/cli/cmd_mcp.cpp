@@ -55,7 +55,7 @@ int mcp_verb(Globals& g, McpOptions& o) {
   // Before any thread starts, so that every signal below reaches the reader's signalfd.
   sigset_t mask = block_stop_signals(true);
   ::signal(SIGPIPE, SIG_IGN);  // a client that went away is an end of input, not a crash
-  auto start = prepare_session(g, o.defaults, o.policy_file);
+  auto start = prepare_session(g, o.defaults, o.policy_file, false, o.workspace);  // discovery, as for run
   if (!start) return serve_unavailable(start.error(), mask);
 
   broker::SessionOptions so(start->state_dir, start->profile, o.workspace);

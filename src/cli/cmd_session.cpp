@@ -23,7 +23,8 @@ struct SessionVerbOptions : SessionCliOptions {
 };
 
 int session_verb(Globals& g, SessionVerbOptions& o) {
-  auto start = prepare_session(g, o.defaults, o.policy_file);
+  // Discovery as for `run`, from the workspace when one is given.
+  auto start = prepare_session(g, o.defaults, o.policy_file, false, o.workspace);
   if (!start) return refuse(start.error(), g.json);
   sigset_t mask = block_stop_signals(true);
   ::signal(SIGPIPE, SIG_IGN);  // a reader that went away is an EOF, not a crash

@@ -39,7 +39,7 @@ Result<ledger::RunKeying> load_or_start_run(const ToolOptions& o) {
 }
 
 int tool_call(Globals& g, const ToolOptions& o) {
-  auto basics = prepare_session(g, o.defaults, o.policy_file);
+  auto basics = prepare_session(g, o.defaults, o.policy_file, false, o.workspace);  // discovery, as for run
   if (!basics) return refuse(basics.error(), g.json);
   const policy::TaskPolicy* pol = &basics->policy;
   const policy::Tool* tool = nullptr;

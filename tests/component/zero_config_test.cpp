@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -119,6 +120,36 @@ TEST(ZeroConfig, ARepositoryPolicyThatWidensIsRefusedUntilThatVersionIsAllowed) 
   // An explicit --policy is the user's choice: no gate.
   auto chosen = fx.run({"run", "-q", "--policy", file, "true"});
   EXPECT_EQ(chosen.status, 0) << chosen.err;
+}
+
+// session and tool call discover the layers from the --workspace they are given, gate included.
+TEST(ZeroConfig, SessionAndToolCallDiscoverTheRepositorysPolicyFromTheirWorkspace) {
+  CliFixture fx(Identity::Self);
+  make_repository(fx);
+  fx.put(".airlock/policy.json", kNarrow);
+  auto s = fx.run_program({fx.binary(), "--state-dir", fx.state_dir(), "session", "--workspace", fx.workspace()},
+                          R"({"id":1,"action":"read_file","path":"src/a.txt"})" "\n"
+                          R"({"id":2,"action":"read_file","path":"top.txt"})" "\n");
+  ASSERT_EQ(s.status, 0) << s.out << s.err;
+  std::vector<Json> lines;
+  std::istringstream in(s.out);
+  for (std::string line; std::getline(in, line);) lines.push_back(Json::parse(line));
+  ASSERT_EQ(lines.size(), 3u) << s.out;
+  EXPECT_EQ(lines[1]["ok"], true) << s.out;
+  EXPECT_EQ(lines[2]["ok"], false) << "readable is src only, as the repository's policy says: " << s.out;
+
+  fx.put(".airlock/policy.json", kWide);
+  for (const std::vector<std::string>& verb :
+       {std::vector<std::string>{"session", "--workspace", fx.workspace()},
+        std::vector<std::string>{"tool", "call", "--workspace", fx.workspace(), "--tool", "x", "--args", "{}",
+                                 "--ledger", fx.state_dir() + "/ledger.jsonl", "--run", fx.state_dir() + "/run.json"}}) {
+    auto r = fx.run(verb);
+    EXPECT_EQ(r.status, 125) << verb[0] << ": " << r.out << r.err;
+    EXPECT_NE(r.err.find("AIRLOCK_POLICY_UNTRUSTED"), std::string::npos) << verb[0] << ": " << r.err;
+  }
+  // Without a workspace nothing is discovered: the built-in default opens.
+  auto plain = fx.run_program({fx.binary(), "--state-dir", fx.state_dir(), "session"}, "");
+  EXPECT_EQ(plain.status, 0) << plain.out << plain.err;
 }
 
 TEST(ZeroConfig, TheUsersPolicyIsTheLayerBelowTheRepositorys) {
