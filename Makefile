@@ -34,6 +34,10 @@ install: build
 uninstall:
 	@test -f $(BUILD)/installed-files.txt || { echo "uninstall: no $(BUILD)/installed-files.txt: nothing was installed from $(BUILD)" >&2; exit 1; }
 	xargs -d '\n' rm -f -- < $(BUILD)/installed-files.txt
+	@# The directories of airlock's own it leaves empty (share/airlock, a debug file's .build-id/NN).
+	@sed -n 's|/[^/]*$$||p' $(BUILD)/installed-files.txt | sort -ru | grep -E '/share/airlock(/|$$)|/lib/debug/\.build-id/[0-9a-f]{2}$$' | \
+	  while IFS= read -r d; do rmdir -- "$$d" 2>/dev/null || true; done
+	@rmdir -- "$(PREFIX)/share/airlock" 2>/dev/null || true
 	rm $(BUILD)/installed-files.txt
 
 # A Debian package of the same files under /usr, in $(BUILD): airlock_VERSION_ARCH.deb.
