@@ -20,8 +20,10 @@ namespace {
 // The layers as `airlock run` finds them from --workspace (or the current directory).
 struct LayerFlags {
   std::optional<std::string> policy_file, defaults, workspace;
-  void add(CLI::App* cmd) {
-    cmd->add_option("--policy", policy_file, "task policy (JSON); when absent, the repository's .airlock/policy.json");
+  // `policy`: whether the verb takes --policy (allow names its file as FILE instead).
+  void add(CLI::App* cmd, bool policy = true) {
+    if (policy)
+      cmd->add_option("--policy", policy_file, "task policy (JSON); when absent, the repository's .airlock/policy.json");
     cmd->add_option("--defaults", defaults, "worker default policy; when absent, ~/.config/airlock/policy.json");
     cmd->add_option("--workspace", workspace, "the directory `airlock run` would work on (default: the current one)");
   }
@@ -315,7 +317,7 @@ void add_policy(CLI::App& app, Globals& g, Action& run) {
   static std::optional<std::string> allow_file;
   auto* allow_cmd = policy->add_subcommand(
       "allow", "trust this version of a repository's policy that allows more than your own (as direnv allow)");
-  flags.add(allow_cmd);
+  flags.add(allow_cmd, false);
   allow_cmd->add_option("FILE", allow_file, "the policy file (default: the repository's .airlock/policy.json)");
   allow_cmd->add_flag("--json", g.json, "print JSON");
   allow_cmd->callback([&g, &run] { run = [&g] { return allow(g, flags, allow_file); }; });

@@ -106,6 +106,9 @@ TEST(ZeroConfig, ARepositoryPolicyThatWidensIsRefusedUntilThatVersionIsAllowed) 
   EXPECT_NE(shown.out.find("not allowed yet"), std::string::npos) << shown.out;
   EXPECT_NE(shown.out.find("egress: allows fetches from pypi.org"), std::string::npos) << shown.out;
 
+  auto misnamed = fx.run({"policy", "allow", "--policy", file});
+  EXPECT_EQ(misnamed.status, 2) << "allow names its file as FILE, not --policy: " << misnamed.err;
+  EXPECT_NE(misnamed.err.find("AIRLOCK_OPTION_INVALID"), std::string::npos) << misnamed.err;
   auto allowed = fx.run({"policy", "allow"});
   ASSERT_EQ(allowed.status, 0) << allowed.err;
   EXPECT_NE(allowed.out.find("allowed " + file), std::string::npos) << allowed.out;
