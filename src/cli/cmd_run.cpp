@@ -283,7 +283,7 @@ int run_confined(Globals& g, RunOptions& o, const std::function<Result<void>(Ses
     std::string wrote = success ? fmt::format("wrote back {} file(s), {} dir(s), deleted {}", wb->written.size(),
                                               wb->created_dirs.size(), wb->deleted.size())
                                 : std::string("nothing written back");
-    if (success && !wb->kept.empty()) wrote += fmt::format(", kept {} path(s) git never loses (objects, refs, reflogs)", wb->kept.size());
+    if (success && !wb->kept.empty()) wrote += fmt::format(", kept {} git object(s) deleted in the view", wb->kept.size());
     std::fprintf(stderr, "airlock: %s in %.1f ms (cpu %.1f ms, max rss %lld KiB); %s\n", st.c_str(), outcome->wall_ms,
                  (outcome->user_us + outcome->system_us) / 1000.0, static_cast<long long>(outcome->max_rss_kb),
                  wrote.c_str());

@@ -63,6 +63,34 @@ std::string refusal_reason(const struct stat& st) {
   return "";
 }
 
+// Whether `rel` holds the same bytes and permission bits in the view and in the workspace: a file
+// rewritten with what it held (git rewrites .git/config on `branch -D`, freshens an object) is no
+// change. Regular files only, opened without following a symlink.
+bool same_in_both(int view, int ws, const std::string& rel) {
+  auto a = open_beneath(view, rel, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
+  auto b = open_beneath(ws, rel, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
+  struct stat sa{}, sb{};
+  if (!a || !b || ::fstat(a->get(), &sa) < 0 || ::fstat(b->get(), &sb) < 0) return false;
+  if (!S_ISREG(sa.st_mode) || !S_ISREG(sb.st_mode) || sa.st_size != sb.st_size ||
+      (sa.st_mode & 07777) != (sb.st_mode & 07777))
+    return false;
+  char x[65536], y[65536];
+  for (;;) {
+    ssize_t n = ::read(a->get(), x, sizeof x);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return false;
+    if (n == 0) return true;
+    ssize_t got = 0;
+    while (got < n) {
+      ssize_t m = ::read(b->get(), y + got, static_cast<size_t>(n - got));
+      if (m < 0 && errno == EINTR) continue;
+      if (m <= 0) return false;
+      got += m;
+    }
+    if (std::memcmp(x, y, static_cast<size_t>(n)) != 0) return false;
+  }
+}
+
 std::string protected_reason(const policy::ProtectedPath& p) {
   return fmt::format("protected path ({}: {})", p.pattern, p.why);
 }
@@ -493,9 +521,25 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
   std::vector<Op> ops;
   std::vector<std::string> seen;
   std::vector<std::string> refused_prefixes;
+  // Git directories that land whole or not at all: one with anything refused beneath it gets
+  // nothing written or deleted beneath it (`rm -rf .git; git init` must not land a new HEAD and
+  // drop the index while the old config stays).
+  std::vector<std::string> held;
+  auto hold = [&](const std::string& root) {
+    if (root.empty() || under_any(root, held)) return;
+    std::erase_if(held, [&](const std::string& x) { return under_any(x, {root}); });
+    held.push_back(root);
+  };
   auto refuse = [&](const std::string& rel, std::string why) {
     rep.refused.push_back({rel, std::move(why)});
     refused_prefixes.push_back(rel);
+  };
+  // The git directory a guard's refusal at `rel` holds: the one an allow-list entry matched, or
+  // the repository-looking directory `git_dir` the walk is in.
+  auto hold_git_dir = [&](const policy::ProtectedPath& guard, const std::string& rel, const std::string& git_dir) {
+    if (guard.except.empty()) return;
+    std::string root = policy::protected_root(guard, rel);
+    hold(root.empty() || root == rel ? git_dir : root);
   };
   // `guard`: the protected path at or above this entry (nullopt: none). Beneath one, nothing is
   // ever applied: a new or changed entry is refused by name instead. `git_dir`: the nearest
@@ -526,14 +570,18 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
     if (S_ISDIR(st.st_mode)) {
       if (guard && m == manifest.end()) {
         refuse(rel, protected_reason(*guard));
+        hold_git_dir(*guard, rel, git_dir);
         return {};
       }
       if (!guard) ops.push_back({rel, true, st.st_mode & 0777, st.st_ino});
       UniqueFd sub = TRY(open_subdir(dirfd, name, rel + " in the view"));
       struct stat head{}, objects{};
+      // As git's own is_git_directory: a HEAD, and objects/ or a commondir naming where they are.
       bool looks_like_git = ::fstatat(sub.get(), "HEAD", &head, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(head.st_mode) &&
-                            ::fstatat(sub.get(), "objects", &objects, AT_SYMLINK_NOFOLLOW) == 0 &&
-                            S_ISDIR(objects.st_mode);
+                            ((::fstatat(sub.get(), "objects", &objects, AT_SYMLINK_NOFOLLOW) == 0 &&
+                              S_ISDIR(objects.st_mode)) ||
+                             ::fstatat(sub.get(), "commondir", &objects, AT_SYMLINK_NOFOLLOW) == 0 ||
+                             ::fstatat(sub.get(), "refs", &objects, AT_SYMLINK_NOFOLLOW) == 0);
       const std::string& below = looks_like_git ? rel : git_dir;
       for (const auto& child : list_names(sub.get()))
         TRY(visit(sub.get(), child, rel + "/" + child, guard, below));
@@ -543,10 +591,18 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
     bool unchanged = m != manifest.end() && !m->second.is_dir && m->second.ino == now.ino &&
                      m->second.ctime_ns == now.ctime_ns && m->second.size == now.size;
     if (unchanged) return {};
-    if (guard)
+    const bool existed = m != manifest.end() && !m->second.is_dir;
+    const auto kept = policy::kept_by(rules.protected_paths, rel);
+    if ((guard || kept) && existed && same_in_both(vw.get(), ws.get(), rel)) return {};  // rewritten as it was
+    if (guard) {
       refuse(rel, protected_reason(*guard));
-    else
+      hold_git_dir(*guard, rel, git_dir);
+    } else if (kept && existed) {
+      refuse(rel, "git object rewritten: an existing object or pack never changes");
+      hold(*kept);
+    } else {
       ops.push_back({rel, false, st.st_mode & 0777, st.st_ino});
+    }
     return {};
   };
   for (const auto& p : outermost(write_back_paths)) {
@@ -571,9 +627,57 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
     TRY(visit(vparent->get(), name_of(p), p, guard, ""));
   }
 
+  // Deletions: what the view had when made, under write-back paths, and no longer has, decided
+  // before anything is applied. A directory goes whole or not at all: when a protected path
+  // beneath one gone from the view cannot be deleted, nothing beneath it is (`mv sub elsewhere`),
+  // and a git directory with a protected path deleted is held whole like any refused change
+  // (`mv .git x` must not take HEAD and refs and leave config behind). Git objects are kept.
+  std::sort(seen.begin(), seen.end());
+  auto is_gone = [&](const std::string& rel) {
+    return manifest.contains(rel) && under_any(rel, write_back_paths) &&
+           !std::binary_search(seen.begin(), seen.end(), rel);
+  };
+  std::vector<std::string> gone, whole;
+  for (const auto& [rel, entry] : manifest) {
+    if (!is_gone(rel) || under_any(rel, refused_prefixes)) continue;
+    auto guard = policy::protected_by(rules.protected_paths, rel, entry.is_dir);
+    std::string git_root;
+    if (!guard) {
+      if (auto req = policy::required_by(rules.protected_paths, rel, &git_root)) {
+        rep.refused.push_back({rel, fmt::format("a git directory cannot be without its {} ({}: deleted in the view)",
+                                                name_of(rel), req->pattern)});
+        hold(git_root);
+        continue;
+      }
+      gone.push_back(rel);
+      continue;
+    }
+    rep.refused.push_back({rel, protected_reason(*guard) + " (deleted in the view)"});
+    std::string root = rel;
+    for (std::string up = parent_of(rel); up != "." && is_gone(up); up = parent_of(up)) root = up;
+    if (!guard->except.empty()) hold(policy::protected_root(*guard, rel));
+    if (root != rel && !under_any(root, whole)) {
+      std::erase_if(whole, [&](const std::string& x) { return under_any(x, {root}); });
+      whole.push_back(root);
+    }
+  }
+  for (const auto& k : whole)
+    if (!under_any(k, held))
+      rep.refused.push_back({k, "kept whole: a protected path beneath it was deleted in the view, so nothing "
+                                "beneath it is deleted"});
+  std::erase_if(gone, [&](const std::string& rel) {
+    if (under_any(rel, whole) || under_any(rel, held)) return true;
+    if (!policy::kept_by(rules.protected_paths, rel)) return false;
+    rep.kept.push_back(rel);
+    return true;
+  });
+
   // Pass 2: apply, parents before children; every workspace path resolved beneath it.
+  for (const auto& root : held)
+    rep.refused.push_back({root, "kept whole: a change beneath this git directory was refused, so nothing beneath "
+                                 "it is written or deleted"});
   for (const auto& op : ops) {
-    if (under_any(op.rel, refused_prefixes)) continue;
+    if (under_any(op.rel, refused_prefixes) || under_any(op.rel, held)) continue;
     if (op.dir && op.rel == ".") continue;
     auto parent = open_beneath(ws.get(), parent_of(op.rel), O_DIRECTORY | O_RDONLY);
     if (!parent) {
@@ -599,6 +703,7 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
     }
     if (exists && !S_ISREG(cur.st_mode)) {
       rep.refused.push_back({op.rel, "conflict: the workspace has a non-regular file there"});
+      refused_prefixes.push_back(op.rel);  // what the workspace holds beneath it stays
       continue;
     }
     // Re-checked on the open descriptor: should anything have swapped the entry since pass 1
@@ -624,42 +729,9 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
     rep.written.push_back(op.rel);
   }
 
-  // Deletions: what the view had when made, under write-back paths, and no longer has. A
-  // directory goes whole or not at all: when a protected path beneath it cannot be deleted,
-  // nothing beneath it is — neither beneath the outermost directory gone with it (`mv sub
-  // elsewhere`) nor beneath the directory an allow-list entry guards (`mv .git x`, or `rm -rf
-  // .git; mkdir .git`, must not take HEAD, refs and objects and leave config behind).
-  std::sort(seen.begin(), seen.end());
-  auto is_gone = [&](const std::string& rel) {
-    return manifest.contains(rel) && under_any(rel, write_back_paths) &&
-           !std::binary_search(seen.begin(), seen.end(), rel);
-  };
-  std::vector<std::string> gone, kept;
-  for (const auto& [rel, entry] : manifest) {
-    if (!is_gone(rel) || under_any(rel, refused_prefixes)) continue;
-    auto guard = policy::protected_by(rules.protected_paths, rel, entry.is_dir);
-    if (!guard) {
-      if (policy::kept_by(rules.protected_paths, rel))
-        rep.kept.push_back(rel);
-      else
-        gone.push_back(rel);
-      continue;
-    }
-    rep.refused.push_back({rel, protected_reason(*guard) + " (deleted in the view)"});
-    std::string root = rel;
-    for (std::string up = parent_of(rel); up != "." && is_gone(up); up = parent_of(up)) root = up;
-    for (const auto& k : {root, guard->except.empty() ? std::string() : policy::protected_root(*guard, rel)})
-      if (!k.empty() && k != rel && !under_any(k, kept) && !under_any(k, refused_prefixes)) {
-        std::erase_if(kept, [&](const std::string& x) { return under_any(x, {k}); });
-        kept.push_back(k);
-      }
-  }
-  for (const auto& k : kept)
-    rep.refused.push_back({k, "kept whole: a protected path beneath it was deleted in the view, so nothing "
-                              "beneath it is deleted"});
-  std::erase_if(gone, [&](const std::string& rel) { return under_any(rel, kept); });
   std::sort(gone.rbegin(), gone.rend());  // children before parents
   for (const auto& rel : gone) {
+    if (under_any(rel, refused_prefixes)) continue;  // a conflict in pass 2 keeps what lies beneath it
     auto parent = open_beneath(ws.get(), parent_of(rel), O_DIRECTORY | O_RDONLY);
     if (!parent) continue;
     struct stat cur{};

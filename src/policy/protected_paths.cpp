@@ -3,6 +3,7 @@
 
 #include <fnmatch.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -70,6 +71,15 @@ std::vector<ProtectedPath> parse_defaults() {
         p->except.push_back(q->pattern);
       }
     }
+    if (e.contains("required")) {
+      if (!e["required"].is_array()) fatal("required must be an array of patterns");
+      for (const auto& x : e["required"]) {
+        if (!x.is_string()) fatal("required must be an array of patterns");
+        auto q = parse_protected_pattern(x.get<std::string>(), "$.entries.required");
+        if (!q) fatal(q.error().message);
+        p->required.push_back(q->pattern);
+      }
+    }
     if (e.contains("keep")) {
       if (!e["keep"].is_array()) fatal("keep must be an array of patterns");
       for (const auto& x : e["keep"]) {
@@ -106,7 +116,7 @@ Result<ProtectedPath> parse_protected_pattern(const std::string& pattern, const 
     if (c == "." || c == "..") return bad("\".\" and \"..\" are not components of a pattern");
   }
   if (p == "**") return bad("\"**\" alone would protect the whole workspace");
-  return ProtectedPath{p, false, "named by the policy", {}, {}};
+  return ProtectedPath{p, false, "named by the policy", {}, {}, {}};
 }
 
 namespace {
@@ -152,7 +162,7 @@ std::optional<ProtectedPath> protected_by(const std::vector<ProtectedPath>& entr
   return std::nullopt;
 }
 
-bool kept_by(const std::vector<ProtectedPath>& entries, std::string_view rel) {
+std::optional<std::string> kept_by(const std::vector<ProtectedPath>& entries, std::string_view rel) {
   auto comps = components(rel);
   std::vector<size_t> ends;
   for (const auto& e : entries) {
@@ -162,10 +172,40 @@ bool kept_by(const std::vector<ProtectedPath>& entries, std::string_view rel) {
       ends.clear();
       match_ends(pat, 0, comps, start, ends);
       for (size_t end : ends)
-        if (end > start && end < comps.size() && allowed_beneath(e.keep, comps, end)) return true;
+        if (end > start && end < comps.size() && allowed_beneath(e.keep, comps, end)) {
+          std::string root;
+          for (size_t i = 0; i < end; ++i) root += (i ? "/" : "") + comps[i];
+          return root;
+        }
     }
   }
-  return false;
+  return std::nullopt;
+}
+
+std::optional<ProtectedPath> required_by(const std::vector<ProtectedPath>& entries, std::string_view rel,
+                                         std::string* root) {
+  auto comps = components(rel);
+  std::vector<size_t> ends, tail;
+  for (const auto& e : entries) {
+    if (e.required.empty()) continue;
+    auto pat = components(e.pattern);
+    for (size_t start = 0; start < comps.size(); ++start) {
+      ends.clear();
+      match_ends(pat, 0, comps, start, ends);
+      for (size_t end : ends) {
+        if (end <= start || end >= comps.size()) continue;
+        for (const auto& r : e.required) {
+          tail.clear();
+          match_ends(components(r), 0, comps, end, tail);
+          if (std::find(tail.begin(), tail.end(), comps.size()) == tail.end()) continue;
+          root->clear();
+          for (size_t i = 0; i < end; ++i) *root += (i ? "/" : "") + comps[i];
+          return e;
+        }
+      }
+    }
+  }
+  return std::nullopt;
 }
 
 std::string protected_root(const ProtectedPath& e, std::string_view rel) {
@@ -199,8 +239,8 @@ Json to_json(const std::vector<ProtectedPath>& entries) {
   for (const auto& e : entries) {
     if (e.file_only)
       j.push_back({{"pattern", e.pattern}, {"type", "file"}});
-    else if (!e.except.empty() && !e.keep.empty())
-      j.push_back({{"pattern", e.pattern}, {"except", e.except}, {"keep", e.keep}});
+    else if (!e.except.empty() && (!e.keep.empty() || !e.required.empty()))
+      j.push_back({{"pattern", e.pattern}, {"except", e.except}, {"required", e.required}, {"keep", e.keep}});
     else if (!e.except.empty())
       j.push_back({{"pattern", e.pattern}, {"except", e.except}});
     else

@@ -25,12 +25,15 @@ struct ProtectedPath {
   // stays writable. `.git` is protected so: objects, refs, the index and HEAD are the agent's;
   // config, hooks, commondir, a rebase's todo list and anything git may add later are not.
   std::vector<std::string> except;
-  // Beneath the matched directory, what write-back adds and changes but never deletes (patterns
-  // as above): `.git`'s objects, refs, reflogs and HEAD, so history an agent prunes, rewrites or
-  // deletes stays on the host.
+  // Beneath the matched directory, what write-back adds to but never changes or deletes (patterns
+  // as above): `.git`'s objects, so no commit the host had is lost or corrupted by a command.
   std::vector<std::string> keep;
+  // What the matched directory cannot be without (a git directory's HEAD, refs, objects): a
+  // deletion of exactly one of these is refused like a protected path's.
+  std::vector<std::string> required;
   bool operator==(const ProtectedPath& o) const {
-    return pattern == o.pattern && file_only == o.file_only && except == o.except && keep == o.keep;
+    return pattern == o.pattern && file_only == o.file_only && except == o.except && keep == o.keep &&
+           required == o.required;
   }
 };
 
@@ -47,8 +50,14 @@ Result<ProtectedPath> parse_protected_pattern(const std::string& pattern, const 
 std::optional<ProtectedPath> protected_by(const std::vector<ProtectedPath>& entries, std::string_view rel,
                                           bool is_dir);
 
-// Whether write-back keeps `rel` when the view deleted it: it lies in a `keep` part of an entry.
-bool kept_by(const std::vector<ProtectedPath>& entries, std::string_view rel);
+// When `rel` lies in a `keep` part of an entry (write-back adds there, never changes or deletes):
+// the directory the entry matched (the `.git` above it); nullopt otherwise.
+std::optional<std::string> kept_by(const std::vector<ProtectedPath>& entries, std::string_view rel);
+
+// When `rel` is exactly one of an entry's `required` paths beneath the directory it matched: that
+// entry, and the directory (`.git`) in `root`.
+std::optional<ProtectedPath> required_by(const std::vector<ProtectedPath>& entries, std::string_view rel,
+                                         std::string* root);
 
 // The shortest leading part of `rel` that `e`'s pattern matches (the directory an allow-list
 // entry such as `.git` guards), or "" when none does.

@@ -635,6 +635,23 @@ TEST_F(WriteBack, AHardLinkedFileIsSkippedNeverCopied) {
   EXPECT_EQ(content_of(ws_ / "linked"), "outside bytes\n");
 }
 
+void git_layout(const TempDir& ws) {
+  mkdir_p(ws / ".git/objects/ab");
+  mkdir_p(ws / ".git/refs/heads");
+  mkdir_p(ws / ".git/hooks");
+  put(ws / ".git/HEAD", "ref: refs/heads/main\n");
+  put(ws / ".git/config", "[core]\n");
+  put(ws / ".git/objects/ab/cdef", "object\n");
+  put(ws / ".git/refs/heads/main", "abcdef\n");
+  put(ws / ".git/hooks/pre-commit.sample", "#!/bin/sh\n");
+  put(ws / ".git/MERGE_HEAD", "abcdef\n");
+}
+
+Strings git_files() {
+  return {".git/HEAD",          ".git/MERGE_HEAD", ".git/config", ".git/hooks/pre-commit.sample", ".git/objects/ab/cdef",
+          ".git/refs/heads/main"};
+}
+
 TEST_F(WriteBack, ProtectedPathsAreReadOnlyInTheViewAndRefusedAtWriteBack) {
   mkdir_p(ws_ / ".git/hooks");
   mkdir_p(ws_ / ".git/info");
@@ -688,7 +705,7 @@ TEST_F(WriteBack, ProtectedPathsAreReadOnlyInTheViewAndRefusedAtWriteBack) {
   EXPECT_EQ(content_of(ws_ / ".git/info/exclude"), "# nothing\n");
   EXPECT_FALSE(exists(ws_ / "sub/.claude/settings.local.json"));
   EXPECT_FALSE(exists(ws_ / "sub/.git"));
-  EXPECT_EQ(content_of(ws_ / ".git/objects/ab/cdef"), "object\n");
+  EXPECT_FALSE(exists(ws_ / ".git/objects/ab/cdef")) << "a git directory with a refusal lands nothing";
   EXPECT_EQ(content_of(ws_ / "src.txt"), "v2\n");
 }
 
@@ -713,32 +730,122 @@ TEST_F(WriteBack, WhatRedirectsGitIsRefusedWhereverItIsPlanted) {
   Strings refused;
   for (const auto& r : rep.refused) refused.push_back(r.path);
   std::sort(refused.begin(), refused.end());
-  EXPECT_EQ(refused, (Strings{".git/commondir", ".git/rebase-merge", "bare/config"})) << rep.to_json().dump();
+  EXPECT_EQ(refused, (Strings{".git", ".git/commondir", ".git/rebase-merge", "bare", "bare/config"}))
+      << rep.to_json().dump();
   EXPECT_FALSE(exists(ws_ / ".git/commondir"));
   EXPECT_FALSE(exists(ws_ / "bare/config"));
-  EXPECT_EQ(content_of(ws_ / "bare/objects/ab"), "object\n") << "a repository's objects are ordinary work";
-  EXPECT_EQ(content_of(ws_ / ".git/objects/cd"), "object\n");
+  EXPECT_FALSE(exists(ws_ / "bare/objects/ab")) << "a git directory with a refusal lands nothing";
+  EXPECT_FALSE(exists(ws_ / ".git/objects/cd"));
+}
+
+// git's is_git_directory takes a HEAD with a commondir (or refs/) for a repository, its config
+// read from where commondir points: such a directory is judged as a git directory too.
+TEST_F(WriteBack, ARepositoryDisguisedWithACommondirIsAGitDirectory) {
+  put(ws_ / "keep.txt", "k\n");
+  auto copy = make_view(all_of_it());
+  mkdir_p(view("src/refs"));
+  mkdir_p(view(".cache/objects"));
+  mkdir_p(view(".cache/refs"));
+  put(view("src/HEAD"), "ref: refs/heads/main\n");
+  put(view("src/commondir"), "../.cache\n");
+  put(view(".cache/config"), "[core]\n\tpager = touch /tmp/pwned\n");
+  auto rep = back(copy.manifest, all_of_it());
+  EXPECT_FALSE(exists(ws_ / "src/commondir")) << rep.to_json().dump();
+  bool named = false;
+  for (const auto& r : rep.refused) named = named || r.path == "src/commondir";
+  EXPECT_TRUE(named) << rep.to_json().dump();
+}
+
+// The same bytes and mode written again (git rewrites .git/config on branch -D) are no change.
+TEST_F(WriteBack, AProtectedFileRewrittenAsItWasIsNoChange) {
+  git_layout(ws_);
+  auto copy = make_view(all_of_it());
+  ASSERT_EQ(::chmod(view(".git/config").c_str(), 0644), 0);
+  ASSERT_EQ(::unlink(view(".git/config").c_str()), 0);
+  put(view(".git/config"), "[core]\n", lstat_of(ws_ / ".git/config").st_mode & 07777);
+  put(view(".git/objects/ab/new"), "new object\n");
+  auto rep = back(copy.manifest, all_of_it());
+  EXPECT_TRUE(rep.refused.empty()) << rep.to_json().dump();
+  EXPECT_EQ(content_of(ws_ / ".git/objects/ab/new"), "new object\n");
+}
+
+// Objects and packs are named by their contents: one rewritten inside is refused and the git
+// directory lands nothing; files git does rewrite under objects/ (info/packs) land.
+TEST_F(WriteBack, AnExistingGitObjectRewrittenIsRefused) {
+  git_layout(ws_);
+  mkdir_p(ws_ / ".git/objects/info");
+  put(ws_ / ".git/objects/info/packs", "P pack-1.pack\n");
+  auto copy = make_view(all_of_it());
+  put(view(".git/objects/info/packs"), "P pack-2.pack\n");
+  auto ok = back(copy.manifest, all_of_it());
+  EXPECT_TRUE(ok.refused.empty()) << ok.to_json().dump();
+  EXPECT_EQ(content_of(ws_ / ".git/objects/info/packs"), "P pack-2.pack\n");
+
+  ASSERT_TRUE(remove_tree(view_).has_value());
+  ASSERT_EQ(::mkdir(view_.c_str(), 0700), 0);
+  auto again = make_view(all_of_it());
+  ASSERT_EQ(::chmod(view(".git/objects/ab/cdef").c_str(), 0644), 0);
+  put(view(".git/objects/ab/cdef"), "junk\n");
+  put(view(".git/refs/heads/main"), "fedcba\n");
+  auto rep = back(again.manifest, all_of_it());
+  EXPECT_EQ(content_of(ws_ / ".git/objects/ab/cdef"), "object\n") << rep.to_json().dump();
+  EXPECT_EQ(content_of(ws_ / ".git/refs/heads/main"), "abcdef\n") << "the git directory lands nothing";
+  Strings refused;
+  for (const auto& r : rep.refused) refused.push_back(r.path);
+  std::sort(refused.begin(), refused.end());
+  EXPECT_EQ(refused, (Strings{".git", ".git/objects/ab/cdef"})) << rep.to_json().dump();
+}
+
+// `rm -rf .git; git init` inside: a new config (refused) holds the whole git directory, so the
+// new HEAD does not land and the index is not deleted.
+TEST_F(WriteBack, AGitDirectoryMadeAgainLandsNothing) {
+  git_layout(ws_);
+  put(ws_ / ".git/index", "index\n");
+  auto copy = make_view(all_of_it());
+  ASSERT_EQ(::chmod(view(".git/hooks").c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(view(".git/config").c_str(), 0600), 0);
+  ASSERT_TRUE(remove_tree(view(".git")).has_value());
+  mkdir_p(view(".git/objects"));
+  mkdir_p(view(".git/refs"));
+  put(view(".git/HEAD"), "ref: refs/heads/master\n");
+  put(view(".git/config"), "[core]\n\tbare = false\n");
+  auto rep = back(copy.manifest, all_of_it());
+  EXPECT_EQ(content_of(ws_ / ".git/HEAD"), "ref: refs/heads/main\n") << rep.to_json().dump();
+  EXPECT_EQ(content_of(ws_ / ".git/index"), "index\n");
+  for (const auto& f : git_files()) EXPECT_TRUE(exists(ws_ / f)) << f;
+}
+
+// What the first wall leaves of `rm -rf .git` on a tier that binds config and hooks read-only:
+// HEAD and refs/ gone, config untouched. A git directory cannot be without them: refused, held.
+TEST_F(WriteBack, AGitDirectoryLosingItsHeadOrRefsLandsNothing) {
+  git_layout(ws_);
+  auto copy = make_view(all_of_it());
+  ASSERT_EQ(::unlink(view(".git/HEAD").c_str()), 0);
+  ASSERT_TRUE(remove_tree(view(".git/refs")).has_value());
+  ASSERT_EQ(::unlink(view(".git/MERGE_HEAD").c_str()), 0);
+  auto rep = back(copy.manifest, all_of_it());
+  for (const auto& f : git_files()) EXPECT_TRUE(exists(ws_ / f)) << f << " was deleted: " << rep.to_json().dump();
+  Strings refused;
+  for (const auto& r : rep.refused) refused.push_back(r.path);
+  std::sort(refused.begin(), refused.end());
+  EXPECT_EQ(refused, (Strings{".git", ".git/HEAD", ".git/refs"})) << rep.to_json().dump();
+}
+
+// A directory replaced by a file: the file cannot land over the directory (a conflict), and what
+// the directory held in the workspace stays.
+TEST_F(WriteBack, ADirectoryReplacedByAFileKeepsItsWorkspaceContents) {
+  mkdir_p(ws_ / "src");
+  put(ws_ / "src/a.c", "int a;\n");
+  auto copy = make_view(all_of_it());
+  ASSERT_TRUE(remove_tree(view("src")).has_value());
+  put(view("src"), "x\n");
+  auto rep = back(copy.manifest, all_of_it());
+  EXPECT_EQ(content_of(ws_ / "src/a.c"), "int a;\n") << rep.to_json().dump();
+  EXPECT_TRUE(rep.deleted.empty()) << rep.to_json().dump();
 }
 
 // A git directory renamed away in the view (the first wall's read-only binds do not stop a rename)
 // must not cost the workspace its history: config cannot be deleted, so nothing beneath .git is.
-void git_layout(const TempDir& ws) {
-  mkdir_p(ws / ".git/objects/ab");
-  mkdir_p(ws / ".git/refs/heads");
-  mkdir_p(ws / ".git/hooks");
-  put(ws / ".git/HEAD", "ref: refs/heads/main\n");
-  put(ws / ".git/config", "[core]\n");
-  put(ws / ".git/objects/ab/cdef", "object\n");
-  put(ws / ".git/refs/heads/main", "abcdef\n");
-  put(ws / ".git/hooks/pre-commit.sample", "#!/bin/sh\n");
-  put(ws / ".git/MERGE_HEAD", "abcdef\n");
-}
-
-Strings git_files() {
-  return {".git/HEAD",          ".git/MERGE_HEAD", ".git/config", ".git/hooks/pre-commit.sample", ".git/objects/ab/cdef",
-          ".git/refs/heads/main"};
-}
-
 TEST_F(WriteBack, AGitDirectoryRenamedAwayKeepsEverythingInTheWorkspace) {
   git_layout(ws_);
   auto copy = make_view(all_of_it());
@@ -781,9 +888,9 @@ TEST_F(WriteBack, ADirectoryMovedWithAProtectedPathInsideStaysWhole) {
   EXPECT_EQ(rep.deleted, (Strings{"other.c"})) << "a deletion elsewhere still lands";
 }
 
-// git gc prunes loose objects, git branch -D deletes a ref, git merge --abort its state: history
-// stays on the host (objects, refs), transient state goes; none of it is a refusal.
-TEST_F(WriteBack, GitHistoryIsNeverDeletedAndTransientStateIs) {
+// git gc prunes loose objects, git branch -D deletes a ref, git merge --abort its state: the
+// objects stay on the host (no commit it had is lost), the rest goes; none of it is a refusal.
+TEST_F(WriteBack, GitObjectsAreNeverDeletedAndRefsAndStateAre) {
   git_layout(ws_);
   auto copy = make_view(all_of_it());
   ASSERT_EQ(::unlink(view(".git/objects/ab/cdef").c_str()), 0);
@@ -791,12 +898,11 @@ TEST_F(WriteBack, GitHistoryIsNeverDeletedAndTransientStateIs) {
   ASSERT_EQ(::unlink(view(".git/refs/heads/main").c_str()), 0);
   ASSERT_EQ(::unlink(view(".git/MERGE_HEAD").c_str()), 0);
   auto rep = back(copy.manifest, all_of_it());
-  EXPECT_EQ(rep.deleted, (Strings{".git/MERGE_HEAD"})) << rep.to_json().dump();
-  EXPECT_EQ(rep.kept, (Strings{".git/objects/ab", ".git/objects/ab/cdef", ".git/refs/heads/main"}))
-      << rep.to_json().dump();
+  EXPECT_EQ(rep.deleted, (Strings{".git/refs/heads/main", ".git/MERGE_HEAD"})) << rep.to_json().dump();
+  EXPECT_EQ(rep.kept, (Strings{".git/objects/ab", ".git/objects/ab/cdef"})) << rep.to_json().dump();
   EXPECT_TRUE(rep.refused.empty()) << rep.to_json().dump();
   EXPECT_EQ(content_of(ws_ / ".git/objects/ab/cdef"), "object\n");
-  EXPECT_EQ(content_of(ws_ / ".git/refs/heads/main"), "abcdef\n");
+  EXPECT_FALSE(exists(ws_ / ".git/refs/heads/main"));
   EXPECT_FALSE(exists(ws_ / ".git/MERGE_HEAD"));
 }
 
