@@ -62,31 +62,15 @@ std::vector<ProtectedPath> parse_defaults() {
     if (type != "any" && type != "file") fatal("type must be \"any\" or \"file\"");
     p->file_only = type == "file";
     p->why = e.value("why", "");
-    if (e.contains("except")) {
-      if (!e["except"].is_array()) fatal("except must be an array of patterns");
-      for (const auto& x : e["except"]) {
-        if (!x.is_string()) fatal("except must be an array of patterns");
-        auto q = parse_protected_pattern(x.get<std::string>(), "$.entries.except");
+    // except, required, keep: each an array of patterns.
+    for (auto [field, list] : {std::pair{"except", &p->except}, {"required", &p->required}, {"keep", &p->keep}}) {
+      if (!e.contains(field)) continue;
+      if (!e[field].is_array()) fatal(std::string(field) + " must be an array of patterns");
+      for (const auto& x : e[field]) {
+        if (!x.is_string()) fatal(std::string(field) + " must be an array of patterns");
+        auto q = parse_protected_pattern(x.get<std::string>(), std::string("$.entries.") + field);
         if (!q) fatal(q.error().message);
-        p->except.push_back(q->pattern);
-      }
-    }
-    if (e.contains("required")) {
-      if (!e["required"].is_array()) fatal("required must be an array of patterns");
-      for (const auto& x : e["required"]) {
-        if (!x.is_string()) fatal("required must be an array of patterns");
-        auto q = parse_protected_pattern(x.get<std::string>(), "$.entries.required");
-        if (!q) fatal(q.error().message);
-        p->required.push_back(q->pattern);
-      }
-    }
-    if (e.contains("keep")) {
-      if (!e["keep"].is_array()) fatal("keep must be an array of patterns");
-      for (const auto& x : e["keep"]) {
-        if (!x.is_string()) fatal("keep must be an array of patterns");
-        auto q = parse_protected_pattern(x.get<std::string>(), "$.entries.keep");
-        if (!q) fatal(q.error().message);
-        p->keep.push_back(q->pattern);
+        list->push_back(q->pattern);
       }
     }
     out.push_back(std::move(*p));
