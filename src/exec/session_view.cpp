@@ -71,8 +71,9 @@ bool same_in_both(int view, int ws, const std::string& rel) {
   auto b = open_beneath(ws, rel, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
   struct stat sa{}, sb{};
   if (!a || !b || ::fstat(a->get(), &sa) < 0 || ::fstat(b->get(), &sb) < 0) return false;
+  // Write bits aside: the first wall cleared them in the view, and git keeps a file's mode.
   if (!S_ISREG(sa.st_mode) || !S_ISREG(sb.st_mode) || sa.st_size != sb.st_size ||
-      (sa.st_mode & 07777) != (sb.st_mode & 07777))
+      (sa.st_mode & 07555) != (sb.st_mode & 07555))
     return false;
   char x[65536], y[65536];
   for (;;) {
@@ -89,6 +90,32 @@ bool same_in_both(int view, int ws, const std::string& rel) {
     }
     if (std::memcmp(x, y, static_cast<size_t>(n)) != 0) return false;
   }
+}
+
+// As git's own is_git_directory, a little wider: a HEAD (of any type), and objects/ or a commondir
+// naming where they are (.git/logs, a HEAD beside refs/, is not one).
+bool looks_like_git(int dirfd) {
+  struct stat st{};
+  if (::fstatat(dirfd, "HEAD", &st, AT_SYMLINK_NOFOLLOW) != 0) return false;
+  return (::fstatat(dirfd, "objects", &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) ||
+         ::fstatat(dirfd, "commondir", &st, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+// Whether the view's `rel` holds a HEAD git reads: "ref: refs/..." or an object id, one line.
+bool valid_head(int view, const std::string& rel) {
+  auto fd = open_beneath(view, rel, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
+  if (!fd) return false;
+  char buf[1024];
+  ssize_t n = ::read(fd->get(), buf, sizeof buf);
+  if (n <= 1 || n == static_cast<ssize_t>(sizeof buf) || buf[n - 1] != '\n') return false;
+  std::string_view s(buf, static_cast<size_t>(n - 1));
+  if (s.starts_with("ref: refs/")) {
+    for (char c : s.substr(10))
+      if (static_cast<unsigned char>(c) <= ' ' || c == 0x7f || c == '\\' || c == ':') return false;
+    return s.find("..") == std::string_view::npos;
+  }
+  if (s.size() != 40 && s.size() != 64) return false;
+  return s.find_first_not_of("0123456789abcdef") == std::string_view::npos;
 }
 
 std::string protected_reason(const policy::ProtectedPath& p) {
@@ -561,7 +588,7 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
     }
     if (!guard) guard = policy::protected_by(rules.protected_paths, rel, S_ISDIR(st.st_mode));
     if (!guard && !git_dir.empty())
-      guard = policy::protected_in_git_dir(rules.protected_paths, rel.substr(git_dir.size() + 1));
+      guard = policy::protected_in_git_dir(rules.protected_paths, git_dir == "." ? rel : rel.substr(git_dir.size() + 1));
     if (std::string why = refusal_reason(st); !why.empty()) {
       refuse(rel, why);
       return {};
@@ -575,14 +602,7 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
       }
       if (!guard) ops.push_back({rel, true, st.st_mode & 0777, st.st_ino});
       UniqueFd sub = TRY(open_subdir(dirfd, name, rel + " in the view"));
-      struct stat head{}, objects{};
-      // As git's own is_git_directory: a HEAD, and objects/ or a commondir naming where they are.
-      bool looks_like_git = ::fstatat(sub.get(), "HEAD", &head, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(head.st_mode) &&
-                            ((::fstatat(sub.get(), "objects", &objects, AT_SYMLINK_NOFOLLOW) == 0 &&
-                              S_ISDIR(objects.st_mode)) ||
-                             ::fstatat(sub.get(), "commondir", &objects, AT_SYMLINK_NOFOLLOW) == 0 ||
-                             ::fstatat(sub.get(), "refs", &objects, AT_SYMLINK_NOFOLLOW) == 0);
-      const std::string& below = looks_like_git ? rel : git_dir;
+      const std::string& below = looks_like_git(sub.get()) ? rel : git_dir;
       for (const auto& child : list_names(sub.get()))
         TRY(visit(sub.get(), child, rel + "/" + child, guard, below));
       return {};
@@ -594,6 +614,19 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
     const bool existed = m != manifest.end() && !m->second.is_dir;
     const auto kept = policy::kept_by(rules.protected_paths, rel);
     if ((guard || kept) && existed && same_in_both(vw.get(), ws.get(), rel)) return {};  // rewritten as it was
+    // A git directory's HEAD: a new one would plant a repository (its config read by the user's
+    // git), a malformed one would cost the host its repository.
+    std::string head_root;
+    if (!guard && name == "HEAD" &&
+        (policy::required_by(rules.protected_paths, rel, &head_root) ||
+         (!git_dir.empty() && parent_of(rel) == git_dir && !(head_root = git_dir).empty()))) {
+      if (!existed || !valid_head(vw.get(), rel)) {
+        refuse(rel, existed ? "not a HEAD git reads (ref: refs/... or an object id)"
+                            : "a new HEAD makes a git directory: no repository is planted");
+        hold(head_root);
+        return {};
+      }
+    }
     if (guard) {
       refuse(rel, protected_reason(*guard));
       hold_git_dir(*guard, rel, git_dir);
@@ -607,7 +640,9 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
   };
   for (const auto& p : outermost(write_back_paths)) {
     if (p == ".") {
-      for (const auto& child : list_names(vw.get())) TRY(visit(vw.get(), child, child, std::nullopt, ""));
+      // The workspace itself may be made to look like a repository (a HEAD, objects/, config).
+      const std::string root_git = looks_like_git(vw.get()) ? "." : "";
+      for (const auto& child : list_names(vw.get())) TRY(visit(vw.get(), child, child, std::nullopt, root_git));
       continue;
     }
     std::optional<policy::ProtectedPath> guard;

@@ -730,7 +730,7 @@ TEST_F(WriteBack, WhatRedirectsGitIsRefusedWhereverItIsPlanted) {
   Strings refused;
   for (const auto& r : rep.refused) refused.push_back(r.path);
   std::sort(refused.begin(), refused.end());
-  EXPECT_EQ(refused, (Strings{".git", ".git/commondir", ".git/rebase-merge", "bare", "bare/config"}))
+  EXPECT_EQ(refused, (Strings{".git", ".git/commondir", ".git/rebase-merge", "bare", "bare/HEAD", "bare/config"}))
       << rep.to_json().dump();
   EXPECT_FALSE(exists(ws_ / ".git/commondir"));
   EXPECT_FALSE(exists(ws_ / "bare/config"));
@@ -762,7 +762,7 @@ TEST_F(WriteBack, AProtectedFileRewrittenAsItWasIsNoChange) {
   auto copy = make_view(all_of_it());
   ASSERT_EQ(::chmod(view(".git/config").c_str(), 0644), 0);
   ASSERT_EQ(::unlink(view(".git/config").c_str()), 0);
-  put(view(".git/config"), "[core]\n", lstat_of(ws_ / ".git/config").st_mode & 07777);
+  put(view(".git/config"), "[core]\n", 0444);  // git keeps the mode the first wall left
   put(view(".git/objects/ab/new"), "new object\n");
   auto rep = back(copy.manifest, all_of_it());
   EXPECT_TRUE(rep.refused.empty()) << rep.to_json().dump();
@@ -829,6 +829,39 @@ TEST_F(WriteBack, AGitDirectoryLosingItsHeadOrRefsLandsNothing) {
   for (const auto& r : rep.refused) refused.push_back(r.path);
   std::sort(refused.begin(), refused.end());
   EXPECT_EQ(refused, (Strings{".git", ".git/HEAD", ".git/refs"})) << rep.to_json().dump();
+}
+
+// The workspace itself made to look like a repository (.git's HEAD broken, a HEAD, objects/,
+// refs/ and a config at the root): git on the host would take the root for the repository and
+// run its config. Nothing lands; a malformed .git/HEAD is refused too.
+TEST_F(WriteBack, ARepositoryPlantedAtTheRootOrABrokenHeadLandsNothing) {
+  git_layout(ws_);
+  put(ws_ / "app.py", "v1\n");
+  auto copy = make_view(all_of_it());
+  put(view(".git/HEAD"), "garbage\n");
+  put(view("HEAD"), "ref: refs/heads/main\n");
+  mkdir_p(view("objects"));
+  mkdir_p(view("refs/heads"));
+  put(view("config"), "[core]\n\tfsmonitor = touch /tmp/pwned\n");
+  put(view("app.py"), "v2\n");
+  auto rep = back(copy.manifest, all_of_it());
+  EXPECT_FALSE(exists(ws_ / "config")) << rep.to_json().dump();
+  EXPECT_FALSE(exists(ws_ / "HEAD"));
+  EXPECT_EQ(content_of(ws_ / ".git/HEAD"), "ref: refs/heads/main\n");
+  Strings refused;
+  for (const auto& r : rep.refused) refused.push_back(r.path);
+  EXPECT_NE(std::find(refused.begin(), refused.end(), ".git/HEAD"), refused.end()) << rep.to_json().dump();
+  EXPECT_NE(std::find(refused.begin(), refused.end(), "HEAD"), refused.end()) << rep.to_json().dump();
+}
+
+// A HEAD git writes (a branch, a detached id) lands.
+TEST_F(WriteBack, AWellFormedHeadLands) {
+  git_layout(ws_);
+  auto copy = make_view(all_of_it());
+  put(view(".git/HEAD"), "0123456789abcdef0123456789abcdef01234567\n");
+  auto rep = back(copy.manifest, all_of_it());
+  EXPECT_TRUE(rep.refused.empty()) << rep.to_json().dump();
+  EXPECT_EQ(content_of(ws_ / ".git/HEAD"), "0123456789abcdef0123456789abcdef01234567\n");
 }
 
 // A directory replaced by a file: the file cannot land over the directory (a conflict), and what
