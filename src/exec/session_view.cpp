@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/sendfile.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -92,13 +93,26 @@ bool same_in_both(int view, int ws, const std::string& rel) {
   }
 }
 
-// As git's own is_git_directory, a little wider: a HEAD (of any type), and objects/ or a commondir
-// naming where they are (.git/logs, a HEAD beside refs/, is not one).
+// As git's own is_git_directory, a little wider: a HEAD, and objects, refs or a commondir, each of
+// any type (git asks only that objects and refs be accessible).
 bool looks_like_git(int dirfd) {
   struct stat st{};
   if (::fstatat(dirfd, "HEAD", &st, AT_SYMLINK_NOFOLLOW) != 0) return false;
-  return (::fstatat(dirfd, "objects", &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) ||
-         ::fstatat(dirfd, "commondir", &st, AT_SYMLINK_NOFOLLOW) == 0;
+  for (const char* n : {"objects", "refs", "commondir"})
+    if (::fstatat(dirfd, n, &st, AT_SYMLINK_NOFOLLOW) == 0) return true;
+  return false;
+}
+
+// Whether `rel` is a `.git` or lies beneath one (its logs/ holds a HEAD and refs/, and is no
+// repository of its own); any case, as protected paths match.
+bool in_dot_git(const std::string& rel) {
+  for (size_t start = 0; start <= rel.size();) {
+    size_t end = rel.find('/', start);
+    if (end == std::string::npos) end = rel.size();
+    if (end - start == 4 && ::strncasecmp(rel.c_str() + start, ".git", 4) == 0) return true;
+    start = end + 1;
+  }
+  return false;
 }
 
 // Whether the view's `rel` holds a HEAD git reads: "ref: refs/..." or an object id, one line.
@@ -602,7 +616,17 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
       }
       if (!guard) ops.push_back({rel, true, st.st_mode & 0777, st.st_ino});
       UniqueFd sub = TRY(open_subdir(dirfd, name, rel + " in the view"));
-      const std::string& below = looks_like_git(sub.get()) ? rel : git_dir;
+      std::string below = git_dir;
+      if (git_dir.empty() && !in_dot_git(rel) && looks_like_git(sub.get())) {
+        // A repository the workspace did not hold is being made: its config would be read by the
+        // user's git in any directory beneath it. Never planted, in one run or over several.
+        auto before = open_beneath(ws.get(), rel, O_DIRECTORY | O_RDONLY);
+        if (!before || !looks_like_git(before->get())) {
+          refuse(rel, "a new git directory (a HEAD with objects, refs or a commondir): no repository is planted");
+          return {};
+        }
+        below = rel;
+      }
       for (const auto& child : list_names(sub.get()))
         TRY(visit(sub.get(), child, rel + "/" + child, guard, below));
       return {};
@@ -642,6 +666,12 @@ Result<WriteBackReport> write_back(const std::string& view, const std::string& w
     if (p == ".") {
       // The workspace itself may be made to look like a repository (a HEAD, objects/, config).
       const std::string root_git = looks_like_git(vw.get()) ? "." : "";
+      if (!root_git.empty() && !looks_like_git(ws.get())) {
+        refuse(".", "the workspace made a git directory (a HEAD with objects, refs or a commondir): no repository is "
+                    "planted");
+        hold(".");
+        continue;
+      }
       for (const auto& child : list_names(vw.get())) TRY(visit(vw.get(), child, child, std::nullopt, root_git));
       continue;
     }

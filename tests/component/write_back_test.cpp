@@ -730,7 +730,7 @@ TEST_F(WriteBack, WhatRedirectsGitIsRefusedWhereverItIsPlanted) {
   Strings refused;
   for (const auto& r : rep.refused) refused.push_back(r.path);
   std::sort(refused.begin(), refused.end());
-  EXPECT_EQ(refused, (Strings{".git", ".git/commondir", ".git/rebase-merge", "bare", "bare/HEAD", "bare/config"}))
+  EXPECT_EQ(refused, (Strings{".git", ".git/commondir", ".git/rebase-merge", "bare"}))
       << rep.to_json().dump();
   EXPECT_FALSE(exists(ws_ / ".git/commondir"));
   EXPECT_FALSE(exists(ws_ / "bare/config"));
@@ -752,7 +752,7 @@ TEST_F(WriteBack, ARepositoryDisguisedWithACommondirIsAGitDirectory) {
   auto rep = back(copy.manifest, all_of_it());
   EXPECT_FALSE(exists(ws_ / "src/commondir")) << rep.to_json().dump();
   bool named = false;
-  for (const auto& r : rep.refused) named = named || r.path == "src/commondir";
+  for (const auto& r : rep.refused) named = named || r.path == "src";  // a new git directory, whole
   EXPECT_TRUE(named) << rep.to_json().dump();
 }
 
@@ -850,8 +850,54 @@ TEST_F(WriteBack, ARepositoryPlantedAtTheRootOrABrokenHeadLandsNothing) {
   EXPECT_EQ(content_of(ws_ / ".git/HEAD"), "ref: refs/heads/main\n");
   Strings refused;
   for (const auto& r : rep.refused) refused.push_back(r.path);
-  EXPECT_NE(std::find(refused.begin(), refused.end(), ".git/HEAD"), refused.end()) << rep.to_json().dump();
-  EXPECT_NE(std::find(refused.begin(), refused.end(), "HEAD"), refused.end()) << rep.to_json().dump();
+  EXPECT_NE(std::find(refused.begin(), refused.end(), "."), refused.end()) << rep.to_json().dump();
+  EXPECT_FALSE(exists(ws_ / "objects"));
+  EXPECT_EQ(content_of(ws_ / "app.py"), "v1\n") << "a workspace made a repository lands nothing";
+}
+
+TEST_F(WriteBack, AMalformedHeadIsRefused) {
+  git_layout(ws_);
+  auto copy = make_view(all_of_it());
+  put(view(".git/HEAD"), "garbage\n");
+  auto rep = back(copy.manifest, all_of_it());
+  EXPECT_EQ(content_of(ws_ / ".git/HEAD"), "ref: refs/heads/main\n");
+  Strings refused;
+  for (const auto& r : rep.refused) refused.push_back(r.path);
+  std::sort(refused.begin(), refused.end());
+  EXPECT_EQ(refused, (Strings{".git", ".git/HEAD"})) << rep.to_json().dump();
+}
+
+// git takes a HEAD beside any accessible objects or refs for a repository (an executable file
+// named objects will do), found from any directory beneath it. A repository the workspace did not
+// hold is never made, in one run or piece by piece over several.
+TEST_F(WriteBack, NoRepositoryIsPlantedInOneRunOrOverSeveral) {
+  put(ws_ / "keep.txt", "k\n");
+  auto copy = make_view(all_of_it());
+  mkdir_p(view("sub/refs/heads"));
+  put(view("sub/HEAD"), "ref: refs/heads/main\n");
+  put(view("sub/objects"), "#!/bin/sh\n", 0755);
+  put(view("sub/config"), "[core]\n\tfsmonitor = touch /tmp/pwned\n");
+  auto rep = back(copy.manifest, all_of_it());
+  EXPECT_FALSE(exists(ws_ / "sub/config")) << rep.to_json().dump();
+  EXPECT_FALSE(exists(ws_ / "sub/HEAD"));
+
+  // Piece by piece: run 1 lands a HEAD and a config (no repository yet); run 2 adds refs/.
+  ASSERT_TRUE(remove_tree(view_).has_value());
+  ASSERT_EQ(::mkdir(view_.c_str(), 0700), 0);
+  auto run1 = make_view(all_of_it());
+  mkdir_p(view("sub2"));
+  put(view("sub2/HEAD"), "ref: refs/heads/main\n");
+  put(view("sub2/config"), "[core]\n\tfsmonitor = touch /tmp/pwned\n");
+  auto first = back(run1.manifest, all_of_it());
+  EXPECT_TRUE(first.refused.empty()) << "not a repository yet: " << first.to_json().dump();
+  ASSERT_TRUE(remove_tree(view_).has_value());
+  ASSERT_EQ(::mkdir(view_.c_str(), 0700), 0);
+  auto run2 = make_view(all_of_it());
+  mkdir_p(view("sub2/refs/heads"));
+  auto second = back(run2.manifest, all_of_it());
+  EXPECT_FALSE(exists(ws_ / "sub2/refs")) << second.to_json().dump();
+  ASSERT_EQ(second.refused.size(), 1u) << second.to_json().dump();
+  EXPECT_EQ(second.refused[0].path, "sub2");
 }
 
 // A HEAD git writes (a branch, a detached id) lands.
