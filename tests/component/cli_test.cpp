@@ -89,7 +89,7 @@ TEST(CliPlan, PrintsThePlanItWouldRun) {
 // workspace is named or is the current directory (as `airlock run` takes it); another is not.
 TEST(CliPlan, PlansTheWorkspacesGitConfigTargetsAsRunWould) {
   CliFixture fx(Identity::Self);
-  fx.put(".git/config", "[core]\n\thooksPath = .husky\n");
+  fx.put(".git/config", "[core]\n\thooksPath = .githooks\n");
   auto pol = fx.write_policy(R"({"schema_version": "airlock.task_policy.v1", "executor": "landlock"})");
   auto facts = fx.write_policy(R"({"kernel_release": "synthetic", "landlock_abi": 6, "seccomp_filter": true,
                                    "no_new_privs": true})",
@@ -101,9 +101,9 @@ TEST(CliPlan, PlansTheWorkspacesGitConfigTargetsAsRunWould) {
   TempDir elsewhere;
   auto without = fx.run({"plan", "--json", "--policy", pol, "--facts", facts, "--workspace", elsewhere.path()});
   ASSERT_EQ(without.status, 0) << without.err;
-  EXPECT_NE(with.out.find("\".husky\""), std::string::npos) << with.out;
-  EXPECT_NE(here.out.find("\".husky\""), std::string::npos) << here.out;
-  EXPECT_EQ(without.out.find("\".husky\""), std::string::npos) << without.out;
+  EXPECT_NE(with.out.find("\".githooks\""), std::string::npos) << with.out;
+  EXPECT_NE(here.out.find("\".githooks\""), std::string::npos) << here.out;
+  EXPECT_EQ(without.out.find("\".githooks\""), std::string::npos) << without.out;
 }
 
 TEST(CliDoctor, ReportsEveryExecutorWithAReason) {

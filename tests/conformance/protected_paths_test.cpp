@@ -283,10 +283,10 @@ TEST_P(ProtectedPaths, APlantedHookNeverRunsOnTheHost) {
   // command that leaves the marker. Every route, whatever succeeds inside.
   std::string payload = "touch " + marker;
   // The repository names its own hooks directory, as husky does.
-  ASSERT_EQ(host_git({"config", "core.hooksPath", ".husky"}).status, 0);
-  fx_->put(".husky/.keep", "");
+  ASSERT_EQ(host_git({"config", "core.hooksPath", ".githooks"}).status, 0);
+  fx_->put(".githooks/.keep", "");
   auto r = sh("printf '#!/bin/sh\\n" + payload + "\\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit;"
-              "printf '#!/bin/sh\\n" + payload + "\\n' > .husky/pre-commit; chmod +x .husky/pre-commit;"
+              "printf '#!/bin/sh\\n" + payload + "\\n' > .githooks/pre-commit; chmod +x .githooks/pre-commit;"
               "mkdir -p evil/hooks; cp .git/config evil/config; cp -r .git/objects .git/refs evil/;"
               "printf '#!/bin/sh\\n" + payload + "\\n' > evil/hooks/pre-commit; chmod +x evil/hooks/pre-commit;"
               "echo ../evil > .git/commondir;"
@@ -304,7 +304,7 @@ TEST_P(ProtectedPaths, APlantedHookNeverRunsOnTheHost) {
   EXPECT_EQ(host_bytes(fx_->workspace() + "/.git/config").find("fsmonitor"), std::string::npos);
   EXPECT_FALSE(exists(fx_->workspace() + "/.claude/settings.json"));
   EXPECT_FALSE(exists(fx_->workspace() + "/.bashrc"));
-  EXPECT_FALSE(exists(fx_->workspace() + "/.husky/pre-commit"));
+  EXPECT_FALSE(exists(fx_->workspace() + "/.githooks/pre-commit"));
   EXPECT_FALSE(exists(fx_->workspace() + "/.git/commondir"));
 }
 
