@@ -2,7 +2,7 @@
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
-# Seconds each fuzz target runs in `make fuzz` (CI: 60 each).
+# Seconds each fuzz target runs in `make fuzz` (CI: 30 each).
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS = policy protocol mcp http door dns ledger receipts
 JOBS ?= $(shell nproc)
