@@ -22,7 +22,7 @@ build: deps $(BUILD)/build.ninja
 	ninja -C $(BUILD) -j $(JOBS)
 
 # The executables into $(PREFIX)/bin, their debug information into $(PREFIX)/lib/debug, the man
-# pages, the bash completion and the agent profiles into $(PREFIX)/share.
+# pages, the bash and zsh completions and the agent profiles into $(PREFIX)/share.
 PREFIX ?= /usr/local
 # Its list of files is kept as $(BUILD)/installed-files.txt (install_manifest.txt is rewritten
 # by every install from the build, the tests' and `make deb`'s too).

@@ -43,6 +43,39 @@ check_installed_tree() {
   grep -qx -- --state-dir <<<"$(complete_words run --st)" || fail "completion of 'airlock run --st' lacks the global --state-dir"
   grep -qx development <<<"$(complete_words --profile '')" || fail "completion of 'airlock --profile ' lacks development"
 
+  # The zsh completion: the same walk, entered as zsh's completion system enters it (words,
+  # CURRENT), with compadd, _files and _normal standing in for the system's own: what it offers,
+  # and that a command inside `airlock run` is completed as zsh completes that command.
+  local zcompletion= candidate
+  for candidate in "$prefix"/share/zsh/{vendor-completions,site-functions}/_airlock; do
+    [ -f "$candidate" ] && zcompletion=$candidate
+  done
+  [ -n "$zcompletion" ] || fail "share/zsh/{vendor-completions,site-functions}/_airlock is not installed"
+  out=$(zsh -f -c 'fpath=("$1" $fpath); autoload -U compinit; compinit -u -d "$2"; print -r -- ${_comps[airlock]}' \
+        _ "$(dirname "$zcompletion")" "$scratch/zcompdump" 2>&1)
+  [ "$out" = _airlock ] || fail "zsh's compinit does not take $zcompletion for airlock: $out"
+  zsh_words() {
+    zsh -f -c 'compadd() { [[ $1 == -a ]] && print -l -- "${(@P)2}"; }
+      _files() { print -- "<files>"; }
+      _normal() { print -- "<normal $CURRENT: ${words[*]}>"; }
+      f=$1; shift; words=(airlock "$@"); CURRENT=$#words; source "$f"' _ "$zcompletion" "$@"
+  }
+  expect_zsh() {  # expect_zsh LINE WORD...: zsh offers LINE after `airlock WORD...`
+    local line=$1 got
+    shift
+    got=$(zsh_words "$@" 2>&1) || fail "zsh completion of 'airlock $*' failed: $got"
+    grep -qxF -- "$line" <<<"$got" || fail "zsh completion of 'airlock $*' lacks '$line': $got"
+  }
+  expect_zsh run r
+  expect_zsh build vm ''
+  expect_zsh --workspace run --w
+  expect_zsh --state-dir run --st
+  expect_zsh development --profile ''
+  expect_zsh '<files>' run --workspace ''
+  expect_zsh '<normal 2: git ch>' run git ch
+  expect_zsh '<normal 1: >' run --workspace /tmp -- ''
+  expect_zsh '<normal 2: git st>' --profile development run -q -- git st
+
   # The agent profiles: each installed file is one the installed airlock carries built in.
   known=$("$airlock" --state-dir "$state" agent run --profile no-such-profile -- true 2>&1 || true)
   local n=0
