@@ -63,7 +63,8 @@ namespace airlock {
   X(EgressFailed, "AIRLOCK_EGRESS_FAILED",                                                  \
     "the destination is allowed but could not be reached (see the address and errno)")       \
   X(PolicyUntrusted, "AIRLOCK_POLICY_UNTRUSTED",                                            \
-    "a policy found in the repository allows more than yours and was not allowed by you")
+    "a policy found in the repository allows more than yours and was not allowed by you")     \
+  X(RunInUse, "AIRLOCK_RUN_IN_USE", "another session holds this run's ledger")
 
 enum class Code {
 #define AIRLOCK_X(e, name, meaning) e,

@@ -109,17 +109,17 @@ Result<Json> dispatch(Session& s, const Json& req) {
     return r.to_json();
   }
   if (action == "run_tool") {
-    TRY(check_keys(req, {"tool", "args"}));
+    TRY(check_keys(req, {"tool", "args", "step"}));
     auto tool = TRY(str(req, "tool"));
-    std::vector<std::string> args;
-    if (req.contains("args")) {
-      if (!req["args"].is_array()) return bad("$.args", "$.args must be an array of strings");
-      for (size_t i = 0; i < req["args"].size(); ++i) {
-        if (!req["args"][i].is_string()) return bad(path_join("$.args", i), "$.args must be an array of strings");
-        args.push_back(req["args"][i].get<std::string>());
-      }
+    Json args = req.contains("args") ? req["args"] : Json(nullptr);
+    if (args.is_array()) {
+      for (size_t i = 0; i < args.size(); ++i)
+        if (!args[i].is_string()) return bad(path_join("$.args", i), "$.args must be an array of strings");
+    } else if (!args.is_null() && !args.is_object()) {
+      return bad("$.args", "$.args must be an array of strings (an argv tool's) or an object (a json tool's)");
     }
-    auto r = TRY(s.run_tool(tool, args));
+    auto step = TRY(uint(req, "step"));
+    auto r = TRY(s.run_tool(tool, args, step));
     return r.to_json();
   }
   if (action == "receipts") {

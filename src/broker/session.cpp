@@ -15,6 +15,7 @@
 #include "exec/captured_run.h"
 #include "exec/owned_executor.h"
 #include "exec/planner.h"
+#include "exec/tool_program.h"
 
 namespace airlock::broker {
 
@@ -77,6 +78,8 @@ Result<std::unique_ptr<Session>> Session::open(const policy::TaskPolicy& pol, co
   s->resolver_ = opts.resolver;
   s->ca_file_ = opts.ca_file;
   s->max_receipt_bytes_ = opts.max_receipt_bytes;
+  s->state_dir_ = opts.state_dir;
+  s->run_id_ = opts.run_id.value_or(id);
   s->workspace_ = opts.workspace ? opts.workspace : pol.workspace;
   if (s->workspace_) s->workspace_ = absolute_path(*s->workspace_);
   const std::string workspace = s->workspace_.value_or("");
@@ -89,6 +92,10 @@ Result<std::unique_ptr<Session>> Session::open(const policy::TaskPolicy& pol, co
     if (s->receipts_.append("session.refused", std::move(body))) e.facts["receipts"] = s->receipts_.path();
     return std::unexpected(std::move(e));
   };
+
+  // The run its json-protocol tools are recorded under, and where (made at the first such call).
+  record["run"] = {{"run_id", s->run_id_}, {"ledger", run_paths(opts.state_dir, s->run_id_).ledger}};
+  if (auto ok = check_run_id(s->run_id_); !ok) return refused(ok.error());
 
   auto planned = exec::plan_session(pol, facts, {opts.profile, workspace, opts.vm_pool});
   if (!planned) return refused(planned.error());
@@ -147,8 +154,17 @@ Json ToolResult::to_json() const {
     else
       j[std::string(key) + "_base64"] = base64_encode(bytes);
   };
-  put("stdout", out);
-  put("stderr", err);
+  if (ledgered) {
+    j["result"] = ledgered->result;
+    j["idempotency_key"] = ledgered->idempotency_key;
+    j["attempt_id"] = ledgered->attempt_id;
+    j["run_id"] = ledgered->run_id;
+    j["step"] = ledgered->step;
+    j["ledger"] = ledgered->ledger;
+  } else {
+    put("stdout", out);
+    put("stderr", err);
+  }
   j["write_back"] = landing.to_json();
   return j;
 }
@@ -342,6 +358,7 @@ Result<T> Session::record(std::string_view kind, const Json& args, Result<T> r,
   else
     appended = receipts_.append(kind, std::move(body));
   if (killed_ && !ended_) (void)finish("killed", {{"write_back", false}, {"reason", kill_reason_}});
+  if (ended_) run_.reset();  // an ended session lets go of its run (finish could not: this action held it)
   if (!appended) return std::unexpected(appended.error());
   return r;
 }
@@ -416,8 +433,9 @@ Result<egress::FetchResponse> Session::http_fetch(const egress::FetchRequest& re
                                        });
 }
 
-Result<ToolResult> Session::run_tool(const std::string& name, const std::vector<std::string>& args) {
-  Json a = {{"tool", name}, {"args", args}};
+Result<ToolResult> Session::run_tool(const std::string& name, const Json& args, std::optional<uint64_t> step) {
+  Json a = {{"tool", name}, {"args", args.is_null() ? Json::array() : args}};
+  if (step) a["step"] = *step;
   std::unique_lock one_at_a_time(action_mu_);
   auto started = clock_();
   TRY(admit("run_tool", a));
@@ -425,20 +443,28 @@ Result<ToolResult> Session::run_tool(const std::string& name, const std::vector<
     auto tool = std::find_if(policy_.tools.begin(), policy_.tools.end(), [&](const auto& t) { return t.name == name; });
     if (tool == policy_.tools.end())
       return fail(Code::ToolNotDeclared, fmt::format("the policy declares no tool \"{}\"", name), {{"tool", name}});
-    // A json-protocol tool needs its call line, key and effect ledger: `airlock tool call`
-    // dispatches those; a session does not yet, and says so rather than run it as argv.
-    if (tool->protocol == policy::ToolProtocol::Json)
-      return fail(Code::ProtocolError,
-                  fmt::format("the tool \"{}\" speaks the json protocol, which sessions do not dispatch yet; "
-                              "use `airlock tool call`",
-                              name),
+    if (tool->protocol == policy::ToolProtocol::Json) return call_json_tool(*tool, args, step);
+    if (!args.is_null() && !args.is_array())
+      return fail(Code::ToolArgsDenied,
+                  fmt::format("the tool \"{}\" runs an argv: its arguments are an array of strings", name),
                   {{"tool", name}});
-    if (!args.empty() && !tool->allow_args)
+    if (step)
+      return fail(Code::ToolArgsDenied,
+                  fmt::format("the tool \"{}\" runs an argv: a step keys only a json-protocol tool's call", name),
+                  {{"tool", name}});
+    std::vector<std::string> argv;
+    for (const auto& v : args.is_null() ? Json::array() : args) {
+      if (!v.is_string())
+        return fail(Code::ToolArgsDenied, fmt::format("the tool \"{}\" takes arguments as strings", name),
+                    {{"tool", name}});
+      argv.push_back(v.get<std::string>());
+    }
+    if (!argv.empty() && !tool->allow_args)
       return fail(Code::ToolArgsDenied, fmt::format("the tool \"{}\" takes no arguments", name),
-                  {{"tool", name}, {"args", args.size()}});
+                  {{"tool", name}, {"args", argv.size()}});
     exec::Command cmd;
     cmd.argv = tool->argv;
-    cmd.argv.insert(cmd.argv.end(), args.begin(), args.end());
+    cmd.argv.insert(cmd.argv.end(), argv.begin(), argv.end());
     // The tool's own timeout, never past what is left of the session's budget.
     auto bound = TRY(bound_by_budget(static_cast<uint64_t>(tool->timeout_seconds) * 1000));
     uint64_t timeout = bound.timeout_ms;
@@ -458,12 +484,51 @@ Result<ToolResult> Session::run_tool(const std::string& name, const std::vector<
     if (run.outcome.timed_out)
       return fail(Code::ToolTimeout, fmt::format("the tool \"{}\" ran past {} ms", name, timeout), facts);
     // What the tool changed lands now (under immediate), whatever its exit: at close it would.
-    return ToolResult{std::move(run.outcome), std::move(run.out), std::move(run.err_tail), land("run_tool")};
+    return ToolResult{std::move(run.outcome), std::move(run.out), std::move(run.err_tail), land("run_tool"), {}};
   }();
   return record<ToolResult>("run_tool", a, std::move(ran), started, [](const ToolResult& t) {
-    return Json{{"outcome", t.outcome.to_json()}, {"stdout_bytes", t.out.size()}, {"stdout_sha256", sha256_hex(t.out)},
-                {"landed", t.landing.landed.has_value()}};
+    Json j = {{"outcome", t.outcome.to_json()}, {"landed", t.landing.landed.has_value()}};
+    if (t.ledgered) {
+      j["idempotency_key"] = t.ledgered->idempotency_key;
+      j["attempt_id"] = t.ledgered->attempt_id;
+      j["run_id"] = t.ledgered->run_id;
+      j["step"] = t.ledgered->step;
+      j["result_sha256"] = sha256_hex(lossless_canonical_json(t.ledgered->result));
+    } else {
+      j["stdout_bytes"] = t.out.size();
+      j["stdout_sha256"] = sha256_hex(t.out);
+    }
+    return j;
   });
+}
+
+Result<ToolResult> Session::call_json_tool(const policy::Tool& tool, const Json& args, std::optional<uint64_t> step) {
+  if (!args.is_null() && !args.is_object())
+    return fail(Code::ToolArgsDenied,
+                fmt::format("the tool \"{}\" speaks the json protocol: its arguments are one object", tool.name),
+                {{"tool", tool.name}});
+  Json call_args = args.is_null() ? Json::object() : args;
+  if (!run_) run_.emplace(TRY(RunLedger::open(state_dir_, run_id_)));
+  auto bound = TRY(bound_by_budget(static_cast<uint64_t>(tool.timeout_seconds) * 1000));
+  uint64_t n = run_->take_step(step);
+  auto key = TRY(ledger::derive_key(run_->keying(), {n, 0}, tool.name, call_args));
+  exec::ToolCall call{&tool, call_args, key, run_id_, RunLedger::span_of(n)};
+  call.timeout_ms = bound.timeout_ms;
+  call.max_output_bytes = std::min(tool.max_output_bytes, policy_.limits.max_output_bytes);
+  auto done = exec::call_tool_program(*executor_, dirs_, call, run_->ledger(), nullptr);
+  if (!done) {
+    Error e = std::move(done).error();
+    e.facts["idempotency_key"] = key;
+    e.facts["step"] = n;
+    e.facts["run_id"] = run_id_;
+    if (e.code == Code::ToolTimeout && bound.budget_binds) {
+      e.code = Code::BudgetExhausted;
+      e.message = "the session's budget ran out while the tool ran";
+    }
+    return std::unexpected(std::move(e));
+  }
+  LedgeredCall c{std::move(done->result), key, done->attempt_id, run_id_, run_->paths().ledger, n};
+  return ToolResult{std::move(done->outcome), {}, {}, land("run_tool"), std::move(c)};
 }
 
 void Session::record_door(Json body) {
@@ -544,6 +609,9 @@ Result<void> Session::finish(std::string_view how, Json body) {
   // Nothing runs in an ended session: whatever the executor still holds (the microvm tier's
   // pooled guests, which share the view) ends before the view is removed.
   executor_->stop();
+  // The run's ledger and lock, for the next session to resume; an action still in flight holds
+  // them until it is recorded (record()).
+  if (!in_flight_) run_.reset();
   body["how"] = how;
   (void)flush_suppressed();  // the count goes into the log before its last receipt
   auto removed = exec::remove_session_dirs(dirs_);

@@ -13,6 +13,7 @@
 
 #include "base/error.h"
 #include "broker/path_guard.h"
+#include "broker/run_ledger.h"
 #include "egress/door.h"
 #include "egress/egress.h"
 #include "exec/executor.h"
@@ -50,6 +51,11 @@ struct SessionOptions {
   // The receipts file's bound: past it, refusals are only counted (refusals.suppressed) and no
   // action is admitted (AIRLOCK_CAPACITY_EXHAUSTED). 0: unbounded.
   uint64_t max_receipt_bytes = 0;
+  // The run the session's json-protocol tool calls belong to (broker/run_ledger.h): their
+  // idempotency keys derive from its keying and its effect ledger records each dispatch. The id
+  // of an earlier run resumes it (same keying, same ledger, the orphaned call's step next);
+  // absent, the session is a run of its own, named by the session's id.
+  std::optional<std::string> run_id;
 };
 
 // Refusals before an action is admitted (rate limit, killed, closed, budget, malformed
@@ -74,11 +80,21 @@ struct FileWriteResult : FileWritten {
   Landing landing;
 };
 
-// What run_tool returns: the tool's exit, its captured output, and where its changes stand.
+// A json-protocol tool's dispatch: its result (the program's stdout as JSON), the key it was
+// handed, its attempt in the run's effect ledger, and its step in the run.
+struct LedgeredCall {
+  Json result;
+  std::string idempotency_key, attempt_id, run_id, ledger;
+  uint64_t step = 0;
+};
+
+// What run_tool returns: the tool's exit, its captured output (an argv tool's), its ledgered
+// call (a json tool's), and where its changes stand.
 struct ToolResult {
   exec::RunOutcome outcome;
   std::string out, err;
   Landing landing;
+  std::optional<LedgeredCall> ledgered;
   Json to_json() const;
 };
 
@@ -133,10 +149,17 @@ class Session {
   Result<FileWriteResult> write_file(const std::string& path, std::string_view data);
   Result<Listing> list_dir(const std::string& path);
   Result<egress::FetchResponse> http_fetch(const egress::FetchRequest& req);
-  // Runs a declared tool: its argv prefix, plus `args` only when the tool allows them, on the
-  // plan's executor, with the tool's timeout (bounded by the session's budget) and the
-  // policy's output cap.
-  Result<ToolResult> run_tool(const std::string& name, const std::vector<std::string>& args);
+  // Runs a declared tool on the plan's executor, with the tool's timeout (bounded by the
+  // session's budget) and output cap (bounded by the policy's). An argv tool runs its argv
+  // prefix, plus `args` (an array of strings) only when the tool allows them. A json-protocol
+  // tool is dispatched as `airlock tool call` dispatches it: `args` (an object, {} when null)
+  // on one line to the program, the idempotency key derived from (run, step, 0, tool, args),
+  // the intent in the run's effect ledger before the program starts and the outcome after;
+  // `step` is the call's step in the run (default: the next, see RunLedger::take_step).
+  Result<ToolResult> run_tool(const std::string& name, const Json& args, std::optional<uint64_t> step);
+  Result<ToolResult> run_tool(const std::string& name, const std::vector<std::string>& args) {
+    return run_tool(name, Json(args), std::nullopt);
+  }
 
   // Records one request through the network door (called from the door's threads).
   void record_door(Json body);
@@ -192,6 +215,8 @@ class Session {
   Result<T> record(std::string_view kind, const Json& args, Result<T> r,
                    std::chrono::steady_clock::time_point started, const std::function<Json(const T&)>& summary);
   uint64_t spent_ms() const;
+  // A json-protocol tool's dispatch, within run_tool (the action admitted).
+  Result<ToolResult> call_json_tool(const policy::Tool& tool, const Json& args, std::optional<uint64_t> step);
   // A run's wall-time limit: its own (`own_ms`, 0 for none), or what is left of the session's
   // budget when that is less (budget_binds). AIRLOCK_BUDGET_EXHAUSTED when nothing is left.
   struct Bound {
@@ -212,6 +237,9 @@ class Session {
   Error exhaust_budget(uint64_t budget_ms, uint64_t spent);
 
   std::string id_;
+  std::string state_dir_;
+  std::string run_id_;
+  std::optional<RunLedger> run_;  // opened at the first json-protocol call
   plan::ExecutionPlan plan_;
   exec::SessionDirs dirs_;
   ledger::ReceiptLog receipts_;

@@ -37,6 +37,7 @@ int session_verb(Globals& g, SessionVerbOptions& o) {
   }
   store::Seat& seat = *held->seat;
   broker::SessionOptions so(start->state_dir, start->profile, o.workspace);
+  so.run_id = o.run_id;
   auto session = broker::Session::open(start->policy, start->facts, so);
   if (!session) {
     seat.release(std::string(to_name(session.error().code)));
@@ -152,6 +153,9 @@ void add_session_options(CLI::App* cmd, SessionCliOptions& o, PolicyOption polic
     cmd->add_option("--policy", o.policy_file, "task policy (JSON); the built-in default when absent");
   cmd->add_option("--defaults", o.defaults, "worker default policy");
   cmd->add_option("--workspace", o.workspace, "workspace directory (overrides the policy's)");
+  cmd->add_option("--run-id", o.run_id,
+                  "the run its json-protocol tool calls belong to: an earlier run's id resumes it (same keys, same "
+                  "effect ledger); default: the session's own id");
 }
 
 }  // namespace airlock::cli

@@ -47,10 +47,11 @@ void add_session(CLI::App& app, Globals& g, Action& run);
 // --policy, --defaults, --workspace: what a verb that opens one session takes (session, mcp).
 struct SessionCliOptions {
   std::optional<std::string> policy_file, defaults, workspace;
+  std::optional<std::string> run_id;  // the run its json-protocol tool calls continue (SessionOptions::run_id)
 };
 // Whether the verb runs without --policy (under the built-in default) or refuses to.
 enum class PolicyOption { Optional, Required };
-// Adds the three options to `cmd`, --policy's help saying what its absence means.
+// Adds the session's options to `cmd`, --policy's help saying what its absence means.
 void add_session_options(CLI::App* cmd, SessionCliOptions& o, PolicyOption policy);
 void add_receipts(CLI::App& app, Globals& g, Action& run);
 void add_broker_suite(CLI::App& app, Globals& g, Action& run);

@@ -90,16 +90,14 @@ std::string trim(std::string_view s) {
 }
 
 // How a finished run becomes the call's result or error.
-Result<Json> classify(const CapturedRun& cap, const policy::Tool& tool) {
+Result<Json> classify(const CapturedRun& cap, const policy::Tool& tool, uint64_t timeout_ms, size_t max_bytes) {
   const RunOutcome& o = cap.outcome;
   if (cap.output_limited)
-    return fail(Code::OutputLimit,
-                fmt::format("{} wrote more than {} bytes and was stopped", tool.name, tool.max_output_bytes),
-                {{"max_output_bytes", tool.max_output_bytes}});
+    return fail(Code::OutputLimit, fmt::format("{} wrote more than {} bytes and was stopped", tool.name, max_bytes),
+                {{"max_output_bytes", max_bytes}});
   if (o.timed_out)
-    return fail(Code::ToolTimeout,
-                fmt::format("{} ran past its {} s timeout and was killed", tool.name, tool.timeout_seconds),
-                {{"timeout_seconds", tool.timeout_seconds}});
+    return fail(Code::ToolTimeout, fmt::format("{} ran past {} ms and was killed", tool.name, timeout_ms),
+                {{"timeout_ms", timeout_ms}});
   if (o.stopped) return fail(Code::SessionKilled, fmt::format("{} was stopped", tool.name));
   if (o.status.signaled || o.status.code != 0)
     return fail(Code::ToolFailed,
@@ -193,7 +191,8 @@ Result<ToolCallResult> call_tool_program(Executor& executor, const SessionDirs& 
   Command cmd;
   cmd.argv = tool.argv;
   cmd.cwd = intent.workdir;
-  cmd.timeout_ms = static_cast<uint64_t>(tool.timeout_seconds) * 1000;
+  cmd.timeout_ms = call.timeout_ms ? call.timeout_ms : static_cast<uint64_t>(tool.timeout_seconds) * 1000;
+  const auto max_bytes = static_cast<size_t>(call.max_output_bytes ? call.max_output_bytes : tool.max_output_bytes);
   for (const auto& name : tool.env)
     if (const char* v = ::getenv(name.c_str())) cmd.env.push_back(name + "=" + v);
   cmd.env.push_back("AIRLOCK_TOOL=" + tool.name);
@@ -225,10 +224,10 @@ Result<ToolCallResult> call_tool_program(Executor& executor, const SessionDirs& 
     return std::unexpected(e.context("the intent could not be recorded, so the tool was not run"));
   }
   auto t0 = std::chrono::steady_clock::now();
-  auto cap = run_captured(executor, cmd, line, static_cast<size_t>(tool.max_output_bytes));
+  auto cap = run_captured(executor, cmd, line, max_bytes);
   if (secret_env) ::explicit_bzero(cmd.env[*secret_env].data(), cmd.env[*secret_env].size());
   secret.reset();
-  Result<Json> result = cap ? classify(*cap, tool) : std::unexpected(cap.error());
+  Result<Json> result = cap ? classify(*cap, tool, cmd.timeout_ms.value_or(0), max_bytes) : std::unexpected(cap.error());
   remove_workdir.now();
 
   EffectOutcome out;

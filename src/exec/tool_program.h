@@ -23,6 +23,8 @@ struct ToolCall {
   std::string idempotency_key;
   std::string run_id;
   std::string span;
+  uint64_t timeout_ms = 0;        // 0: the tool's own timeout (a session bounds it by its budget)
+  uint64_t max_output_bytes = 0;  // 0: the tool's own cap (a session bounds it by the policy's)
 };
 
 // How the credentials reach the program: a pipe it inherits as descriptor 3 (named by

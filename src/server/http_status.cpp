@@ -24,6 +24,7 @@ int http_status(Code code) {
     case Code::SessionClosed:
     case Code::BudgetExhausted:
     case Code::WriteBackRefused:
+    case Code::RunInUse:
       return 409;  // the session's state refuses the action
     case Code::RequestTooLarge:
       return 413;

@@ -54,6 +54,14 @@ Json hints(bool read_only, bool destructive, bool idempotent, bool open_world) {
 // A tool run as a model reads it: what it printed first, then how it ended; the figures stay in
 // structuredContent. isError when the command did not exit 0 (a failing test suite is a failure).
 Json tool_run_result(const Json& result) {
+  if (result.contains("idempotency_key")) {  // a json tool's call: its result, and how it was keyed
+    Json out = text_result(result["result"].dump(2, ' ', false, Json::error_handler_t::replace) +
+                               fmt::format("\n--- step {}, idempotency key {}", result.value("step", Json(0)).dump(),
+                                           result.value("idempotency_key", "")),
+                           false);
+    out["structuredContent"] = result;
+    return out;
+  }
   const Json& o = result.value("outcome", Json::object());
   std::string text;
   for (const char* key : {"stdout", "stderr"}) {
@@ -168,6 +176,7 @@ std::string explain_refusal(const Error& e, const policy::TaskPolicy& p, const p
     case Code::OptionInvalid:
     case Code::ServerUnreachable:
     case Code::InternalError:
+    case Code::RunInUse:
       policy_refusal = false;
       break;
     case Code::EgressFailed:
@@ -250,6 +259,22 @@ Json McpServer::tools() const {
                                      {"url"})}});
   for (const auto& t : policy_.tools) {
     Json props = Json::object();
+    if (t.protocol == policy::ToolProtocol::Json) {
+      props["args"] = {{"type", "object"},
+                       {"description", "the tool's arguments, sent to it as one JSON object with its idempotency key"}};
+      props["step"] = {{"type", "integer"}, {"minimum", 0},
+                       {"description", "the call's step in the run (default: the next); the same step, tool and "
+                                       "arguments carry the same idempotency key, so a retry is recognised"}};
+      list.push_back({{"name", declared_name(t)},
+                      {"title", fmt::format("Call {}", t.name)},
+                      // A json tool exists for its effect on the world outside the sandbox.
+                      {"annotations", hints(false, true, false, true)},
+                      {"description", fmt::format("Call the declared tool \"{}\" ({}); every call is recorded in "
+                                                  "the run's effect ledger before and after it runs (timeout {} s).",
+                                                  t.name, fmt::join(t.argv, " "), t.timeout_seconds)},
+                      {"inputSchema", object_schema(props)}});
+      continue;
+    }
     if (t.allow_args) props["args"] = {{"type", "array"}, {"items", {{"type", "string"}}},
                                        {"description", "extra arguments, each one argv entry (no shell)"}};
     list.push_back({{"name", declared_name(t)},

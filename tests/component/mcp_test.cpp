@@ -21,7 +21,8 @@ const char* kPolicy = R"({"schema_version": "airlock.task_policy.v1", "readable"
   "write_back_paths": ["reports"], "egress": [{"host": "docs.python.org", "ports": [443], "schemes": ["https"]}],
   "tools": [{"name": "count", "argv": ["/usr/bin/wc", "-c", "src/app.py"]},
             {"name": "grep", "argv": ["/usr/bin/grep", "-n"], "allow_args": true},
-            {"name": "fails", "argv": ["/bin/sh", "-c", "echo 2 tests failed; echo oops >&2; exit 3"]}]})";
+            {"name": "fails", "argv": ["/bin/sh", "-c", "echo 2 tests failed; echo oops >&2; exit 3"]},
+            {"name": "deploy", "protocol": "json", "argv": ["/bin/sh", "-c", "read line; printf '{\"request\": %s}' \"$line\""]}]})";
 
 std::string rpc(int id, const std::string& method, const Json& params = Json::object()) {
   return Json{{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", params}}.dump() + "\n";
@@ -80,7 +81,8 @@ TEST_F(Mcp, AnswersJsonRpcOverStdioAndWritesBackWhenInputEnds) {
     EXPECT_EQ(t["inputSchema"]["type"], "object") << t.dump();
   }
   EXPECT_EQ(names,
-            (std::vector<std::string>{"read_file", "write_file", "list_dir", "http_fetch", "count", "grep", "fails"}));
+            (std::vector<std::string>{"read_file", "write_file", "list_dir", "http_fetch", "count", "grep", "fails",
+                                      "deploy"}));
   // Titles and annotations: a client can tell reading from changing, and the open world.
   std::map<std::string, Json> tool;
   Json listed = by_id[2]["result"]["tools"];
@@ -96,6 +98,10 @@ TEST_F(Mcp, AnswersJsonRpcOverStdioAndWritesBackWhenInputEnds) {
   EXPECT_EQ(tool["count"]["annotations"]["openWorldHint"], false);  // code_network is off
   EXPECT_TRUE(by_id[2]["result"]["tools"][5]["inputSchema"]["properties"].contains("args"));
   EXPECT_TRUE(by_id[2]["result"]["tools"][4]["inputSchema"]["properties"].empty());
+  // A json-protocol tool takes one object of arguments, and a step; it acts on the world outside.
+  EXPECT_EQ(tool["deploy"]["inputSchema"]["properties"]["args"]["type"], "object") << tool["deploy"].dump();
+  EXPECT_EQ(tool["deploy"]["inputSchema"]["properties"]["step"]["type"], "integer");
+  EXPECT_EQ(tool["deploy"]["annotations"]["openWorldHint"], true);
 
   EXPECT_EQ(by_id[3]["result"]["isError"], false);
   EXPECT_EQ(by_id[3]["result"]["content"][0]["text"], "print('hi')\n");
@@ -173,7 +179,7 @@ TEST_F(Mcp, OfficialTypeScriptSdkDrivesIt) {
   ASSERT_EQ(r.status, 0) << r.err << r.out;
   Json out = Json::parse(r.out);
   EXPECT_EQ(out["server"]["name"], "airlock");
-  ASSERT_EQ(out["tools"].size(), 7u) << out["tools"].dump();
+  ASSERT_EQ(out["tools"].size(), 8u) << out["tools"].dump();
   EXPECT_EQ(out["tools"][0]["name"], "read_file");
   // The SDK's schema accepts the titles and annotations and hands them to the client.
   EXPECT_EQ(out["tools"][0]["title"], "Read a workspace file");
@@ -185,6 +191,16 @@ TEST_F(Mcp, OfficialTypeScriptSdkDrivesIt) {
   EXPECT_NE(why.find("do not try to work around it"), std::string::npos) << why;
   EXPECT_EQ(out["tool"]["structuredContent"]["stdout"], "12 src/app.py\n") << out["tool"].dump();
   EXPECT_EQ(out["unknown"]["code"], -32602) << out["unknown"].dump();
+  // A json-protocol tool through the SDK: keyed, ledgered, its result as structured content.
+  const Json& deployed = out["deployed"];
+  EXPECT_EQ(deployed["isError"], false) << deployed.dump();
+  std::string key = deployed["structuredContent"]["idempotency_key"];
+  EXPECT_EQ(deployed["structuredContent"]["result"]["request"],
+            Json({{"args", {{"v", 1}}}, {"idempotencyKey", key}, {"tool", "deploy"}}));
+  EXPECT_NE(deployed["content"][0]["text"].get<std::string>().find(key), std::string::npos) << deployed.dump();
+  auto scan = f->run({"ledger", "scan", "--json", deployed["structuredContent"]["ledger"]});
+  ASSERT_EQ(scan.status, 0) << scan.err;
+  EXPECT_EQ(Json::parse(scan.out)["rows"][0]["key"], key) << scan.out;
   EXPECT_EQ(out["wrote"]["structuredContent"]["write_back"]["mode"], "on_close") << out["wrote"].dump();
   // The SDK's close ended the session normally (stdin closed, before any signal) and it wrote back.
   EXPECT_LT(out["close_ms"].get<int>(), 2000) << "the SDK had to signal the server";

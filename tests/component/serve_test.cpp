@@ -120,6 +120,52 @@ TEST_F(Serve, SessionLifecycleOverTheUnixSocket) {
   EXPECT_FALSE(exists(sock));  // nothing left behind
 }
 
+// A json-protocol tool over HTTP: keyed and ledgered as over the pipe; a session opened with the
+// same ?run_id resumes the run (the keying read back: the same step and arguments, the same key).
+TEST_F(Serve, AJsonToolIsLedgeredAndASessionResumesItsRunByRunId) {
+  start();
+  HttpClient c(srv->unix_endpoint());
+  Json p = {{"schema_version", "airlock.task_policy.v1"},
+            {"workspace", f->workspace()},
+            {"tools", {{{"name", "notify"}, {"protocol", "json"},
+                        {"argv", {"/bin/sh", "-c", R"(read line; printf '{"sent": %s}' "$line")"}}}}}};
+  auto opened = must(c.request("POST", "/v1/sessions?run_id=deploy-7", p.dump()));
+  if (opened.status == 503 && !require_all_tiers()) GTEST_SKIP() << opened.body;
+  ASSERT_EQ(opened.status, 201) << opened.body;
+  EXPECT_EQ(opened.json()["receipt"]["run"]["run_id"], "deploy-7");
+  std::string base = "/v1/sessions/" + opened.json()["session"].get<std::string>();
+  auto sent = must(c.post(base + "/run_tool", {{"tool", "notify"}, {"args", {{"to", "ops"}}}}));
+  ASSERT_EQ(sent.status, 200) << sent.body;
+  std::string key = sent.json()["idempotency_key"];
+  EXPECT_EQ(sent.json()["result"]["sent"]["idempotencyKey"], key);
+  EXPECT_EQ(sent.json()["result"]["sent"]["args"], Json({{"to", "ops"}}));
+  EXPECT_EQ(sent.json()["step"], 0);
+  auto busy = must(c.request("POST", "/v1/sessions?run_id=deploy-7", p.dump()));
+  ASSERT_EQ(busy.status, 201) << busy.body;
+  std::string busy_base = "/v1/sessions/" + busy.json()["session"].get<std::string>();
+  auto refused = must(c.post(busy_base + "/run_tool", {{"tool", "notify"}, {"args", {{"to", "ops"}}}}));
+  EXPECT_EQ(refused.status, 409) << refused.body;
+  EXPECT_EQ(refused.json()["error"]["code"], "AIRLOCK_RUN_IN_USE");
+  EXPECT_EQ(must(c.post(busy_base + "/close", Json::object())).status, 200);
+  EXPECT_EQ(must(c.post(base + "/close", Json::object())).status, 200);
+
+  auto resumed = must(c.request("POST", "/v1/sessions?run_id=deploy-7", p.dump()));
+  ASSERT_EQ(resumed.status, 201) << resumed.body;
+  std::string again = "/v1/sessions/" + resumed.json()["session"].get<std::string>();
+  auto retried = must(c.post(again + "/run_tool", {{"tool", "notify"}, {"args", {{"to", "ops"}}}, {"step", 0}}));
+  EXPECT_EQ(retried.json()["idempotency_key"], key) << retried.body;
+  auto next = must(c.post(again + "/run_tool", {{"tool", "notify"}, {"args", {{"to", "ops"}}}}));
+  EXPECT_EQ(next.json()["step"], 1) << next.body;  // the step after the one named
+  EXPECT_EQ(must(c.post(again + "/close", Json::object())).status, 200);
+  auto scan = f->run({"ledger", "scan", "--json", sent.json()["ledger"]});
+  ASSERT_EQ(scan.status, 0) << scan.err;
+  EXPECT_EQ(Json::parse(scan.out)["rows"].size(), 3u) << scan.out;
+  auto bad = must(c.request("POST", "/v1/sessions?run_id=..%2Fx", p.dump()));
+  EXPECT_EQ(bad.status, 400) << bad.body;
+  EXPECT_EQ(bad.json()["error"]["code"], "AIRLOCK_OPTION_INVALID");
+  EXPECT_EQ(srv->stop(SIGTERM), 0);
+}
+
 TEST_F(Serve, EachBadRequestGetsItsOwnAnswer) {
   start({"--max-body-bytes", "4096", "--max-sessions", "1"});
   HttpClient c(srv->unix_endpoint());

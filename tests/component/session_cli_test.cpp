@@ -2,7 +2,11 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <signal.h>
+
+#include <chrono>
 #include <sstream>
+#include <thread>
 
 #include "cli_support.h"
 
@@ -111,6 +115,150 @@ TEST_P(SessionCli, KillRefusesWhatFollows) {
   ASSERT_EQ(v.size(), 3u) << r.out;
   EXPECT_EQ(v[1]["result"]["killed"], true);
   EXPECT_EQ(v[2]["error"]["code"], "AIRLOCK_SESSION_KILLED");
+}
+
+// ------------------------------------------------- json-protocol tools: keyed and ledgered in a session
+
+// `deploy` answers with the request line it was given (its arguments and idempotency key), after
+// DEPLOY_SECONDS (from airlock's environment) to leave time for a kill between its two records.
+const char* kLedgeredPolicy = R"({"schema_version": "airlock.task_policy.v1", "readable": ["src"],
+  "tools": [{"name": "deploy", "protocol": "json", "env": ["DEPLOY_SECONDS"], "argv": ["/bin/sh", "-c",
+             "read line; sleep \"${DEPLOY_SECONDS:-0}\"; printf '{\"request\": %s}' \"$line\""]},
+            {"name": "count", "argv": ["/usr/bin/wc", "-c", "src/app.py"]}]})";
+
+std::vector<std::string> session_argv(CliFixture& f, const std::string& policy, const std::string& run_id) {
+  return {f.binary(), "--state-dir", f.state_dir(), "session", "--policy", policy, "--workspace", f.workspace(),
+          "--run-id", run_id};
+}
+
+TEST_P(SessionCli, AJsonToolIsKeyedAndRecordedBeforeAndAfterItRuns) {
+  std::string pol = f->write_policy(kLedgeredPolicy, "ledgered.json");
+  auto r = f->run_program(session_argv(*f, pol, "task-42"), R"({"id": 1, "action": "run_tool", "tool": "deploy", "args": {"v": 1}}
+{"id": 2, "action": "run_tool", "tool": "deploy", "args": {"v": 1}}
+{"id": 3, "action": "run_tool", "tool": "deploy", "args": ["v"]}
+{"id": 4, "action": "run_tool", "tool": "count", "args": {"v": 1}}
+{"id": 5, "action": "run_tool", "tool": "deploy", "args": {"v": 1}, "step": 0}
+{"id": 6, "action": "close"}
+)");
+  if (refused_for_tier(r) && !require_all_tiers()) GTEST_SKIP() << r.err;
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto v = lines_of(r.out);
+  ASSERT_EQ(v.size(), 7u) << r.out;
+  // Each call is a step of the run: the program got its arguments and its key on one line.
+  const Json& first = v[1]["result"];
+  ASSERT_EQ(v[1]["ok"], true) << v[1].dump();
+  std::string key = first["idempotency_key"];
+  EXPECT_EQ(key.rfind("ik2-", 0), 0u) << key;
+  EXPECT_EQ(first["result"]["request"], Json({{"args", {{"v", 1}}}, {"idempotencyKey", key}, {"tool", "deploy"}}));
+  EXPECT_EQ(first["step"], 0);
+  EXPECT_EQ(first["run_id"], "task-42");
+  std::string ledger = first["ledger"];
+  EXPECT_EQ(ledger, f->state_dir() + "/ledgers/task-42.jsonl");
+  // The same call at the next step is another effect: another key.
+  EXPECT_EQ(v[2]["result"]["step"], 1);
+  EXPECT_NE(v[2]["result"]["idempotency_key"], key);
+  // Arguments of the other kind are refused before anything is recorded or run.
+  EXPECT_EQ(v[3]["error"]["code"], "AIRLOCK_TOOL_ARGS_DENIED") << v[3].dump();
+  EXPECT_EQ(v[4]["error"]["code"], "AIRLOCK_TOOL_ARGS_DENIED") << v[4].dump();
+  // A call that names its step carries that step's key: the retry of step 0 is recognised.
+  EXPECT_EQ(v[5]["result"]["idempotency_key"], key) << v[5].dump();
+
+  // The ledger holds an intent and an outcome for each dispatch, and nothing for the refusals.
+  auto scan = f->run({"ledger", "scan", "--json", ledger});
+  ASSERT_EQ(scan.status, 0) << scan.err;
+  Json s = Json::parse(scan.out);
+  EXPECT_EQ(s["lines"], 6);
+  ASSERT_EQ(s["rows"].size(), 3u) << scan.out;
+  EXPECT_EQ(s["orphans"].size(), 0u);
+  EXPECT_EQ(s["rows"][0]["key"], key);
+  EXPECT_EQ(s["rows"][0]["span"], "step-0.0");
+  EXPECT_EQ(s["rows"][2]["key"], key);
+  // The receipts name the run and its ledger at the open, and each call's key.
+  auto files = f->receipts();
+  ASSERT_EQ(files.size(), 1u);
+  auto receipts = read_receipts(files[0]);
+  EXPECT_EQ(receipts.front()["run"], Json({{"run_id", "task-42"}, {"ledger", ledger}})) << receipts.front().dump();
+  std::vector<std::string> keys;
+  for (const auto& j : receipts)
+    if (j["kind"] == "run_tool" && j.contains("result") && j["result"].contains("idempotency_key"))
+      keys.push_back(j["result"]["idempotency_key"]);
+  EXPECT_EQ(keys.size(), 3u);
+  EXPECT_EQ(f->run({"receipts", "verify", files[0]}).status, 0);
+}
+
+TEST_P(SessionCli, AKillBetweenIntentAndOutcomeLeavesAnOrphanThatTheResumedRunRetriesUnderItsKey) {
+  std::string pol = f->write_policy(kLedgeredPolicy, "ledgered.json");
+  std::string ledger = f->state_dir() + "/ledgers/r7.jsonl";
+  {
+    auto p = f->spawn(session_argv(*f, pol, "r7"), {{"DEPLOY_SECONDS", "60"}});
+    auto open = p->read_line();
+    ASSERT_TRUE(open) << p->err();
+    if (Json::parse(*open)["ok"] != true) {
+      if (!require_all_tiers()) GTEST_SKIP() << *open;
+      FAIL() << *open;
+    }
+    ASSERT_TRUE(p->send(R"({"id": 1, "action": "run_tool", "tool": "deploy", "args": {"amount": 5}})" "\n"));
+    // The intent is on record before the program starts; kill the session while the program runs.
+    for (int i = 0; i < 600 && read_text(ledger).find(R"("phase":"intent")") == std::string::npos; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_NE(read_text(ledger).find(R"("phase":"intent")"), std::string::npos) << p->err();
+    p->signal(SIGKILL);
+    p->wait();
+  }
+  auto orphaned = Json::parse(f->run({"ledger", "scan", "--json", ledger}).out);
+  ASSERT_EQ(orphaned["orphans"].size(), 1u) << orphaned.dump();
+  std::string key = orphaned["orphans"][0]["key"];
+
+  // A later session resuming the run retries the orphaned step with the same key; a call past it
+  // is a new step.
+  auto r = f->run_program(session_argv(*f, pol, "r7"), R"({"id": 1, "action": "run_tool", "tool": "deploy", "args": {"amount": 5}}
+{"id": 2, "action": "run_tool", "tool": "deploy", "args": {"amount": 5}}
+{"id": 3, "action": "close"}
+)");
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto v = lines_of(r.out);
+  ASSERT_EQ(v.size(), 4u) << r.out;
+  EXPECT_EQ(v[1]["result"]["idempotency_key"], key) << v[1].dump();
+  EXPECT_EQ(v[1]["result"]["step"], 0);
+  EXPECT_EQ(v[1]["result"]["result"]["request"]["idempotencyKey"], key);
+  EXPECT_NE(v[2]["result"]["idempotency_key"], key);
+  auto after = Json::parse(f->run({"ledger", "scan", "--json", ledger}).out);
+  EXPECT_EQ(after["orphans"].size(), 1u);  // the record of the attempt that may have happened stays
+  ASSERT_EQ(after["rows"].size(), 2u) << after.dump();
+  EXPECT_EQ(after["rows"][0]["key"], key);
+  EXPECT_EQ(f->session_dirs(), 0u) << "the killed session's sandbox was not swept";
+}
+
+TEST_P(SessionCli, OneSessionAtATimeWritesARunsLedger) {
+  std::string pol = f->write_policy(kLedgeredPolicy, "ledgered.json");
+  auto holder = f->spawn(session_argv(*f, pol, "shared"));
+  auto open = holder->read_line();
+  ASSERT_TRUE(open) << holder->err();
+  if (Json::parse(*open)["ok"] != true) {
+    if (!require_all_tiers()) GTEST_SKIP() << *open;
+    FAIL() << *open;
+  }
+  ASSERT_TRUE(holder->send(R"({"id": 1, "action": "run_tool", "tool": "deploy"})" "\n"));
+  auto held = holder->read_line();
+  ASSERT_TRUE(held);
+  ASSERT_EQ(Json::parse(*held)["ok"], true) << *held;
+
+  auto r = f->run_program(session_argv(*f, pol, "shared"), R"({"id": 1, "action": "run_tool", "tool": "deploy"}
+{"id": 2, "action": "run_tool", "tool": "count"}
+{"id": 3, "action": "close"}
+)");
+  auto v = lines_of(r.out);
+  ASSERT_EQ(v.size(), 4u) << r.out << r.err;
+  EXPECT_EQ(v[1]["error"]["code"], "AIRLOCK_RUN_IN_USE") << v[1].dump();
+  EXPECT_EQ(v[2]["ok"], true);  // the rest of the session is unaffected
+  holder->close_stdin();
+  EXPECT_EQ(holder->wait(), 0);
+
+  // A run id that could name another file is refused before the session opens.
+  auto bad = f->run_program(session_argv(*f, pol, "../escape"), "");
+  EXPECT_EQ(bad.status, 125) << bad.out << bad.err;
+  EXPECT_NE(bad.out.find("AIRLOCK_OPTION_INVALID"), std::string::npos) << bad.out;
+  EXPECT_FALSE(exists(f->state_dir() + "/escape.jsonl"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Identities, SessionCli, ::testing::Values(Identity::Self, Identity::Nobody),

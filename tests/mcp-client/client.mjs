@@ -1,6 +1,6 @@
 // Drives `airlock mcp` with the official MCP TypeScript SDK: initialize, list tools, read a file,
-// provoke a refusal, write a file, call an unknown tool, close as the SDK closes (stdin, then
-// SIGTERM after 2 s, then SIGKILL); prints what came back as one JSON object.
+// provoke a refusal, write a file, call a json-protocol tool, call an unknown tool, close as the
+// SDK closes (stdin, then SIGTERM after 2 s, then SIGKILL); prints what came back as one JSON object.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 
@@ -18,6 +18,7 @@ out.read = await client.callTool({ name: "read_file", arguments: { path: "src/ap
 out.refused = await client.callTool({ name: "read_file", arguments: { path: "../../etc/passwd" } });
 out.tool = await client.callTool({ name: "count", arguments: {} });
 out.wrote = await client.callTool({ name: "write_file", arguments: { path: "reports/sdk.txt", content: "sdk\n" } });
+out.deployed = await client.callTool({ name: "deploy", arguments: { args: { v: 1 } } });
 try {
   await client.callTool({ name: "no_such_tool", arguments: {} });
   out.unknown = "answered";
