@@ -21,6 +21,7 @@ struct EffectIntent {
   std::string span;
   std::string workdir;     // host path of the call's working directory
   int64_t started_at = 0;  // ms since the epoch
+  std::string approval_id = {};  // the approval that let this dispatch run; empty when none was needed
 };
 
 // Phase two: how it ended.

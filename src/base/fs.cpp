@@ -78,10 +78,17 @@ Result<void> write_file_atomic(const std::string& path, std::string_view bytes, 
 }
 
 Result<void> make_dirs(const std::string& path, unsigned mode) {
-  std::error_code ec;
-  std::filesystem::create_directories(path, ec);
-  if (ec) return fail(Code::IoError, fmt::format("cannot create directory {}: {}", path, ec.message()));
-  (void)mode;
+  if (path.empty()) return {};
+  struct stat st{};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return {};
+    return fail(Code::IoError, fmt::format("cannot create directory {}: something else is there", path));
+  }
+  // The missing parents first, each with `mode` (as the umask allows), then this one.
+  if (auto slash = path.find_last_of('/'); slash != std::string::npos && slash > 0)
+    TRY(make_dirs(path.substr(0, slash), mode));
+  if (::mkdir(path.c_str(), static_cast<mode_t>(mode)) != 0 && errno != EEXIST)
+    return fail_errno(Code::IoError, "cannot create directory " + path, errno);
   return {};
 }
 

@@ -52,6 +52,14 @@ struct AttackContext {
   Session& session;  // the session most attacks share (60 actions a minute)
   // A session of its own, with this rate limit, for an attack that ends or floods it.
   std::function<Result<std::unique_ptr<Session>>(int per_minute)> open_session;
+  std::string state;  // the sessions' state directory: where a person's approvals are kept
+
+  // The `pay` tool, which requires approval: a call through `s` with `args`, and the person's
+  // answer to the request a held call named (ApprovalStore::decide, as `airlock approve` does).
+  Result<ToolResult> pay(Session& s, const Json& args) { return s.run_tool("pay", args, std::nullopt); }
+  Result<void> approve(const std::string& approval_id);
+  // What the pay program does run without the broker: it pays, no approval asked.
+  static std::string plain_pay();
 
   bool leaks(const std::string& s) const { return s.find(token) != std::string::npos; }
 };

@@ -1,6 +1,7 @@
 // The broker attack suite: the world every attack shares (files, servers, names, a session), the
 // table of attacks (broker/attacks.inc, one file each under broker/attacks/) and the plain-API
 // baselines they compare with.
+#include "broker/approvals.h"
 #include "broker/attack_suite.h"
 
 #include <fcntl.h>
@@ -64,7 +65,9 @@ std::string policy_text(const std::string& workspace, int port, int any_port, in
   ],
   "tools": [
     {{ "name": "greet", "argv": ["/usr/bin/echo", "hello"], "allow_args": false, "timeout_seconds": 30 }},
-    {{ "name": "sleeper", "argv": ["/usr/bin/sleep", "30"], "allow_args": false, "timeout_seconds": 60 }}
+    {{ "name": "sleeper", "argv": ["/usr/bin/sleep", "30"], "allow_args": false, "timeout_seconds": 60 }},
+    {{ "name": "pay", "protocol": "json", "approval": "required", "timeout_seconds": 30,
+       "argv": ["/bin/sh", "-c", "read line; echo '{{\"paid\": true}}'"] }}
   ],
   "limits": {{ "max_actions_per_minute": {}, "max_response_bytes": 65536 }}
 }})",
@@ -148,6 +151,13 @@ std::string plain_run(const std::vector<std::string>& argv) {
 
 std::string plain_read(const std::string& path) { return read_file(path).value_or(""); }
 
+Result<void> AttackContext::approve(const std::string& approval_id) {
+  TRY(ApprovalStore(state).decide(approval_id, true, 1, kApprovalTtlMs, "broker suite"));
+  return {};
+}
+
+std::string AttackContext::plain_pay() { return plain_run({"/bin/sh", "-c", "read line; echo '{\"paid\": true}'"}); }
+
 Result<std::vector<AttackResult>> run_attack_suite(const AttackSuiteOptions& opts) {
   std::string tmpl = opts.state_dir + "/broker-suite-XXXXXX";
   if (!::mkdtemp(tmpl.data())) return fail_errno(Code::IoError, "mkdtemp under " + opts.state_dir, errno);
@@ -190,7 +200,7 @@ Result<std::vector<AttackResult>> run_attack_suite(const AttackSuiteOptions& opt
   };
   auto shared = TRY(open_session(60));
   AttackContext c{ws,       shared->dirs().view, outside, secret,      target, token, servers,
-                  resolver, rebind_calls,        *shared, open_session};
+                  resolver, rebind_calls,        *shared, open_session, state};
 
   std::vector<AttackResult> out;
   for (const Row& row : kAttacks) {

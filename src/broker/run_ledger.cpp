@@ -5,8 +5,10 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <vector>
 
 #include "base/encoding.h"
 #include "base/fs.h"
@@ -46,6 +48,22 @@ std::optional<uint64_t> RunLedger::step_of(std::string_view span) {
   return n;
 }
 
+namespace {
+
+// A path of the run's that must be a regular file when it exists (never a link to elsewhere).
+Result<bool> regular_file(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return false;
+    return fail_errno(Code::LedgerCorrupt, "lstat " + path, errno);
+  }
+  if (!S_ISREG(st.st_mode))
+    return fail(Code::LedgerCorrupt, fmt::format("{} is not a regular file", path), {{"path", path}});
+  return true;
+}
+
+}  // namespace
+
 Result<RunLedger> RunLedger::open(const std::string& state_dir, const std::string& run_id) {
   TRY(check_run_id(run_id));
   RunPaths paths = run_paths(state_dir, run_id);
@@ -62,11 +80,29 @@ Result<RunLedger> RunLedger::open(const std::string& state_dir, const std::strin
     return fail_errno(Code::LedgerWriteFailed, "flock " + paths.lock, errno);
   }
 
-  // The keying: read back when the run exists, else minted once and kept.
+  // The ledger first, then the keying: a run is its keying with its ledger, and a crash between
+  // the two leaves an empty ledger, which a fresh start may take.
+  bool had_keying = TRY(regular_file(paths.keying));
+  bool had_ledger = TRY(regular_file(paths.ledger));
+  if (had_keying && !had_ledger)
+    return fail(
+        Code::LedgerCorrupt,
+        fmt::format("the run {} has its keying ({}) but not its ledger: numbering from its start would "
+                    "repeat keys already handed out",
+                    run_id, paths.keying),
+        {{"keying", paths.keying}, {"ledger", paths.ledger}});
+  auto led = TRY(ledger::EffectLedger::open(paths.ledger));
+  auto scan = TRY(ledger::scan_ledger(paths.ledger));
+  if (!had_keying && (!scan.rows.empty() || !scan.orphans.empty()))
+    return fail(
+        Code::LedgerCorrupt,
+        fmt::format("the run {} has a ledger ({}) but lost its keying: a new one would give its calls "
+                    "other keys",
+                    run_id, paths.ledger),
+        {{"keying", paths.keying}, {"ledger", paths.ledger}});
+
   ledger::RunKeying keying;
-  bool resumed = false;
-  struct stat st {};
-  if (::lstat(paths.keying.c_str(), &st) == 0) {
+  if (had_keying) {
     auto text = TRY(read_file(paths.keying, Code::LedgerCorrupt));
     auto j = TRY(parse_json(text, Code::LedgerCorrupt, paths.keying));
     keying = TRY(ledger::RunKeying::from_json(j));
@@ -74,27 +110,57 @@ Result<RunLedger> RunLedger::open(const std::string& state_dir, const std::strin
       return fail(Code::LedgerCorrupt,
                   fmt::format("{} keys the run {}, not {}", paths.keying, keying.run_id, run_id),
                   {{"path", paths.keying}});
-    resumed = true;
-  } else if (errno == ENOENT) {
+  } else {
     keying = ledger::start_run(run_id);
     TRY(write_file_atomic(paths.keying, keying.to_json().dump() + "\n", 0600));
-  } else {
-    return fail_errno(Code::LedgerCorrupt, "stat " + paths.keying, errno);
   }
 
-  auto led = TRY(ledger::EffectLedger::open(paths.ledger));
-  auto scan = TRY(ledger::scan_ledger(paths.ledger));
-  RunLedger r(std::move(paths), std::move(lock), std::move(keying), std::move(led));
-  r.resumed_ = resumed;
+  // Each step's last attempt, in the order written: settled or not.
+  std::vector<std::pair<uint64_t, std::pair<std::string_view, bool>>> attempts;  // line -> (span, settled)
   for (const auto& row : scan.rows)
-    if (auto n = step_of(row.intent.span); n && *n + 1 > r.next_step_) r.next_step_ = *n + 1;
+    attempts.push_back(
+        {row.line,
+         {row.intent.span,
+          settles(row.outcome.error ? std::optional<Code>(row.outcome.error->code) : std::nullopt) ||
+              row.outcome.ok}});
+  for (const auto& o : scan.orphans) attempts.push_back({o.line, {o.intent.span, false}});
+  std::sort(attempts.begin(), attempts.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  RunLedger r(std::move(paths), std::move(lock), std::move(keying), std::move(led));
+  r.resumed_ = had_keying;
+  for (const auto& row : scan.rows)
+    if (row.intent.run_id != run_id)
+      return fail(Code::LedgerCorrupt,
+                  fmt::format("{} line {} records the run {}, not {}", r.paths_.ledger, row.line,
+                              row.intent.run_id, run_id),
+                  {{"path", r.paths_.ledger}, {"line", row.line}});
+  for (const auto& [line, a] : attempts) {
+    auto n = step_of(a.first);
+    if (!n || *n > kMaxStep) continue;  // a span of another writer's (airlock tool call --span)
+    r.settle(*n, a.second);
+    r.next_step_ = std::max(r.next_step_, *n + 1);
+  }
   return r;
 }
 
-uint64_t RunLedger::take_step(std::optional<uint64_t> asked) {
-  uint64_t n = asked.value_or(next_step_);
-  next_step_ = n + 1;
+Result<uint64_t> RunLedger::take_step(std::optional<uint64_t> asked) {
+  if (asked && *asked > kMaxStep)
+    return fail(Code::OptionInvalid,
+                fmt::format("step {} is past the highest a call may name ({})", *asked, kMaxStep),
+                {{"step", *asked}});
+  uint64_t n = asked ? *asked : !unsettled_.empty() ? *unsettled_.begin() : next_step_;
+  next_step_ = std::max(next_step_, n + 1);
   return n;
+}
+
+void RunLedger::settle(uint64_t step, bool settled) {
+  if (settled)
+    unsettled_.erase(step);
+  else
+    unsettled_.insert(step);
+}
+
+bool RunLedger::settles(const std::optional<Code>& error) {
+  return !error || *error == Code::ToolFailed || *error == Code::ProtocolError;
 }
 
 }  // namespace airlock::broker

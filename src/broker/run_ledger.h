@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -28,13 +29,16 @@ struct RunPaths {
 };
 RunPaths run_paths(const std::string& state_dir, const std::string& run_id);
 
+// The highest step a call may name: JSON's exact integers (a step numbers calls, it never wraps).
+inline constexpr uint64_t kMaxStep = (uint64_t{1} << 53) - 1;
+
 class RunLedger {
  public:
   // Takes the run's lock (AIRLOCK_RUN_IN_USE while another session holds it), reads the run's
   // keying or starts the run, opens (and repairs) its ledger, and reads it to number the next
-  // call: one step past the last completed call, so the call a crash left as an orphaned intent
-  // is the step a resumed session retries, under the same key when its tool and arguments are
-  // the same. A ledger or keying file that cannot be read as written is AIRLOCK_LEDGER_CORRUPT.
+  // call (take_step). The keying and the ledger go together: one without the other, either of
+  // them not a regular file, or a ledger row of another run, is AIRLOCK_LEDGER_CORRUPT (keys
+  // would repeat, or a retry would get another key).
   static Result<RunLedger> open(const std::string& state_dir, const std::string& run_id);
 
   const ledger::RunKeying& keying() const { return keying_; }
@@ -42,9 +46,16 @@ class RunLedger {
   const RunPaths& paths() const { return paths_; }
   // Whether the run existed before this session (its keying was read back, not minted).
   bool resumed() const { return resumed_; }
-  // The step of the next call: the caller's own when it names one (later calls follow it), else
-  // the next in turn.
-  uint64_t take_step(std::optional<uint64_t> asked);
+  // The step of the next call: the caller's own when it names one (at most kMaxStep, else
+  // AIRLOCK_OPTION_INVALID); else the lowest step whose last attempt did not settle (its intent
+  // orphaned by a crash, or the call stopped before it could end: killed, timed out, cut off),
+  // so a retry of it carries its key; else one past the highest step so far.
+  Result<uint64_t> take_step(std::optional<uint64_t> asked);
+  // How the call at `step` ended: settled (a result, or the program's own failure) or not.
+  void settle(uint64_t step, bool settled);
+  // Whether an outcome with this error (none: ok) settles its step: the program ran to its own
+  // end (AIRLOCK_TOOL_FAILED, AIRLOCK_PROTOCOL_ERROR). Anything else may have stopped it midway.
+  static bool settles(const std::optional<Code>& error);
 
   // The span a call at `step` is recorded under ("step-N.0"), and the step a span names.
   static std::string span_of(uint64_t step);
@@ -62,6 +73,7 @@ class RunLedger {
   ledger::EffectLedger ledger_;
   bool resumed_ = false;
   uint64_t next_step_ = 0;
+  std::set<uint64_t> unsettled_;
 };
 
 }  // namespace airlock::broker

@@ -161,6 +161,7 @@ Json ToolResult::to_json() const {
     j["run_id"] = ledgered->run_id;
     j["step"] = ledgered->step;
     j["ledger"] = ledgered->ledger;
+    if (!ledgered->approval_id.empty()) j["approval_id"] = ledgered->approval_id;
   } else {
     put("stdout", out);
     put("stderr", err);
@@ -434,7 +435,19 @@ Result<egress::FetchResponse> Session::http_fetch(const egress::FetchRequest& re
 }
 
 Result<ToolResult> Session::run_tool(const std::string& name, const Json& args, std::optional<uint64_t> step) {
-  Json a = {{"tool", name}, {"args", args.is_null() ? Json::array() : args}};
+  // A json tool's arguments are recorded by digest and size (they may carry what only the tool
+  // should see, as the ledger keeps only args_hash); an argv tool's as the argv they extend.
+  Json a = {{"tool", name}};
+  bool json_tool = std::any_of(policy_.tools.begin(), policy_.tools.end(), [&](const auto& t) {
+    return t.name == name && t.protocol == policy::ToolProtocol::Json;
+  });
+  if (json_tool) {
+    std::string canonical = lossless_canonical_json(args.is_null() ? Json::object() : args);
+    a["args_sha256"] = sha256_hex(canonical);
+    a["args_bytes"] = canonical.size();
+  } else {
+    a["args"] = args.is_null() ? Json::array() : args;
+  }
   if (step) a["step"] = *step;
   std::unique_lock one_at_a_time(action_mu_);
   auto started = clock_();
@@ -493,6 +506,7 @@ Result<ToolResult> Session::run_tool(const std::string& name, const Json& args, 
       j["attempt_id"] = t.ledgered->attempt_id;
       j["run_id"] = t.ledgered->run_id;
       j["step"] = t.ledgered->step;
+      if (!t.ledgered->approval_id.empty()) j["approval_id"] = t.ledgered->approval_id;
       j["result_sha256"] = sha256_hex(lossless_canonical_json(t.ledgered->result));
     } else {
       j["stdout_bytes"] = t.out.size();
@@ -500,6 +514,35 @@ Result<ToolResult> Session::run_tool(const std::string& name, const Json& args, 
     }
     return j;
   });
+}
+
+Result<std::string> Session::approval_for(const policy::Tool& tool, const Json& args) {
+  std::string args_sha256;
+  try {
+    args_sha256 = sha256_hex(canonical_json(args));
+  } catch (const Json::exception& e) {
+    return fail(Code::ToolArgsDenied, fmt::format("the arguments cannot be sent as JSON: {}", e.what()),
+                {{"tool", tool.name}});
+  }
+  ApprovalStore store(state_dir_);
+  auto c = TRY(store.take_or_request({run_id_, tool.name, args_sha256}, id_, args));
+  {
+    std::lock_guard lk(mu_);
+    for (const auto& x : c.expired) TRY(receipts_.append("approval.expired", {{"approval", x.to_json()}}));
+    if (c.created) TRY(receipts_.append("approval.requested", {{"approval", c.request->to_json()}}));
+  }
+  if (c.approved) return c.approved->id;
+  const Approval& r = *c.request;
+  return fail(Code::ApprovalRequired,
+              fmt::format("the tool \"{}\" needs a person's approval of exactly this call; it is held as approval "
+                          "request {}: approve it with `airlock approve {}` (or POST /v1/approvals/{} with the "
+                          "operator's token), then call again with the same arguments",
+                          tool.name, r.id, r.id, r.id),
+              {{"approval_id", r.id},
+               {"run_id", run_id_},
+               {"tool", tool.name},
+               {"args_sha256", args_sha256},
+               {"expires_at", r.expires_at}});
 }
 
 Result<ToolResult> Session::call_json_tool(const policy::Tool& tool, const Json& args, std::optional<uint64_t> step) {
@@ -510,24 +553,32 @@ Result<ToolResult> Session::call_json_tool(const policy::Tool& tool, const Json&
   Json call_args = args.is_null() ? Json::object() : args;
   if (!run_) run_.emplace(TRY(RunLedger::open(state_dir_, run_id_)));
   auto bound = TRY(bound_by_budget(static_cast<uint64_t>(tool.timeout_seconds) * 1000));
-  uint64_t n = run_->take_step(step);
+  std::string approval_id;
+  if (tool.approval == policy::ToolApproval::Required) approval_id = TRY(approval_for(tool, call_args));
+  uint64_t n = TRY(run_->take_step(step));
   auto key = TRY(ledger::derive_key(run_->keying(), {n, 0}, tool.name, call_args));
   exec::ToolCall call{&tool, call_args, key, run_id_, RunLedger::span_of(n)};
+  call.approval_id = approval_id;
   call.timeout_ms = bound.timeout_ms;
   call.max_output_bytes = std::min(tool.max_output_bytes, policy_.limits.max_output_bytes);
   auto done = exec::call_tool_program(*executor_, dirs_, call, run_->ledger(), nullptr);
+  // A call stopped before it could end (killed, timed out, cut off) may have had its effect: its
+  // step is the next one retried, under the same key for the same arguments.
+  bool settled = done || RunLedger::settles(done.error().code);
+  run_->settle(n, settled);
   if (!done) {
     Error e = std::move(done).error();
     e.facts["idempotency_key"] = key;
     e.facts["step"] = n;
     e.facts["run_id"] = run_id_;
+    e.facts["settled"] = settled;
     if (e.code == Code::ToolTimeout && bound.budget_binds) {
       e.code = Code::BudgetExhausted;
       e.message = "the session's budget ran out while the tool ran";
     }
     return std::unexpected(std::move(e));
   }
-  LedgeredCall c{std::move(done->result), key, done->attempt_id, run_id_, run_->paths().ledger, n};
+  LedgeredCall c{std::move(done->result), key, done->attempt_id, run_id_, run_->paths().ledger, n, approval_id};
   return ToolResult{std::move(done->outcome), {}, {}, land("run_tool"), std::move(c)};
 }
 

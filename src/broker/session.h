@@ -12,6 +12,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "broker/approvals.h"
 #include "broker/path_guard.h"
 #include "broker/run_ledger.h"
 #include "egress/door.h"
@@ -86,6 +87,7 @@ struct LedgeredCall {
   Json result;
   std::string idempotency_key, attempt_id, run_id, ledger;
   uint64_t step = 0;
+  std::string approval_id;  // the approval this dispatch used, when its tool requires one
 };
 
 // What run_tool returns: the tool's exit, its captured output (an argv tool's), its ledgered
@@ -217,6 +219,9 @@ class Session {
   uint64_t spent_ms() const;
   // A json-protocol tool's dispatch, within run_tool (the action admitted).
   Result<ToolResult> call_json_tool(const policy::Tool& tool, const Json& args, std::optional<uint64_t> step);
+  // A call to a tool that requires approval: the id of the approval one attempt of which it takes,
+  // else AIRLOCK_APPROVAL_REQUIRED naming the request it is held as (approval.requested receipt).
+  Result<std::string> approval_for(const policy::Tool& tool, const Json& args);
   // A run's wall-time limit: its own (`own_ms`, 0 for none), or what is left of the session's
   // budget when that is less (budget_binds). AIRLOCK_BUDGET_EXHAUSTED when nothing is left.
   struct Bound {

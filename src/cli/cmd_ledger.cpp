@@ -25,20 +25,22 @@ void print_scan(const std::string& file, const ledger::LedgerScan& s) {
               s.corrupt.size());
   if (!s.rows.empty()) std::printf("\nrows:\n");
   for (const auto& r : s.rows)
-    std::printf("  line %-6llu %-5s %-16s key %s  attempt %s  %.1f ms%s%s\n", static_cast<unsigned long long>(r.line),
+    std::printf("  line %-6llu %-5s %-16s key %s  attempt %s  %.1f ms%s%s%s\n", static_cast<unsigned long long>(r.line),
                 r.outcome.ok ? "ok" : "error", r.intent.tool.c_str(), r.intent.key.c_str(),
                 r.intent.attempt_id.c_str(), r.outcome.wall_ms, r.single ? "  (single record)" : "",
+                r.intent.approval_id.empty() ? "" : fmt::format("  approval {}", r.intent.approval_id).c_str(),
                 r.outcome.error ? fmt::format("  {}: {}", to_name(r.outcome.error->code), r.outcome.error->message).c_str()
                                 : "");
   if (!s.orphans.empty())
     std::printf("\norphaned intents (recorded, no outcome: the effect may have happened; reconcile before retrying):\n");
   for (const auto& o : s.orphans)
     std::printf("  line %llu (byte %llu): tool %s, key %s, attempt %s, run %s, span %s, args sha256 %s,\n"
-                "    workdir %s, started %s\n",
+                "    workdir %s, started %s%s\n",
                 static_cast<unsigned long long>(o.line), static_cast<unsigned long long>(o.offset),
                 o.intent.tool.c_str(), o.intent.key.c_str(), o.intent.attempt_id.c_str(), o.intent.run_id.c_str(),
                 o.intent.span.c_str(), o.intent.args_hash.c_str(), o.intent.workdir.c_str(),
-                utc(o.intent.started_at).c_str());
+                utc(o.intent.started_at).c_str(),
+                o.intent.approval_id.empty() ? "" : fmt::format(", approval {}", o.intent.approval_id).c_str());
   if (!s.torn.empty()) std::printf("\ntorn tails quarantined by a repair:\n");
   for (const auto& t : s.torn)
     std::printf("  line %llu: %llu byte(s) once at byte %llu, sha256 %s, repaired %s\n",

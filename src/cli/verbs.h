@@ -57,6 +57,8 @@ void add_receipts(CLI::App& app, Globals& g, Action& run);
 void add_broker_suite(CLI::App& app, Globals& g, Action& run);
 void add_tool(CLI::App& app, Globals& g, Action& run);
 void add_ledger(CLI::App& app, Globals& g, Action& run);
+// `approvals`, `approve ID`, `deny ID`: the person's side of a call held for approval.
+void add_approvals(CLI::App& app, Globals& g, Action& run);
 void add_serve(CLI::App& app, Globals& g, Action& run);       // in airlock-serve
 void add_serve_stub(CLI::App& app, Globals& g, Action& run);  // in airlock: execs airlock-serve
 void add_mcp(CLI::App& app, Globals& g, Action& run);

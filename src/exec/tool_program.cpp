@@ -169,6 +169,7 @@ Result<ToolCallResult> call_tool_program(Executor& executor, const SessionDirs& 
   intent.args_hash = sha256_hex(canonical_json(call.args));
   intent.run_id = call.run_id;
   intent.span = call.span;
+  intent.approval_id = call.approval_id;
   intent.workdir = dirs.scratch + "/call-" + intent.attempt_id;
   Json where = {{"tool", tool.name}, {"attempt_id", intent.attempt_id}, {"workdir", intent.workdir}};
   auto with_where = [&](Error e) {

@@ -25,6 +25,7 @@ struct ToolCall {
   std::string span;
   uint64_t timeout_ms = 0;        // 0: the tool's own timeout (a session bounds it by its budget)
   uint64_t max_output_bytes = 0;  // 0: the tool's own cap (a session bounds it by the policy's)
+  std::string approval_id = {};   // recorded on the intent: the approval this dispatch used
 };
 
 // How the credentials reach the program: a pipe it inherits as descriptor 3 (named by

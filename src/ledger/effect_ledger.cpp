@@ -37,6 +37,7 @@ void put_intent(Json& j, const EffectIntent& i) {
   j["span"] = i.span;
   j["workdir"] = i.workdir;
   j["started_at"] = i.started_at;
+  if (!i.approval_id.empty()) j["approval_id"] = i.approval_id;  // only a dispatch that needed one
 }
 
 void put_outcome(Json& j, const EffectOutcome& o) {
@@ -122,7 +123,8 @@ class Fields {
   std::string why_;
 };
 
-#define AIRLOCK_INTENT_KEYS "attempt_id", "key", "tool", "args_hash", "run_id", "span", "workdir", "started_at"
+#define AIRLOCK_INTENT_KEYS \
+  "attempt_id", "key", "tool", "args_hash", "run_id", "span", "workdir", "started_at", "approval_id"
 #define AIRLOCK_OUTCOME_KEYS "status", "error", "finished_at", "wall_ms"
 
 // A record written before attempt ids pairs by (idempotency key, start time), as the design says:
@@ -141,6 +143,10 @@ void read_intent(Fields& f, EffectIntent& i) {
   i.span = f.str("span");
   i.workdir = f.str("workdir");
   i.started_at = f.i64("started_at");
+  if (f.has("approval_id")) {
+    i.approval_id = f.str("approval_id");
+    if (f.ok() && i.approval_id.empty()) f.fail_with("empty approval_id");
+  }
   if (legacy && f.ok()) i.attempt_id = legacy_attempt(i.key, i.started_at);
   if (f.ok() && i.attempt_id.empty()) f.fail_with("empty attempt_id");
 }

@@ -85,6 +85,9 @@ std::vector<SchemaField> make_fields() {
       {"tools[].max_output_bytes", "integer", "`1048576`",
        "stdout and stderr together; more stops the tool (`AIRLOCK_OUTPUT_LIMIT`). The smaller of it and "
        "`limits.max_output_bytes` applies."},
+      {"tools[].approval", one_of<ToolApproval>(), "`none`",
+       "`required`: each call is held (`AIRLOCK_APPROVAL_REQUIRED`, with an approval request id) until a "
+       "person approves exactly that call (run, tool, arguments); a `json` tool's only."},
       {"limits", "object", "", "Each field given replaces the lower layer's; the others are kept."},
       {"limits.memory_mb", "integer", "",
        "Memory: `RLIMIT_AS` per process; on the namespaces tier also a cgroup limit on the whole sandbox "
@@ -181,7 +184,8 @@ Json schema_example() {
          {"timeout_seconds", 5},
          {"protocol", "json"},
          {"env", {"LANG_X"}},
-         {"max_output_bytes", 4096}}}},
+         {"max_output_bytes", 4096},
+         {"approval", "required"}}}},
       {"limits",
        {{"memory_mb", 64},
         {"cpu_seconds", 5},

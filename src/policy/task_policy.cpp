@@ -92,8 +92,8 @@ constexpr std::array<std::string_view, 5> kAgentKeys = {"model", "resume", "cont
                                                        "airlock_sha256"};
 constexpr std::array<std::string_view, 2> kCodeNetworkKeys = {"mode", "rules"};
 constexpr std::array<std::string_view, 5> kEgressKeys = {"host", "cidr", "ports", "schemes", "allow_private"};
-constexpr std::array<std::string_view, 7> kToolKeys = {"name",     "argv", "allow_args",      "timeout_seconds",
-                                                       "protocol", "env",  "max_output_bytes"};
+constexpr std::array<std::string_view, 8> kToolKeys = {"name",     "argv", "allow_args",       "timeout_seconds",
+                                                       "protocol", "env",  "max_output_bytes", "approval"};
 constexpr std::array<std::string_view, 12> kLimitKeys = {
     "memory_mb",          "cpu_seconds",      "max_processes",      "command_timeout_seconds",
     "session_budget_seconds", "max_actions_per_minute", "max_read_bytes",   "max_write_bytes",
@@ -450,6 +450,13 @@ Result<Tool> parse_tool(const Json& v, const std::string& path) {
   }
   if (v.contains("max_output_bytes"))
     t.max_output_bytes = TRY(get_positive_int(v["max_output_bytes"], path_join(path, "max_output_bytes"), int64_t{1} << 30));
+  if (v.contains("approval")) t.approval = TRY(get_enum<ToolApproval>(v["approval"], path_join(path, "approval")));
+  // The approval is bound to the call's canonical arguments and recorded on its ledger intent:
+  // an argv tool has neither.
+  if (t.approval == ToolApproval::Required && t.protocol != ToolProtocol::Json)
+    return invalid(path_join(path, "approval"),
+                   fmt::format("{} is \"required\", which only a tool with protocol \"json\" can be",
+                               path_join(path, "approval")));
   return t;
 }
 
@@ -677,6 +684,7 @@ Json to_json(const TaskPolicy& p) {
     if (t.protocol != ToolProtocol::Argv) tool["protocol"] = to_string(t.protocol);
     if (!t.env.empty()) tool["env"] = t.env;
     if (t.max_output_bytes != Tool{}.max_output_bytes) tool["max_output_bytes"] = t.max_output_bytes;
+    if (t.approval != ToolApproval::None) tool["approval"] = to_string(t.approval);
     tools.push_back(std::move(tool));
   }
   Json j = {

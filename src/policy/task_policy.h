@@ -31,6 +31,10 @@ AIRLOCK_ENUM(NetworkMode, AIRLOCK_NETWORK_MODES)
 // on stdin, the JSON result on stdout; see exec/tool_program.h).
 #define AIRLOCK_TOOL_PROTOCOLS(X) X(Argv, "argv") X(Json, "json")
 AIRLOCK_ENUM(ToolProtocol, AIRLOCK_TOOL_PROTOCOLS)
+// Whether a call waits for a person: "required" holds each call until an approval bound to that
+// exact call (run, tool, arguments) is given (broker/approvals.h). A json-protocol tool's only.
+#define AIRLOCK_TOOL_APPROVALS(X) X(None, "none") X(Required, "required")
+AIRLOCK_ENUM(ToolApproval, AIRLOCK_TOOL_APPROVALS)
 
 
 // One allow-list rule: a host name or a CIDR range, with ports and schemes.
@@ -55,6 +59,7 @@ struct Tool {
   ToolProtocol protocol = ToolProtocol::Argv;
   std::vector<std::string> env = {};  // host variables passed through by name, if set
   int64_t max_output_bytes = 1 << 20;  // stdout and stderr together; more stops the tool
+  ToolApproval approval = ToolApproval::None;
 };
 
 struct Limits {

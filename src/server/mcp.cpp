@@ -142,7 +142,12 @@ std::string explain_refusal(const Error& e, const policy::TaskPolicy& p, const p
                 "and length.";
       break;
     case Code::BypassRefused:
+      break;
     case Code::ApprovalRequired:
+      policy_refusal = false;
+      instead = "A person must approve exactly this call first: ask the user to approve the request named above "
+                "(`airlock approve ID`), then call again with the same arguments. Other arguments are not covered "
+                "by the approval.";
       break;
     // Not the policy: the session, the host, the caller or airlock itself. Listed, not defaulted,
     // so a new code is a compile error here until someone says which it is.

@@ -27,6 +27,7 @@
 
 #include "base/hash.h"
 #include "base/unique_fd.h"
+#include "broker/approvals.h"
 #include "broker/protocol.h"
 #include "broker/session.h"
 #include "server/framing.h"
@@ -50,7 +51,21 @@ constexpr Route kRoutes[] = {
     {"GET", "/v1/sessions/{id}/receipts"},
     {"POST", "/v1/sessions/{id}/close"},
     {"POST", "/v1/sessions/{id}/kill"},
+    {"GET", "/v1/approvals"},
+    {"POST", "/v1/approvals/{id}"},
 };
+
+// The approval routes answer only the operator's token, on every listener: an agent holding the
+// server's own credential (or its socket) must not approve what it asked for.
+bool approval_route(std::string_view path) { return path == "/v1/approvals" || path.starts_with("/v1/approvals/"); }
+
+// Whether the request's bearer token is `want_sha256`'s, compared as digests in constant time.
+bool bearer_matches(const httplib::Request& req, const std::string& want_sha256) {
+  std::string auth = req.get_header_value("Authorization");
+  constexpr std::string_view kBearer = "Bearer ";
+  std::string got = sha256_hex(auth.starts_with(kBearer) ? auth.substr(kBearer.size()) : std::string("\n"));
+  return auth.starts_with(kBearer) && CRYPTO_memcmp(got.data(), want_sha256.data(), want_sha256.size()) == 0;
+}
 
 // Ended sessions stay answerable (receipts, AIRLOCK_SESSION_CLOSED) until this many more end.
 constexpr size_t kEndedKept = 1024;
@@ -427,7 +442,7 @@ struct Server::Impl {
   uint64_t state_bytes() const {
     namespace fs = std::filesystem;
     uint64_t total = 0;
-    for (const char* sub : {"receipts", "sessions"}) {
+    for (const char* sub : {"receipts", "sessions", "ledgers", "approvals"}) {
       std::error_code ec;
       fs::recursive_directory_iterator it(fs::path(opts.state_dir) / sub, fs::directory_options::skip_permission_denied,
                                           ec);
@@ -464,7 +479,7 @@ struct Server::Impl {
       uint64_t used = state_bytes();
       if (used >= opts.max_state_bytes)
         return fail(Code::CapacityExhausted,
-                    fmt::format("the state directory holds {} bytes of receipts and sessions, the most this server "
+                    fmt::format("the state directory holds {} bytes of receipts, sessions, ledgers and approvals, the most this server "
                                 "allows (--max-state-bytes {})",
                                 used, opts.max_state_bytes),
                     {{"state_bytes", used}, {"max_state_bytes", opts.max_state_bytes}});
@@ -534,7 +549,45 @@ struct Server::Impl {
     return std::pair{200, resp["result"]};
   }
 
+  // GET /v1/approvals (?all for answered ones too), POST /v1/approvals/{id} {"decision": …}.
+  Result<std::pair<int, Json>> approvals(const Route& r, const httplib::Request& req) {
+    if (opts.operator_token.empty())
+      return fail(Code::Unauthorized, "this server takes no approvals: start it with --operator-token-file");
+    if (!bearer_matches(req, sha256_hex(opts.operator_token)))
+      return fail(Code::Unauthorized, "approvals need Authorization: Bearer <the operator's token>, which is not the "
+                                      "agent's",
+                  {{"route", r.path}});
+    broker::ApprovalStore store(opts.state_dir);
+    if (r.method == "GET") {
+      auto list = TRY(store.list(!req.has_param("all")));
+      Json out = Json::array();
+      for (const auto& a : list) out.push_back(a.to_json());
+      return std::pair{200, Json{{"approvals", std::move(out)}}};
+    }
+    auto body = TRY(body_object(req));
+    for (const auto& [k, v] : body.items())
+      if (k != "decision" && k != "attempts" && k != "expires_in_seconds")
+        return fail(Code::ProtocolError, fmt::format("$.{} is not an argument of an approval", k),
+                    {{"path", "$." + k}});
+    std::string decision = body.value("decision", Json()).is_string() ? body["decision"].get<std::string>() : "";
+    if (decision != "approve" && decision != "deny")
+      return fail(Code::ProtocolError, "$.decision must be \"approve\" or \"deny\"", {{"path", "$.decision"}});
+    auto positive = [&](const char* key, uint64_t dflt, uint64_t most) -> Result<uint64_t> {
+      if (!body.contains(key)) return dflt;
+      if (!body[key].is_number_unsigned() || body[key].get<uint64_t>() == 0 || body[key].get<uint64_t>() > most)
+        return fail(Code::ProtocolError, fmt::format("$.{} must be an integer from 1 to {}", key, most),
+                    {{"path", fmt::format("$.{}", key)}});
+      return body[key].get<uint64_t>();
+    };
+    auto attempts = TRY(positive("attempts", 1, 1000));
+    auto ttl = TRY(positive("expires_in_seconds", broker::kApprovalTtlMs / 1000, 366 * 86400));
+    auto a = TRY(store.decide(req.matches[1].str(), decision == "approve", static_cast<uint32_t>(attempts),
+                              static_cast<int64_t>(ttl) * 1000, "http (operator token)"));
+    return std::pair{200, a.to_json()};
+  }
+
   Result<std::pair<int, Json>> route(const Route& r, const httplib::Request& req) {
+    if (approval_route(r.path)) return approvals(r, req);
     std::string_view action = route_action(r.path);
     if (!action.empty()) return act(req.matches[1].str(), action, req);
     if (r.path == "/v1/sessions" && r.method == "GET") return list_sessions();
@@ -656,11 +709,9 @@ Result<int> Server::bind_tcp(const ListenAddress& at, std::string token) {
   // Compared as digests with CRYPTO_memcmp: the time taken says nothing about the token.
   std::string want = sha256_hex(token);
   l.http->set_pre_routing_handler([want](const httplib::Request& req, httplib::Response& res) {
+    // The approval routes check the operator's token themselves (and refuse this one).
+    if (bearer_matches(req, want) || approval_route(req.path)) return httplib::Server::HandlerResponse::Unhandled;
     std::string auth = req.get_header_value("Authorization");
-    constexpr std::string_view kBearer = "Bearer ";
-    std::string got = sha256_hex(auth.starts_with(kBearer) ? auth.substr(kBearer.size()) : std::string("\n"));
-    if (auth.starts_with(kBearer) && CRYPTO_memcmp(got.data(), want.data(), want.size()) == 0)
-      return httplib::Server::HandlerResponse::Unhandled;
     reply_error(res, Error{Code::Unauthorized,
                            auth.empty() ? "the TCP listener requires Authorization: Bearer <token>"
                                         : "the bearer token is not the server's",

@@ -33,6 +33,9 @@ struct ServerOptions {
   policy::TaskPolicy base_policy = policy::builtin_default();
   // GET /v1/executors: the doctor report, supplied by the caller (the CLI owns the doctor).
   std::function<Json()> executors_report;
+  // The operator's bearer token for the approval routes (GET /v1/approvals, POST
+  // /v1/approvals/{id}) on every listener; empty: the server takes no approvals.
+  std::string operator_token;
   size_t max_body_bytes = 8u << 20;
   // Every connection is held to these before httplib reads it (server/framing.h); the body
   // bound is max_body_bytes, whatever the transfer encoding.

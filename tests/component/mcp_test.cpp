@@ -22,7 +22,8 @@ const char* kPolicy = R"({"schema_version": "airlock.task_policy.v1", "readable"
   "tools": [{"name": "count", "argv": ["/usr/bin/wc", "-c", "src/app.py"]},
             {"name": "grep", "argv": ["/usr/bin/grep", "-n"], "allow_args": true},
             {"name": "fails", "argv": ["/bin/sh", "-c", "echo 2 tests failed; echo oops >&2; exit 3"]},
-            {"name": "deploy", "protocol": "json", "argv": ["/bin/sh", "-c", "read line; printf '{\"request\": %s}' \"$line\""]}]})";
+            {"name": "deploy", "protocol": "json", "argv": ["/bin/sh", "-c", "read line; printf '{\"request\": %s}' \"$line\""]},
+            {"name": "release", "protocol": "json", "approval": "required", "argv": ["/bin/sh", "-c", "read line; echo '{\"released\": true}'"]}]})";
 
 std::string rpc(int id, const std::string& method, const Json& params = Json::object()) {
   return Json{{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", params}}.dump() + "\n";
@@ -82,7 +83,7 @@ TEST_F(Mcp, AnswersJsonRpcOverStdioAndWritesBackWhenInputEnds) {
   }
   EXPECT_EQ(names,
             (std::vector<std::string>{"read_file", "write_file", "list_dir", "http_fetch", "count", "grep", "fails",
-                                      "deploy"}));
+                                      "deploy", "release"}));
   // Titles and annotations: a client can tell reading from changing, and the open world.
   std::map<std::string, Json> tool;
   Json listed = by_id[2]["result"]["tools"];
@@ -179,7 +180,7 @@ TEST_F(Mcp, OfficialTypeScriptSdkDrivesIt) {
   ASSERT_EQ(r.status, 0) << r.err << r.out;
   Json out = Json::parse(r.out);
   EXPECT_EQ(out["server"]["name"], "airlock");
-  ASSERT_EQ(out["tools"].size(), 8u) << out["tools"].dump();
+  ASSERT_EQ(out["tools"].size(), 9u) << out["tools"].dump();
   EXPECT_EQ(out["tools"][0]["name"], "read_file");
   // The SDK's schema accepts the titles and annotations and hands them to the client.
   EXPECT_EQ(out["tools"][0]["title"], "Read a workspace file");
@@ -201,6 +202,17 @@ TEST_F(Mcp, OfficialTypeScriptSdkDrivesIt) {
   auto scan = f->run({"ledger", "scan", "--json", deployed["structuredContent"]["ledger"]});
   ASSERT_EQ(scan.status, 0) << scan.err;
   EXPECT_EQ(Json::parse(scan.out)["rows"][0]["key"], key) << scan.out;
+  // A tool that needs approval: held (an error result naming the request), approved by the person
+  // (`airlock approve`, run by the client script), then dispatched with that approval.
+  EXPECT_EQ(out["held"]["isError"], true) << out["held"].dump();
+  std::string held = out["held"]["content"][0]["text"];
+  EXPECT_NE(held.find("AIRLOCK_APPROVAL_REQUIRED"), std::string::npos) << held;
+  EXPECT_NE(held.find("ask the user to approve"), std::string::npos) << held;
+  ASSERT_TRUE(out["approval_id"].is_string()) << out.dump();
+  EXPECT_EQ(out["approved"]["status"], "approved") << out.dump();
+  EXPECT_EQ(out["released"]["isError"], false) << out["released"].dump();
+  EXPECT_EQ(out["released"]["structuredContent"]["approval_id"], out["approval_id"]);
+  EXPECT_EQ(out["released"]["structuredContent"]["result"], Json({{"released", true}}));
   EXPECT_EQ(out["wrote"]["structuredContent"]["write_back"]["mode"], "on_close") << out["wrote"].dump();
   // The SDK's close ended the session normally (stdin closed, before any signal) and it wrote back.
   EXPECT_LT(out["close_ms"].get<int>(), 2000) << "the SDK had to signal the server";

@@ -166,6 +166,79 @@ TEST_F(Serve, AJsonToolIsLedgeredAndASessionResumesItsRunByRunId) {
   EXPECT_EQ(srv->stop(SIGTERM), 0);
 }
 
+// Approvals over HTTP: a held call, answered only with the operator's token (never the agent's,
+// never none), dispatched once for exactly the call approved; a denial never dispatches.
+TEST_F(Serve, OnlyTheOperatorsTokenApprovesAHeldCall) {
+  auto token_file = [&](const std::string& name, const std::string& token) {
+    std::string path = f->workspace() + "/../" + name;
+    std::ofstream(path) << token << "\n";
+    ::chmod(path.c_str(), 0600);
+    return path;
+  };
+  std::string agent = "agent-token-0123456789abcdef", op = "operator-token-0123456789abcdef";
+  std::string agent_file = token_file("agent-token", agent), op_file = token_file("operator-token", op);
+  auto same = f->run({"serve", "--listen", "127.0.0.1:0", "--token-file", agent_file, "--operator-token-file",
+                      agent_file});
+  EXPECT_EQ(same.status, 125) << same.err;
+  EXPECT_NE(same.err.find("AIRLOCK_OPTION_INVALID"), std::string::npos) << same.err;
+  start({"--listen", "127.0.0.1:0", "--token-file", agent_file, "--operator-token-file", op_file});
+  HttpClient c(srv->tcp_endpoint(agent));
+  Json p = {{"schema_version", "airlock.task_policy.v1"},
+            {"workspace", f->workspace()},
+            {"tools", {{{"name", "deploy"}, {"protocol", "json"}, {"approval", "required"},
+                        {"argv", {"/bin/sh", "-c", R"(read line; printf '{"deployed": %s}' "$line")"}}}}}};
+  auto opened = must(c.request("POST", "/v1/sessions?run_id=release-1", p.dump()));
+  if (opened.status == 503 && !require_all_tiers()) GTEST_SKIP() << opened.body;
+  ASSERT_EQ(opened.status, 201) << opened.body;
+  std::string base = "/v1/sessions/" + opened.json()["session"].get<std::string>();
+  auto held = must(c.post(base + "/run_tool", {{"tool", "deploy"}, {"args", {{"version", "1.2"}}}}));
+  EXPECT_EQ(held.status, 403) << held.body;
+  EXPECT_EQ(held.json()["error"]["code"], "AIRLOCK_APPROVAL_REQUIRED");
+  std::string id = held.json()["error"]["facts"]["approval_id"];
+
+  // The agent's token, no token, a forged id: nothing approved.
+  EXPECT_EQ(must(c.get("/v1/approvals")).status, 401);
+  auto self = must(c.post("/v1/approvals/" + id, {{"decision", "approve"}}));
+  EXPECT_EQ(self.status, 401) << self.body;
+  HttpClient none(srv->unix_endpoint());
+  EXPECT_EQ(must(none.post("/v1/approvals/" + id, {{"decision", "approve"}})).status, 401);
+  HttpClient operator_(srv->tcp_endpoint(op));
+  EXPECT_EQ(must(operator_.post("/v1/sessions", Json::object())).status, 401) << "the operator's token is not the agent's";
+  auto forged = must(operator_.post("/v1/approvals/" + std::string(32, 'f'), {{"decision", "approve"}}));
+  EXPECT_EQ(forged.status, 404) << forged.body;
+  EXPECT_EQ(must(c.post(base + "/run_tool", {{"tool", "deploy"}, {"args", {{"version", "1.2"}}}})).status, 403);
+
+  // The operator sees the request and approves it: that call runs once.
+  auto pending = must(operator_.get("/v1/approvals"));
+  ASSERT_EQ(pending.status, 200) << pending.body;
+  ASSERT_EQ(pending.json()["approvals"].size(), 1u) << pending.body;
+  EXPECT_EQ(pending.json()["approvals"][0]["args"], Json({{"version", "1.2"}}));
+  auto bad = must(operator_.post("/v1/approvals/" + id, {{"decision", "maybe"}}));
+  EXPECT_EQ(bad.status, 400) << bad.body;
+  auto approved = must(operator_.post("/v1/approvals/" + id, {{"decision", "approve"}}));
+  ASSERT_EQ(approved.status, 200) << approved.body;
+  EXPECT_EQ(approved.json()["answered"]["channel"], "http (operator token)");
+  EXPECT_EQ(must(c.post(base + "/run_tool", {{"tool", "deploy"}, {"args", {{"version", "1.3"}}}})).status, 403)
+      << "another argument is not covered";
+  auto ran = must(c.post(base + "/run_tool", {{"tool", "deploy"}, {"args", {{"version", "1.2"}}}}));
+  ASSERT_EQ(ran.status, 200) << ran.body;
+  EXPECT_EQ(ran.json()["approval_id"], id);
+  auto replay = must(c.post(base + "/run_tool", {{"tool", "deploy"}, {"args", {{"version", "1.2"}}}}));
+  EXPECT_EQ(replay.status, 403) << "the approval was used twice";
+  std::string second = replay.json()["error"]["facts"]["approval_id"];
+  auto denied = must(operator_.post("/v1/approvals/" + second, {{"decision", "deny"}}));
+  ASSERT_EQ(denied.status, 200) << denied.body;
+  EXPECT_EQ(must(c.post(base + "/run_tool", {{"tool", "deploy"}, {"args", {{"version", "1.2"}}}})).status, 403);
+  EXPECT_EQ(must(operator_.post("/v1/approvals/" + second, {{"decision", "approve"}})).status, 400)
+      << "a denied request was approved after all";
+  EXPECT_EQ(must(c.post(base + "/close", Json::object())).status, 200);
+  auto scan = f->run({"ledger", "scan", "--json", ran.json()["ledger"]});
+  Json rows = Json::parse(scan.out)["rows"];
+  ASSERT_EQ(rows.size(), 1u) << scan.out;
+  EXPECT_EQ(rows[0]["approval_id"], id);
+  EXPECT_EQ(srv->stop(SIGTERM), 0);
+}
+
 TEST_F(Serve, EachBadRequestGetsItsOwnAnswer) {
   start({"--max-body-bytes", "4096", "--max-sessions", "1"});
   HttpClient c(srv->unix_endpoint());
@@ -445,7 +518,9 @@ TEST_F(Serve, OpenApiDescribesExactlyTheRoutesThatExist) {
     auto r = must(c.request(method, p, method == "POST" ? "{" : ""));
     std::string code = r.json().is_object() && r.json().contains("error") ? r.json()["error"]["code"] : "";
     EXPECT_NE(code, "AIRLOCK_NOT_FOUND") << method << " " << path;
-    if (path.find("{id}") != std::string::npos) {
+    if (path.starts_with("/v1/approvals")) {
+      EXPECT_EQ(code, "AIRLOCK_UNAUTHORIZED") << method << " " << path;  // this server takes no approvals
+    } else if (path.find("{id}") != std::string::npos) {
       EXPECT_EQ(code, "AIRLOCK_SESSION_UNKNOWN") << method << " " << path;
     }
   }

@@ -3,8 +3,10 @@
 
 #include <nlohmann/json.hpp>
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -229,6 +231,70 @@ TEST_P(SessionCli, AKillBetweenIntentAndOutcomeLeavesAnOrphanThatTheResumedRunRe
   EXPECT_EQ(f->session_dirs(), 0u) << "the killed session's sandbox was not swept";
 }
 
+// A call stopped before it could end (here the kill switch) may have had its effect: its step is
+// unsettled, and the run's next call (resumed elsewhere) retries it under the same key.
+TEST_P(SessionCli, ACallStoppedMidwayIsRetriedUnderItsKeyInTheResumedRun) {
+  std::string pol = f->write_policy(kLedgeredPolicy, "ledgered.json");
+  std::string ledger = f->state_dir() + "/ledgers/r8.jsonl";
+  auto p = f->spawn(session_argv(*f, pol, "r8"), {{"DEPLOY_SECONDS", "60"}});
+  auto open = p->read_line();
+  ASSERT_TRUE(open) << p->err();
+  if (Json::parse(*open)["ok"] != true) {
+    if (!require_all_tiers()) GTEST_SKIP() << *open;
+    FAIL() << *open;
+  }
+  ASSERT_TRUE(p->send(R"({"id": 1, "action": "run_tool", "tool": "deploy", "args": {"amount": 7}})" "\n"));
+  for (int i = 0; i < 600 && read_text(ledger).find(R"("phase":"intent")") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(p->send(R"({"id": 2, "action": "kill"})" "\n"));
+  auto stopped = p->read_line();
+  ASSERT_TRUE(stopped) << p->err();
+  Json s = Json::parse(*stopped);
+  EXPECT_EQ(s["error"]["code"], "AIRLOCK_SESSION_KILLED") << *stopped;
+  EXPECT_EQ(s["error"]["facts"]["settled"], false) << *stopped;
+  std::string key = s["error"]["facts"]["idempotency_key"];
+  p->close_stdin();
+  p->wait();
+
+  auto r = f->run_program(session_argv(*f, pol, "r8"), R"({"id": 1, "action": "run_tool", "tool": "deploy", "args": {"amount": 7}}
+{"id": 2, "action": "run_tool", "tool": "deploy", "args": {"amount": 7}, "step": 9007199254740992}
+{"id": 3, "action": "close"}
+)");
+  auto v = lines_of(r.out);
+  ASSERT_EQ(v.size(), 4u) << r.out << r.err;
+  EXPECT_EQ(v[1]["result"]["idempotency_key"], key) << v[1].dump();
+  EXPECT_EQ(v[1]["result"]["step"], 0);
+  // A step past JSON's exact integers could wrap the numbering onto an earlier call's key.
+  EXPECT_EQ(v[2]["error"]["code"], "AIRLOCK_OPTION_INVALID") << v[2].dump();
+}
+
+// The keying and the ledger are one run: either alone, or either not a regular file, is refused
+// rather than numbering from the start again (which would repeat keys already handed out).
+TEST_P(SessionCli, ARunMissingHalfOfItsRecordIsRefused) {
+  std::string pol = f->write_policy(kLedgeredPolicy, "ledgered.json");
+  auto call = [&](const std::string& run) {
+    auto r = f->run_program(session_argv(*f, pol, run), R"({"id": 1, "action": "run_tool", "tool": "deploy"}
+{"id": 2, "action": "close"}
+)");
+    auto v = lines_of(r.out);
+    return v.size() > 1 ? v[1] : Json{{"out", r.out}, {"err", r.err}};
+  };
+  Json first = call("half");
+  if (first.contains("err") && !require_all_tiers()) GTEST_SKIP() << first.dump();
+  ASSERT_EQ(first["ok"], true) << first.dump();
+  std::string dir = f->state_dir() + "/ledgers/";
+  ASSERT_EQ(::rename((dir + "half.jsonl").c_str(), (dir + "half.jsonl.old").c_str()), 0);
+  EXPECT_EQ(call("half")["error"]["code"], "AIRLOCK_LEDGER_CORRUPT");
+  ASSERT_EQ(::rename((dir + "half.jsonl.old").c_str(), (dir + "half.jsonl").c_str()), 0);
+  ASSERT_EQ(::unlink((dir + "half.run.json").c_str()), 0);
+  EXPECT_EQ(call("half")["error"]["code"], "AIRLOCK_LEDGER_CORRUPT");
+  // A ledger that is a link to another file is never written through.
+  f->put("victim.txt", "untouched");
+  ASSERT_EQ(::symlink((f->workspace() + "/victim.txt").c_str(), (dir + "linked.jsonl").c_str()), 0);
+  EXPECT_EQ(call("linked")["error"]["code"], "AIRLOCK_LEDGER_CORRUPT");
+  EXPECT_EQ(read_text(f->workspace() + "/victim.txt"), "untouched");
+}
+
 TEST_P(SessionCli, OneSessionAtATimeWritesARunsLedger) {
   std::string pol = f->write_policy(kLedgeredPolicy, "ledgered.json");
   auto holder = f->spawn(session_argv(*f, pol, "shared"));
@@ -260,6 +326,138 @@ TEST_P(SessionCli, OneSessionAtATimeWritesARunsLedger) {
   EXPECT_NE(bad.out.find("AIRLOCK_OPTION_INVALID"), std::string::npos) << bad.out;
   EXPECT_FALSE(exists(f->state_dir() + "/escape.jsonl"));
 }
+
+// ------------------------------------------------- approvals: a call held until a person approves it
+
+const char* kApprovalPolicy = R"({"schema_version": "airlock.task_policy.v1",
+  "tools": [{"name": "pay", "protocol": "json", "approval": "required", "argv": ["/bin/sh", "-c",
+             "read line; printf '{\"paid\": %s}' \"$line\""]}]})";
+
+// One session held open, answered by `airlock approve` and `airlock deny` from the command line.
+class Approvals : public SessionCli {
+ protected:
+  bool open(const std::string& run) {
+    p = f->spawn(session_argv(*f, f->write_policy(kApprovalPolicy, "approval.json"), run));
+    auto line = p->read_line();
+    if (!line) return false;
+    opened = Json::parse(*line);
+    return opened["ok"] == true;
+  }
+  Json call(const Json& args) {
+    EXPECT_TRUE(p->send(Json{{"id", ++n}, {"action", "run_tool"}, {"tool", "pay"}, {"args", args}}.dump() + "\n"));
+    auto line = p->read_line();
+    return line ? Json::parse(*line) : Json{{"err", p->err()}};
+  }
+  std::string held(const Json& answer) {
+    EXPECT_EQ(answer["error"]["code"], "AIRLOCK_APPROVAL_REQUIRED") << answer.dump();
+    return answer["error"]["facts"].value("approval_id", "");
+  }
+  CliResult answer(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {f->binary(), "--state-dir", f->state_dir()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return f->run_program(argv);
+  }
+  std::unique_ptr<Spawned> p;
+  Json opened;
+  int n = 0;
+};
+
+TEST_P(Approvals, OnlyTheExactCallApprovedRunsAndOnlyAsOftenAsApproved) {
+  if (!open("pay-run")) {
+    if (!require_all_tiers()) GTEST_SKIP() << opened.dump() << p->err();
+    FAIL() << opened.dump() << p->err();
+  }
+  // Held, not run: the refusal names the request, the run, the tool and the arguments' digest.
+  Json first = call({{"to", "ann"}, {"amount", 5}});
+  std::string id = held(first);
+  ASSERT_EQ(id.size(), 32u) << first.dump();
+  EXPECT_EQ(first["error"]["facts"]["run_id"], "pay-run");
+  EXPECT_EQ(first["error"]["facts"]["tool"], "pay");
+  EXPECT_EQ(first["error"]["facts"]["args_sha256"].get<std::string>().size(), 64u);
+  EXPECT_NE(first["error"]["message"].get<std::string>().find("airlock approve " + id), std::string::npos);
+  EXPECT_EQ(held(call({{"to", "ann"}, {"amount", 5}})), id) << "the same call asked twice is one request";
+  std::string other = held(call({{"to", "ann"}, {"amount", 6}}));
+  EXPECT_NE(other, id);
+  auto pending = answer({"approvals", "--json"});
+  ASSERT_EQ(pending.status, 0) << pending.err;
+  EXPECT_EQ(Json::parse(pending.out)["approvals"].size(), 2u) << pending.out;
+
+  // Approved: exactly that call runs, once; its ledger intent carries the approval.
+  auto approved = answer({"approve", id});
+  ASSERT_EQ(approved.status, 0) << approved.err;
+  EXPECT_EQ(held(call({{"to", "ann"}, {"amount", 6}})), other) << "another argument is not covered";
+  Json paid = call({{"amount", 5}, {"to", "ann"}});  // the same arguments in another order: canonical
+  ASSERT_EQ(paid["ok"], true) << paid.dump();
+  EXPECT_EQ(paid["result"]["approval_id"], id);
+  EXPECT_EQ(paid["result"]["result"]["paid"]["args"], Json({{"amount", 5}, {"to", "ann"}}));
+  std::string again = held(call({{"to", "ann"}, {"amount", 5}}));
+  EXPECT_NE(again, id) << "an approval for one dispatch was used twice";
+  EXPECT_NE(answer({"approve", id}).status, 0) << "an approval used up was approved again";
+
+  // Denied: never runs. Expired: never runs.
+  EXPECT_EQ(answer({"deny", other}).status, 0);
+  EXPECT_NE(held(call({{"to", "ann"}, {"amount", 6}})), other);
+  ASSERT_EQ(answer({"approve", again, "--expires-in", "1"}).status, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_NE(held(call({{"to", "ann"}, {"amount", 5}})), again) << "an expired approval let a call run";
+  // Two attempts approved: two dispatches, then held again.
+  std::string twice = held(call({{"to", "bob"}, {"amount", 1}}));
+  ASSERT_EQ(answer({"approve", twice, "--attempts", "2"}).status, 0);
+  EXPECT_EQ(call({{"to", "bob"}, {"amount", 1}})["ok"], true);
+  EXPECT_EQ(call({{"to", "bob"}, {"amount", 1}})["ok"], true);
+  held(call({{"to", "bob"}, {"amount", 1}}));
+  // An id that names no request, or is not an id at all, approves nothing.
+  EXPECT_NE(answer({"approve", std::string(32, 'a')}).status, 0);
+  EXPECT_NE(answer({"approve", "../../etc/passwd"}).status, 0);
+  p->close_stdin();
+  EXPECT_EQ(p->wait(), 0) << p->err();
+
+  // The ledger: three dispatches, each joined to its approval; nothing ran without one.
+  auto scan = answer({"ledger", "scan", "--json", f->state_dir() + "/ledgers/pay-run.jsonl"});
+  ASSERT_EQ(scan.status, 0) << scan.err;
+  Json rows = Json::parse(scan.out)["rows"];
+  ASSERT_EQ(rows.size(), 3u) << scan.out;
+  EXPECT_EQ(rows[0]["approval_id"], id);
+  EXPECT_EQ(rows[1]["approval_id"], twice);
+  EXPECT_EQ(rows[2]["approval_id"], twice);
+  // The session's receipts: each request made, each expiry seen; the answers have their own.
+  auto files = f->receipts();
+  ASSERT_EQ(files.size(), 1u);
+  std::map<std::string, int> kinds;
+  for (const auto& r : read_receipts(files[0])) kinds[r["kind"]]++;
+  EXPECT_EQ(kinds["approval.requested"], 7) << Json(kinds).dump();
+  EXPECT_EQ(kinds["approval.expired"], 1) << Json(kinds).dump();
+  auto all = Json::parse(answer({"approvals", "--all", "--json"}).out)["approvals"];
+  std::map<std::string, std::string> status;
+  for (const auto& a : all) status[a["id"]] = a["status"];
+  EXPECT_EQ(status[id], "used");
+  EXPECT_EQ(status[other], "denied");
+  EXPECT_EQ(status[again], "expired");
+  EXPECT_EQ(status[twice], "used");
+}
+
+// An approval is bound to its run: the same tool and arguments in another run are held.
+TEST_P(Approvals, AnApprovalDoesNotCoverAnotherRun) {
+  if (!open("run-a")) {
+    if (!require_all_tiers()) GTEST_SKIP() << opened.dump() << p->err();
+    FAIL() << opened.dump() << p->err();
+  }
+  std::string id = held(call({{"amount", 1}}));
+  ASSERT_EQ(answer({"approve", id}).status, 0);
+  auto other = f->run_program(
+      session_argv(*f, f->write_policy(kApprovalPolicy, "approval-b.json"), "run-b"),
+      R"({"id": 1, "action": "run_tool", "tool": "pay", "args": {"amount": 1}})" "\n");
+  auto v = lines_of(other.out);
+  ASSERT_EQ(v.size(), 2u) << other.out << other.err;
+  EXPECT_EQ(v[1]["error"]["code"], "AIRLOCK_APPROVAL_REQUIRED") << v[1].dump();
+  EXPECT_NE(v[1]["error"]["facts"]["approval_id"], id);
+  EXPECT_EQ(call({{"amount", 1}})["ok"], true) << "the approved call in its own run";
+  p->close_stdin();
+  p->wait();
+}
+
+INSTANTIATE_TEST_SUITE_P(Identities, Approvals, ::testing::Values(Identity::Self, Identity::Nobody),
+                         [](const auto& info) { return to_string(info.param); });
 
 INSTANTIATE_TEST_SUITE_P(Identities, SessionCli, ::testing::Values(Identity::Self, Identity::Nobody),
                          [](const auto& info) { return to_string(info.param); });
