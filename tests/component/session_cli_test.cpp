@@ -330,14 +330,14 @@ TEST_P(SessionCli, OneSessionAtATimeWritesARunsLedger) {
 // ------------------------------------------------- approvals: a call held until a person approves it
 
 const char* kApprovalPolicy = R"({"schema_version": "airlock.task_policy.v1",
-  "tools": [{"name": "pay", "protocol": "json", "approval": "required", "argv": ["/bin/sh", "-c",
-             "read line; printf '{\"paid\": %s}' \"$line\""]}]})";
+  "tools": [{"name": "pay", "protocol": "json", "approval": "required", "env": ["PAY_SECONDS"], "argv": ["/bin/sh", "-c",
+             "read line; sleep \"${PAY_SECONDS:-0}\"; printf '{\"paid\": %s}' \"$line\""]}]})";
 
 // One session held open, answered by `airlock approve` and `airlock deny` from the command line.
 class Approvals : public SessionCli {
  protected:
-  bool open(const std::string& run) {
-    p = f->spawn(session_argv(*f, f->write_policy(kApprovalPolicy, "approval.json"), run));
+  bool open(const std::string& run, const std::map<std::string, std::string>& env = {}) {
+    p = f->spawn(session_argv(*f, f->write_policy(kApprovalPolicy, "approval.json"), run), env);
     auto line = p->read_line();
     if (!line) return false;
     opened = Json::parse(*line);
@@ -454,6 +454,42 @@ TEST_P(Approvals, AnApprovalDoesNotCoverAnotherRun) {
   EXPECT_EQ(call({{"amount", 1}})["ok"], true) << "the approved call in its own run";
   p->close_stdin();
   p->wait();
+}
+
+// A SIGKILL between intent and outcome: the orphaned intent carries the approval, and the resumed
+// run's retry (a second attempt the approval covers) carries the same idempotency key.
+TEST_P(Approvals, AKillMidCallLeavesTheApprovalOnTheOrphanAndTheRetryKeepsItsKey) {
+  if (!open("k-run", {{"PAY_SECONDS", "60"}})) {
+    if (!require_all_tiers()) GTEST_SKIP() << opened.dump() << p->err();
+    FAIL() << opened.dump() << p->err();
+  }
+  std::string id = held(call({{"amount", 42}}));
+  ASSERT_EQ(answer({"approve", id, "--attempts", "2"}).status, 0);
+  std::string ledger = f->state_dir() + "/ledgers/k-run.jsonl";
+  ASSERT_TRUE(p->send(R"({"id": 9, "action": "run_tool", "tool": "pay", "args": {"amount": 42}})" "\n"));
+  for (int i = 0; i < 600 && read_text(ledger).find(R"("phase":"intent")") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  p->signal(SIGKILL);
+  p->wait();
+  auto orphaned = Json::parse(answer({"ledger", "scan", "--json", ledger}).out);
+  ASSERT_EQ(orphaned["orphans"].size(), 1u) << orphaned.dump();
+  EXPECT_EQ(orphaned["orphans"][0]["approval_id"], id);
+  std::string key = orphaned["orphans"][0]["key"];
+
+  auto r = f->run_program(session_argv(*f, f->write_policy(kApprovalPolicy, "approval.json"), "k-run"),
+                          R"({"id": 1, "action": "run_tool", "tool": "pay", "args": {"amount": 42}}
+{"id": 2, "action": "run_tool", "tool": "pay", "args": {"amount": 42}}
+{"id": 3, "action": "close"}
+)");
+  auto v = lines_of(r.out);
+  ASSERT_EQ(v.size(), 4u) << r.out << r.err;
+  EXPECT_EQ(v[1]["result"]["idempotency_key"], key) << v[1].dump();
+  EXPECT_EQ(v[1]["result"]["approval_id"], id);
+  EXPECT_EQ(v[2]["error"]["code"], "AIRLOCK_APPROVAL_REQUIRED") << "two attempts approved, a third ran";
+  auto after = Json::parse(answer({"ledger", "scan", "--json", ledger}).out);
+  ASSERT_EQ(after["rows"].size(), 1u) << after.dump();
+  EXPECT_EQ(after["rows"][0]["approval_id"], id);
+  EXPECT_EQ(after["rows"][0]["key"], key);
 }
 
 INSTANTIATE_TEST_SUITE_P(Identities, Approvals, ::testing::Values(Identity::Self, Identity::Nobody),
