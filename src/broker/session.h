@@ -127,6 +127,7 @@ class Session {
   ~Session();
 
   const std::string& id() const { return id_; }
+  const std::string& state_dir() const { return state_dir_; }
   const plan::ExecutionPlan& plan() const { return plan_; }
   const exec::SessionDirs& dirs() const { return dirs_; }
   const std::string& receipts_path() const { return receipts_.path(); }

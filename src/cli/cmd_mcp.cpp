@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include <atomic>
+#include <deque>
 #include <cstdio>
 #include <thread>
 
@@ -20,6 +21,8 @@ struct McpOptions : SessionCliOptions {
 };
 
 // Answers messages from stdin until it ends; a stop signal also ends it when `on_signal` says so.
+// While the server waits for the client's answer to a request of its own (elicitation), the
+// client's other messages are kept, in order, and answered after.
 void serve_stdio(server::McpServer& mcp, broker::Session* s, const sigset_t& mask,
                  const std::function<bool(int)>& on_signal) {
   Inbox inbox;
@@ -29,7 +32,32 @@ void serve_stdio(server::McpServer& mcp, broker::Session* s, const sigset_t& mas
     if (stop) stopping = true;
     return stop;
   });
-  while (auto line = inbox.pop()) {
+  std::deque<std::string> kept;
+  uint64_t asked = 0;
+  mcp.set_client_request([&](const std::string& method, const Json& params) -> Result<Json> {
+    std::string id = fmt::format("airlock-{}", ++asked);
+    emit_line({{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", params}});
+    while (auto line = inbox.pop()) {
+      if (stopping) break;
+      auto msg = parse_json(*line, Code::ProtocolError, "the message");
+      if (msg && msg->is_object() && !msg->contains("method") && msg->value("id", Json()) == Json(id)) {
+        if (msg->contains("result")) return (*msg)["result"];
+        return fail(Code::ProtocolError, fmt::format("the client answered {} with an error", method),
+                    {{"error", msg->value("error", Json())}});
+      }
+      kept.push_back(std::move(*line));
+    }
+    return fail(Code::ProtocolError, fmt::format("the client ended before it answered {}", method));
+  });
+  auto next = [&]() -> std::optional<std::string> {
+    if (!kept.empty()) {
+      std::string line = std::move(kept.front());
+      kept.pop_front();
+      return line;
+    }
+    return inbox.pop();
+  };
+  while (auto line = next()) {
     if (stopping) break;  // the client asked the server to end: what it queued is not answered
     auto msg = parse_json(*line, Code::ProtocolError, "the message");
     if (!msg) {

@@ -3,6 +3,7 @@
 
 #include <fmt/ranges.h>
 
+#include "broker/approvals.h"
 #include "broker/protocol.h"
 #include "server/http_status.h"
 
@@ -329,7 +330,12 @@ Json McpServer::call_tool(const Json& params, int& rpc_code, std::string& rpc_me
     request[k] = v;
   }
   Json resp = broker::handle_request(*s_, request);
-  if (!resp["ok"].get<bool>()) return text_result(explain_refusal(answer_error(resp["error"]), policy_, s_->plan()), true);
+  if (!resp["ok"].get<bool>()) {
+    Error e = answer_error(resp["error"]);
+    if (e.code == Code::ApprovalRequired && client_elicits_ && client_request_)
+      if (auto answered = elicit_approval(request, e)) return *answered;
+    return text_result(explain_refusal(e, policy_, s_->plan()), true);
+  }
   const Json& result = resp["result"];
   if (request["action"] == "run_tool") return tool_run_result(result);
   std::string text = name == "read_file" && result.contains("content")
@@ -338,6 +344,45 @@ Json McpServer::call_tool(const Json& params, int& rpc_code, std::string& rpc_me
   Json out = text_result(std::move(text), false);
   out["structuredContent"] = result;
   return out;
+}
+
+std::optional<Json> McpServer::elicit_approval(const Json& request, const Error& held) {
+  std::string id = held.facts.value("approval_id", "");
+  Json args = request.value("args", Json::object());
+  std::string message = fmt::format(
+      "airlock: the agent asks to call the tool \"{}\" in run {} with these arguments:\n{}\nIt runs only if you "
+      "approve exactly this call (approval request {}).",
+      request.value("tool", ""), held.facts.value("run_id", ""),
+      args.dump(2, ' ', false, Json::error_handler_t::replace), id);
+  Json params = {{"message", message},
+                 {"requestedSchema",
+                  {{"type", "object"},
+                   {"properties",
+                    {{"approve",
+                      {{"type", "boolean"},
+                       {"title", "Approve this call"},
+                       {"description", "Run this tool once with exactly these arguments"}}}}},
+                   {"required", {"approve"}}}}};
+  auto answer = client_request_("elicitation/create", params);
+  if (!answer || !answer->is_object()) return std::nullopt;  // no answer: the call stays held
+  std::string action = answer->value("action", "");
+  const Json content = answer->value("content", Json::object());
+  bool approve = action == "accept" && content.is_object() && content.value("approve", Json(false)) == Json(true);
+  bool deny = action == "decline" || (action == "accept" && !approve);
+  if (!approve && !deny) return std::nullopt;  // cancelled: still held, for another channel to answer
+  broker::ApprovalStore store(s_->state_dir());
+  auto decided = store.decide(id, approve, 1, broker::kApprovalTtlMs,
+                              "mcp elicitation (the client's user, as the client says)");
+  if (!decided) return text_result(explain_refusal(held, policy_, s_->plan()), true);
+  if (deny)
+    return text_result(fmt::format("The user denied this call (approval request {}): it was not run and will not be "
+                                   "run with these arguments. Do not try it another way; ask the user what they want "
+                                   "instead.",
+                                   id),
+                       true);
+  Json resp = broker::handle_request(*s_, request);
+  if (!resp["ok"].get<bool>()) return text_result(explain_refusal(answer_error(resp["error"]), policy_, s_->plan()), true);
+  return tool_run_result(resp["result"]);
 }
 
 Json McpServer::handle_one(const Json& m, bool& answered) {
@@ -358,6 +403,8 @@ Json McpServer::handle_one(const Json& m, bool& answered) {
   auto ok = [&](Json result) { return Json{{"jsonrpc", "2.0"}, {"id", id}, {"result", std::move(result)}}; };
   if (method == "initialize") {
     std::string asked = params.is_object() ? params.value("protocolVersion", "") : "";
+    client_elicits_ = params.is_object() && params.contains("capabilities") && params["capabilities"].is_object() &&
+                      params["capabilities"].contains("elicitation");
     std::string_view revision = kMcpRevisions[0];
     for (auto r : kMcpRevisions)
       if (asked == r) revision = r;

@@ -1,6 +1,7 @@
 // The MCP server over one session: JSON-RPC 2.0 messages in, responses out; tools are the broker's actions.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -29,17 +30,26 @@ class McpServer {
   explicit McpServer(Error why) : s_(nullptr), unavailable_(std::move(why)) {}
   // One message (or a batch): its response, or nullopt for a notification or a response.
   std::optional<Json> handle(const Json& message);
+  // Sends the client a request and waits for its answer (the stdio loop's): what lets a call held
+  // for approval be answered in the client, by MCP elicitation, when the client offers it.
+  using ClientRequest = std::function<Result<Json>(const std::string& method, const Json& params)>;
+  void set_client_request(ClientRequest r) { client_request_ = std::move(r); }
   // The tools/list result.
   Json tools() const;
 
  private:
   Json handle_one(const Json& message, bool& answered);
   Json call_tool(const Json& params, int& rpc_error, std::string& rpc_message);
+  // A call held for approval, asked of the client's user by elicitation: the answer, recorded as
+  // the approval's (or denial's), and the call's new response; nullopt when nothing was decided.
+  std::optional<Json> elicit_approval(const Json& request, const Error& held);
   std::string declared_name(const policy::Tool& t) const;
 
   broker::Session* s_;
   policy::TaskPolicy policy_;
   std::optional<Error> unavailable_;
+  ClientRequest client_request_;
+  bool client_elicits_ = false;  // the client declared the elicitation capability at initialize
 };
 
 // What a model reads when the policy refuses: the code and message, what the policy allows

@@ -225,6 +225,49 @@ TEST_F(Mcp, OfficialTypeScriptSdkDrivesIt) {
   EXPECT_EQ(close["written_back"]["written"], Json::array({"reports/sdk.txt"}));
 }
 
+// A client that offers elicitation answers a held call in the client: approved, the call runs
+// once (its ledger row joined to the approval); declined, it never runs; cancelled, it stays held.
+TEST_F(Mcp, AClientThatElicitsAnswersAHeldCallInTheClient) {
+  std::string dir = std::string(AIRLOCK_SOURCE_DIR) + "/tests/mcp-client";
+  if (!exists("/usr/bin/node") || !exists(dir + "/node_modules/@modelcontextprotocol/sdk/package.json")) {
+    if (require_all_tiers()) FAIL() << "node or the MCP SDK is missing: run scripts/install-deps";
+    GTEST_SKIP() << "node or the MCP SDK is missing: run scripts/install-deps";
+  }
+  auto r = f->run_program({"/usr/bin/node", dir + "/elicit.mjs", f->binary(), f->state_dir(), policy, f->workspace()},
+                          "", {{"HOME", f->workspace()}}, 120);
+  if (r.err.find("AIRLOCK_EXECUTOR_UNAVAILABLE") != std::string::npos && !require_all_tiers()) GTEST_SKIP() << r.err;
+  ASSERT_EQ(r.status, 0) << r.err << r.out;
+  Json out = Json::parse(r.out);
+  ASSERT_EQ(out["asked"].size(), 3u) << out.dump();
+  std::string question = out["asked"][0]["message"];
+  EXPECT_NE(question.find("\"release\""), std::string::npos) << question;
+  EXPECT_NE(question.find("\"v\": 3"), std::string::npos) << question;  // the person sees what runs
+  EXPECT_EQ(out["approved"]["isError"], false) << out["approved"].dump();
+  EXPECT_EQ(out["approved"]["structuredContent"]["result"], Json({{"released", true}}));
+  std::string approval = out["approved"]["structuredContent"]["approval_id"];
+  EXPECT_EQ(out["declined"]["isError"], true);
+  EXPECT_NE(out["declined"]["content"][0]["text"].get<std::string>().find("denied"), std::string::npos);
+  EXPECT_EQ(out["cancelled"]["isError"], true);
+  EXPECT_NE(out["cancelled"]["content"][0]["text"].get<std::string>().find("AIRLOCK_APPROVAL_REQUIRED"),
+            std::string::npos);
+  auto listed = f->run({"approvals", "--all", "--json"});
+  ASSERT_EQ(listed.status, 0) << listed.err;
+  std::map<std::string, int> statuses;
+  Json approvals = Json::parse(listed.out)["approvals"];
+  for (const auto& a : approvals) {
+    statuses[a["status"]]++;
+    if (a["status"] != "pending") {
+      EXPECT_EQ(a["answered"]["channel"], "mcp elicitation (the client's user, as the client says)") << a.dump();
+    }
+  }
+  EXPECT_EQ(statuses, (std::map<std::string, int>{{"used", 1}, {"denied", 1}, {"pending", 1}}));
+  auto scan = f->run({"ledger", "scan", "--json", f->state_dir() + "/ledgers/mcp-run.jsonl"});
+  ASSERT_EQ(scan.status, 0) << scan.err;
+  Json rows = Json::parse(scan.out)["rows"];
+  ASSERT_EQ(rows.size(), 1u) << scan.out;
+  EXPECT_EQ(rows[0]["approval_id"], approval);
+}
+
 // ---------------------------------------------------------------- how an MCP session ends
 
 // `airlock mcp` driven over live pipes, as an MCP client drives it, as each identity.
