@@ -64,7 +64,8 @@ namespace airlock {
     "the destination is allowed but could not be reached (see the address and errno)")       \
   X(PolicyUntrusted, "AIRLOCK_POLICY_UNTRUSTED",                                            \
     "a policy found in the repository allows more than yours and was not allowed by you")     \
-  X(RunInUse, "AIRLOCK_RUN_IN_USE", "another session holds this run's ledger")
+  X(RunInUse, "AIRLOCK_RUN_IN_USE", "another session holds this run's ledger")                \
+  X(ApprovalDenied, "AIRLOCK_APPROVAL_DENIED", "a person denied this exact call")
 
 enum class Code {
 #define AIRLOCK_X(e, name, meaning) e,

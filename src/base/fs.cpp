@@ -87,8 +87,12 @@ Result<void> make_dirs(const std::string& path, unsigned mode) {
   // The missing parents first, each with `mode` (as the umask allows), then this one.
   if (auto slash = path.find_last_of('/'); slash != std::string::npos && slash > 0)
     TRY(make_dirs(path.substr(0, slash), mode));
-  if (::mkdir(path.c_str(), static_cast<mode_t>(mode)) != 0 && errno != EEXIST)
-    return fail_errno(Code::IoError, "cannot create directory " + path, errno);
+  if (::mkdir(path.c_str(), static_cast<mode_t>(mode)) != 0) {
+    int err = errno;
+    // Made meanwhile by another: fine if it is a directory now (a dangling link is not).
+    if (err != EEXIST || ::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      return fail_errno(Code::IoError, "cannot create directory " + path, err == EEXIST ? ENOTDIR : err);
+  }
   return {};
 }
 

@@ -95,10 +95,12 @@ bool valid_approval_id(std::string_view id) {
   return id.size() == 32 && id.find_first_not_of("0123456789abcdef") == std::string_view::npos;
 }
 
-Json Approval::to_json() const {
-  return {{"id", id},
+Json Approval::to_json(bool with_args) const {
+  Json j = {{"id", id},
           {"run_id", binding.run_id},
           {"tool", binding.tool},
+          {"tool_sha256", binding.tool_sha256},
+          {"tool_definition", tool_definition},
           {"args_sha256", binding.args_sha256},
           {"args", args},
           {"session", session},
@@ -108,6 +110,8 @@ Json Approval::to_json() const {
           {"attempts", attempts},
           {"used", used},
           {"answered", answered}};
+  if (!with_args) j.erase("args");
+  return j;
 }
 
 Result<Approval> Approval::from_json(const Json& j) {
@@ -115,8 +119,9 @@ Result<Approval> Approval::from_json(const Json& j) {
   try {
     a.id = j.at("id").get<std::string>();
     a.binding = {j.at("run_id").get<std::string>(), j.at("tool").get<std::string>(),
-                 j.at("args_sha256").get<std::string>()};
+                 j.at("args_sha256").get<std::string>(), j.at("tool_sha256").get<std::string>()};
     a.args = j.at("args");
+    a.tool_definition = j.at("tool_definition");
     a.session = j.at("session").get<std::string>();
     a.status = j.at("status").get<std::string>();
     a.requested_at = j.at("requested_at").get<int64_t>();
@@ -137,7 +142,8 @@ Result<Approval> Approval::from_json(const Json& j) {
 ApprovalStore::ApprovalStore(std::string state_dir) : dir_(std::move(state_dir) + "/approvals") {}
 
 Result<ApprovalStore::Check> ApprovalStore::take_or_request(const ApprovalBinding& b,
-                                                            const std::string& session, const Json& args) {
+                                                            const std::string& session, const Json& args,
+                                                            const Json& tool_definition) {
   auto lock = TRY(lock_store(dir_));
   int64_t now = now_ms();
   Check c;
@@ -158,9 +164,16 @@ Result<ApprovalStore::Check> ApprovalStore::take_or_request(const ApprovalBindin
       c.approved = a;
     } else if (a.status == "pending" && !c.request) {
       c.request = a;
+    } else if (a.status == "denied" && now < a.expires_at) {
+      c.denied = a;
     }
   }
   if (c.approved) {
+    c.request.reset();
+    c.denied.reset();
+    return c;
+  }
+  if (c.denied) {  // a person said no to this call: no new request until that answer expires
     c.request.reset();
     return c;
   }
@@ -170,6 +183,7 @@ Result<ApprovalStore::Check> ApprovalStore::take_or_request(const ApprovalBindin
     a.binding = b;
     a.session = session;
     a.args = args;
+    a.tool_definition = tool_definition;
     a.requested_at = now;
     a.expires_at = now + kApprovalTtlMs;
     TRY(save(dir_, a));
@@ -185,6 +199,9 @@ Result<Approval> ApprovalStore::decide(const std::string& id, bool approve, uint
     return fail(Code::NotFound,
                 fmt::format("\"{}\" is not an approval id (32 hexadecimal digits)", id.substr(0, 80)));
   if (approve && attempts == 0) return fail(Code::OptionInvalid, "an approval covers at least one attempt");
+  if (approve && (ttl_ms < 1000 || ttl_ms > kMaxApprovalTtlMs))
+    return fail(Code::OptionInvalid,
+                fmt::format("an approval lasts from 1 s to {} days", kMaxApprovalTtlMs / 86400000));
   auto lock = TRY(lock_store(dir_));
   auto a = TRY(load(dir_, id));
   int64_t now = now_ms();
@@ -201,7 +218,7 @@ Result<Approval> ApprovalStore::decide(const std::string& id, bool approve, uint
   std::string receipts = dir_ + "/receipts";
   TRY(make_dirs(receipts, 0700));
   auto log = TRY(ledger::ReceiptLog::create(receipts + "/" + id + "-" + a.status + ".jsonl", a.session));
-  TRY(log.append(approve ? "approval.approved" : "approval.denied", {{"approval", a.to_json()}}));
+  TRY(log.append(approve ? "approval.approved" : "approval.denied", {{"approval", a.to_json(false)}}));
   return a;
 }
 

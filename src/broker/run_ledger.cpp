@@ -116,15 +116,18 @@ Result<RunLedger> RunLedger::open(const std::string& state_dir, const std::strin
   }
 
   // Each step's last attempt, in the order written: settled or not.
-  std::vector<std::pair<uint64_t, std::pair<std::string_view, bool>>> attempts;  // line -> (span, settled)
+  struct Attempt {
+    uint64_t line;
+    const ledger::EffectIntent* intent;
+    bool settled;
+  };
+  std::vector<Attempt> attempts;
   for (const auto& row : scan.rows)
-    attempts.push_back(
-        {row.line,
-         {row.intent.span,
-          settles(row.outcome.error ? std::optional<Code>(row.outcome.error->code) : std::nullopt) ||
-              row.outcome.ok}});
-  for (const auto& o : scan.orphans) attempts.push_back({o.line, {o.intent.span, false}});
-  std::sort(attempts.begin(), attempts.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    attempts.push_back({row.line, &row.intent,
+                        row.outcome.ok || settles(row.outcome.error ? std::optional<Code>(row.outcome.error->code)
+                                                                    : std::nullopt)});
+  for (const auto& o : scan.orphans) attempts.push_back({o.line, &o.intent, false});
+  std::sort(attempts.begin(), attempts.end(), [](const auto& a, const auto& b) { return a.line < b.line; });
   RunLedger r(std::move(paths), std::move(lock), std::move(keying), std::move(led));
   r.resumed_ = had_keying;
   for (const auto& row : scan.rows)
@@ -133,30 +136,35 @@ Result<RunLedger> RunLedger::open(const std::string& state_dir, const std::strin
                   fmt::format("{} line {} records the run {}, not {}", r.paths_.ledger, row.line,
                               row.intent.run_id, run_id),
                   {{"path", r.paths_.ledger}, {"line", row.line}});
-  for (const auto& [line, a] : attempts) {
-    auto n = step_of(a.first);
+  for (const auto& a : attempts) {
+    auto n = step_of(a.intent->span);
     if (!n || *n > kMaxStep) continue;  // a span of another writer's (airlock tool call --span)
-    r.settle(*n, a.second);
+    r.settle(*n, a.settled, {a.intent->tool, a.intent->args_hash});
     r.next_step_ = std::max(r.next_step_, *n + 1);
   }
   return r;
 }
 
-Result<uint64_t> RunLedger::take_step(std::optional<uint64_t> asked) {
+Result<uint64_t> RunLedger::take_step(std::optional<uint64_t> asked, const Call& call) {
   if (asked && *asked > kMaxStep)
-    return fail(Code::OptionInvalid,
-                fmt::format("step {} is past the highest a call may name ({})", *asked, kMaxStep),
+    return fail(Code::OptionInvalid, fmt::format("step {} is past the highest a call may name ({})", *asked, kMaxStep),
                 {{"step", *asked}});
-  uint64_t n = asked ? *asked : !unsettled_.empty() ? *unsettled_.begin() : next_step_;
+  uint64_t n = next_step_;
+  if (asked) {
+    n = *asked;
+  } else {
+    auto retry = std::find_if(unsettled_.begin(), unsettled_.end(), [&](const auto& u) { return u.second == call; });
+    if (retry != unsettled_.end()) n = retry->first;
+  }
   next_step_ = std::max(next_step_, n + 1);
   return n;
 }
 
-void RunLedger::settle(uint64_t step, bool settled) {
+void RunLedger::settle(uint64_t step, bool settled, const Call& call) {
   if (settled)
     unsettled_.erase(step);
   else
-    unsettled_.insert(step);
+    unsettled_[step] = call;
 }
 
 bool RunLedger::settles(const std::optional<Code>& error) {

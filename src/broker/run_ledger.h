@@ -8,8 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
-#include <set>
 #include <string>
 #include <string_view>
 
@@ -46,13 +46,19 @@ class RunLedger {
   const RunPaths& paths() const { return paths_; }
   // Whether the run existed before this session (its keying was read back, not minted).
   bool resumed() const { return resumed_; }
+  // The call a step holds: its tool and the sha256 of its canonical arguments.
+  struct Call {
+    std::string tool, args_sha256;
+    bool operator==(const Call&) const = default;
+  };
   // The step of the next call: the caller's own when it names one (at most kMaxStep, else
-  // AIRLOCK_OPTION_INVALID); else the lowest step whose last attempt did not settle (its intent
-  // orphaned by a crash, or the call stopped before it could end: killed, timed out, cut off),
-  // so a retry of it carries its key; else one past the highest step so far.
-  Result<uint64_t> take_step(std::optional<uint64_t> asked);
+  // AIRLOCK_OPTION_INVALID); else the lowest step whose last attempt of this very call did not
+  // settle (its intent orphaned by a crash, or the call stopped before it could end: killed,
+  // timed out, cut off), so its retry carries its key; else one past the highest step so far.
+  // Another call never takes an unsettled step: it stays for its own retry.
+  Result<uint64_t> take_step(std::optional<uint64_t> asked, const Call& call);
   // How the call at `step` ended: settled (a result, or the program's own failure) or not.
-  void settle(uint64_t step, bool settled);
+  void settle(uint64_t step, bool settled, const Call& call);
   // Whether an outcome with this error (none: ok) settles its step: the program ran to its own
   // end (AIRLOCK_TOOL_FAILED, AIRLOCK_PROTOCOL_ERROR). Anything else may have stopped it midway.
   static bool settles(const std::optional<Code>& error);
@@ -73,7 +79,7 @@ class RunLedger {
   ledger::EffectLedger ledger_;
   bool resumed_ = false;
   uint64_t next_step_ = 0;
-  std::set<uint64_t> unsettled_;
+  std::map<uint64_t, Call> unsettled_;
 };
 
 }  // namespace airlock::broker

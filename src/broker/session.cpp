@@ -516,33 +516,35 @@ Result<ToolResult> Session::run_tool(const std::string& name, const Json& args, 
   });
 }
 
-Result<std::string> Session::approval_for(const policy::Tool& tool, const Json& args) {
-  std::string args_sha256;
-  try {
-    args_sha256 = sha256_hex(canonical_json(args));
-  } catch (const Json::exception& e) {
-    return fail(Code::ToolArgsDenied, fmt::format("the arguments cannot be sent as JSON: {}", e.what()),
-                {{"tool", tool.name}});
-  }
-  ApprovalStore store(state_dir_);
-  auto c = TRY(store.take_or_request({run_id_, tool.name, args_sha256}, id_, args));
+Result<std::string> Session::approval_for(const policy::Tool& tool, const Json& args, const std::string& args_sha256) {
+  Json definition = policy::to_json(tool);
+  ApprovalBinding binding{run_id_, tool.name, args_sha256, sha256_hex(canonical_json(definition))};
+  auto c = TRY(ApprovalStore(state_dir_).take_or_request(binding, id_, args, definition));
   {
     std::lock_guard lk(mu_);
-    for (const auto& x : c.expired) TRY(receipts_.append("approval.expired", {{"approval", x.to_json()}}));
-    if (c.created) TRY(receipts_.append("approval.requested", {{"approval", c.request->to_json()}}));
+    for (const auto& x : c.expired) TRY(receipts_.append("approval.expired", {{"approval", x.to_json(false)}}));
+    if (c.created) TRY(receipts_.append("approval.requested", {{"approval", c.request->to_json(false)}}));
   }
   if (c.approved) return c.approved->id;
+  Json facts = {{"run_id", run_id_}, {"tool", tool.name}, {"args_sha256", args_sha256}};
+  if (c.denied) {
+    facts["approval_id"] = c.denied->id;
+    facts["denied_until"] = c.denied->expires_at;
+    return fail(Code::ApprovalDenied,
+                fmt::format("a person denied this exact call of \"{}\" (approval request {}); it will not run with "
+                            "these arguments",
+                            tool.name, c.denied->id),
+                std::move(facts));
+  }
   const Approval& r = *c.request;
+  facts["approval_id"] = r.id;
+  facts["expires_at"] = r.expires_at;
   return fail(Code::ApprovalRequired,
               fmt::format("the tool \"{}\" needs a person's approval of exactly this call; it is held as approval "
                           "request {}: approve it with `airlock approve {}` (or POST /v1/approvals/{} with the "
                           "operator's token), then call again with the same arguments",
                           tool.name, r.id, r.id, r.id),
-              {{"approval_id", r.id},
-               {"run_id", run_id_},
-               {"tool", tool.name},
-               {"args_sha256", args_sha256},
-               {"expires_at", r.expires_at}});
+              std::move(facts));
 }
 
 Result<ToolResult> Session::call_json_tool(const policy::Tool& tool, const Json& args, std::optional<uint64_t> step) {
@@ -551,11 +553,22 @@ Result<ToolResult> Session::call_json_tool(const policy::Tool& tool, const Json&
                 fmt::format("the tool \"{}\" speaks the json protocol: its arguments are one object", tool.name),
                 {{"tool", tool.name}});
   Json call_args = args.is_null() ? Json::object() : args;
+  std::string args_sha256;  // as the ledger's intent records it (exec::call_tool_program)
+  try {
+    args_sha256 = sha256_hex(canonical_json(call_args));
+  } catch (const Json::exception& e) {
+    return fail(Code::ToolArgsDenied, fmt::format("the arguments cannot be sent as JSON: {}", e.what()),
+                {{"tool", tool.name}});
+  }
+  if (step && *step > kMaxStep)  // before an approval's attempt is taken for a call that cannot run
+    return fail(Code::OptionInvalid, fmt::format("step {} is past the highest a call may name ({})", *step, kMaxStep),
+                {{"step", *step}});
   if (!run_) run_.emplace(TRY(RunLedger::open(state_dir_, run_id_)));
   auto bound = TRY(bound_by_budget(static_cast<uint64_t>(tool.timeout_seconds) * 1000));
   std::string approval_id;
-  if (tool.approval == policy::ToolApproval::Required) approval_id = TRY(approval_for(tool, call_args));
-  uint64_t n = TRY(run_->take_step(step));
+  if (tool.approval == policy::ToolApproval::Required) approval_id = TRY(approval_for(tool, call_args, args_sha256));
+  const RunLedger::Call which{tool.name, args_sha256};
+  uint64_t n = TRY(run_->take_step(step, which));
   auto key = TRY(ledger::derive_key(run_->keying(), {n, 0}, tool.name, call_args));
   exec::ToolCall call{&tool, call_args, key, run_id_, RunLedger::span_of(n)};
   call.approval_id = approval_id;
@@ -563,15 +576,16 @@ Result<ToolResult> Session::call_json_tool(const policy::Tool& tool, const Json&
   call.max_output_bytes = std::min(tool.max_output_bytes, policy_.limits.max_output_bytes);
   auto done = exec::call_tool_program(*executor_, dirs_, call, run_->ledger(), nullptr);
   // A call stopped before it could end (killed, timed out, cut off) may have had its effect: its
-  // step is the next one retried, under the same key for the same arguments.
+  // step is the one its retry takes, under the same key.
   bool settled = done || RunLedger::settles(done.error().code);
-  run_->settle(n, settled);
+  run_->settle(n, settled, which);
   if (!done) {
     Error e = std::move(done).error();
     e.facts["idempotency_key"] = key;
     e.facts["step"] = n;
     e.facts["run_id"] = run_id_;
     e.facts["settled"] = settled;
+    if (!approval_id.empty()) e.facts["approval_id"] = approval_id;
     if (e.code == Code::ToolTimeout && bound.budget_binds) {
       e.code = Code::BudgetExhausted;
       e.message = "the session's budget ran out while the tool ran";

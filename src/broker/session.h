@@ -221,8 +221,9 @@ class Session {
   // A json-protocol tool's dispatch, within run_tool (the action admitted).
   Result<ToolResult> call_json_tool(const policy::Tool& tool, const Json& args, std::optional<uint64_t> step);
   // A call to a tool that requires approval: the id of the approval one attempt of which it takes,
-  // else AIRLOCK_APPROVAL_REQUIRED naming the request it is held as (approval.requested receipt).
-  Result<std::string> approval_for(const policy::Tool& tool, const Json& args);
+  // else AIRLOCK_APPROVAL_REQUIRED naming the request it is held as (approval.requested receipt),
+  // or AIRLOCK_APPROVAL_DENIED while a person's denial of this call holds.
+  Result<std::string> approval_for(const policy::Tool& tool, const Json& args, const std::string& args_sha256);
   // A run's wall-time limit: its own (`own_ms`, 0 for none), or what is left of the session's
   // budget when that is less (budget_binds). AIRLOCK_BUDGET_EXHAUSTED when nothing is left.
   struct Bound {

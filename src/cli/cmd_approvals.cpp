@@ -37,9 +37,11 @@ int list_verb(Globals& g, bool all) {
         "%s  %-8s tool %s, run %s, session %s, requested %s, %s %s\n", a.id.c_str(), a.status.c_str(),
         a.binding.tool.c_str(), a.binding.run_id.c_str(), a.session.c_str(), utc(a.requested_at).c_str(),
         a.status == "pending" || a.status == "approved" ? "expires" : "was due", utc(a.expires_at).c_str());
-    std::printf("    args %s (sha256 %s)\n",
-                a.args.dump(-1, ' ', false, Json::error_handler_t::replace).c_str(),
+    // ASCII only: a control or bidi character in the arguments is shown escaped, never obeyed.
+    std::printf("    args %s (sha256 %s)\n", a.args.dump(-1, ' ', true, Json::error_handler_t::replace).c_str(),
                 a.binding.args_sha256.c_str());
+    std::printf("    runs %s\n",
+                a.tool_definition.value("argv", Json::array()).dump(-1, ' ', true, Json::error_handler_t::replace).c_str());
   }
   return 0;
 }
@@ -47,8 +49,6 @@ int list_verb(Globals& g, bool all) {
 int decide_verb(Globals& g, const std::string& id, bool approve, uint32_t attempts, int64_t expires_in) {
   auto state = resolve_state_dir(g.state_dir);
   if (!state) return refuse(state.error(), g.json);
-  if (expires_in <= 0)
-    return refuse({Code::OptionInvalid, "--expires-in must be at least 1 second", {}}, g.json);
   auto a = broker::ApprovalStore(*state).decide(id, approve, attempts, expires_in * 1000,
                                                 fmt::format("cli (uid {})", ::getuid()));
   if (!a) return refuse(a.error(), g.json);
@@ -83,7 +83,8 @@ void add_approvals(CLI::App& app, Globals& g, Action& run) {
       ->required();
   approve->add_option("--attempts", attempts, "how many dispatches the approval covers (default 1)")
       ->check(CLI::Range(1u, 1000u));
-  approve->add_option("--expires-in", expires_in, "seconds the approval stays good (default 3600)");
+  approve->add_option("--expires-in", expires_in, "seconds the approval stays good (default 3600, at most 366 days)")
+      ->check(CLI::Range(int64_t{1}, broker::kMaxApprovalTtlMs / 1000));
   approve->add_flag("--json", g.json, "print JSON");
   approve->callback(
       [&g, &run] { run = [&g] { return decide_verb(g, approve_id, true, attempts, expires_in); }; });

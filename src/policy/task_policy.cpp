@@ -620,7 +620,21 @@ Result<TaskPolicy> parse_layer(const Json& doc, const TaskPolicy& base, bool wor
     p.write_back_paths = TRY(get_path_array(doc["write_back_paths"], "$.write_back_paths", false));
   if (doc.contains("read_only_paths"))
     p.read_only_paths = TRY(get_path_array(doc["read_only_paths"], "$.read_only_paths", true));
-  if (doc.contains("tools")) p.tools = TRY(parse_tools(doc["tools"], "$.tools"));
+  if (doc.contains("tools")) {
+    p.tools = TRY(parse_tools(doc["tools"], "$.tools"));
+    // A tool a lower layer holds for approval stays as that layer defined it: a layer above
+    // (a posted session policy, the agent's own) may neither drop it nor redefine it.
+    for (const auto& held : base.tools) {
+      if (held.approval != ToolApproval::Required) continue;
+      auto same = std::find_if(p.tools.begin(), p.tools.end(), [&](const Tool& t) { return t.name == held.name; });
+      if (same == p.tools.end())
+        p.tools.push_back(held);
+      else if (to_json(*same) != to_json(held))
+        return invalid("$.tools", fmt::format("the tool \"{}\" requires approval in a lower layer: a layer above may "
+                                              "not redefine it (nor drop it)",
+                                              held.name));
+    }
+  }
   if (doc.contains("limits")) TRY(parse_limits(doc["limits"], p.limits));
   if (doc.contains("denied_names")) p.denied_names = TRY(parse_denied_names(doc["denied_names"], "$.denied_names"));
   TRY(parse_protected(doc, p));
@@ -675,18 +689,20 @@ Json to_json(const std::vector<EgressRule>& rules) {
   return j;
 }
 
+Json to_json(const Tool& t) {
+  Json tool = {{"name", t.name}, {"argv", t.argv}, {"allow_args", t.allow_args}, {"timeout_seconds", t.timeout_seconds}};
+  // Written only when not the default: a policy that does not use them keeps the digest
+  // it had before these fields existed (recorded receipts and plans name that digest).
+  if (t.protocol != ToolProtocol::Argv) tool["protocol"] = to_string(t.protocol);
+  if (!t.env.empty()) tool["env"] = t.env;
+  if (t.max_output_bytes != Tool{}.max_output_bytes) tool["max_output_bytes"] = t.max_output_bytes;
+  if (t.approval != ToolApproval::None) tool["approval"] = to_string(t.approval);
+  return tool;
+}
+
 Json to_json(const TaskPolicy& p) {
   Json tools = Json::array();
-  for (const auto& t : p.tools) {
-    Json tool = {{"name", t.name}, {"argv", t.argv}, {"allow_args", t.allow_args}, {"timeout_seconds", t.timeout_seconds}};
-    // Written only when not the default: a policy that does not use them keeps the digest
-    // it had before these fields existed (recorded receipts and plans name that digest).
-    if (t.protocol != ToolProtocol::Argv) tool["protocol"] = to_string(t.protocol);
-    if (!t.env.empty()) tool["env"] = t.env;
-    if (t.max_output_bytes != Tool{}.max_output_bytes) tool["max_output_bytes"] = t.max_output_bytes;
-    if (t.approval != ToolApproval::None) tool["approval"] = to_string(t.approval);
-    tools.push_back(std::move(tool));
-  }
+  for (const auto& t : p.tools) tools.push_back(to_json(t));
   Json j = {
       {"schema_version", kSchemaVersion},
       {"task_id", p.task_id},

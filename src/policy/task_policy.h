@@ -159,6 +159,9 @@ Result<TaskPolicy> load_effective(const std::optional<std::string>& defaults_fil
 
 // The effective policy as canonical JSON (every field present), and its sha256.
 Json to_json(const TaskPolicy& p);
+// A tool as the policy's JSON writes it (fields at their defaults left out): what an approval
+// binds by digest besides the call's arguments.
+Json to_json(const Tool& t);
 // Rules as the policy writes them (they parse again as a policy's rules).
 Json to_json(const EgressRule& r);
 Json to_json(const std::vector<EgressRule>& rules);

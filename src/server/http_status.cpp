@@ -16,6 +16,7 @@ int http_status(Code code) {
     case Code::ToolArgsDenied:
     case Code::BypassRefused:
     case Code::ApprovalRequired:
+    case Code::ApprovalDenied:
       return 403;  // the policy refuses; asking again the same way is refused again
     case Code::NotFound:
     case Code::SessionUnknown:

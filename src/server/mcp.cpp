@@ -144,6 +144,11 @@ std::string explain_refusal(const Error& e, const policy::TaskPolicy& p, const p
       break;
     case Code::BypassRefused:
       break;
+    case Code::ApprovalDenied:
+      policy_refusal = false;
+      instead = "A person denied exactly this call: it will not run with these arguments. Do not try it another "
+                "way; ask the user what they want instead.";
+      break;
     case Code::ApprovalRequired:
       policy_refusal = false;
       instead = "A person must approve exactly this call first: ask the user to approve the request named above "
@@ -353,7 +358,7 @@ std::optional<Json> McpServer::elicit_approval(const Json& request, const Error&
       "airlock: the agent asks to call the tool \"{}\" in run {} with these arguments:\n{}\nIt runs only if you "
       "approve exactly this call (approval request {}).",
       request.value("tool", ""), held.facts.value("run_id", ""),
-      args.dump(2, ' ', false, Json::error_handler_t::replace), id);
+      args.dump(2, ' ', true, Json::error_handler_t::replace), id);
   Json params = {{"message", message},
                  {"requestedSchema",
                   {{"type", "object"},

@@ -268,6 +268,28 @@ TEST_P(SessionCli, ACallStoppedMidwayIsRetriedUnderItsKeyInTheResumedRun) {
   EXPECT_EQ(v[2]["error"]["code"], "AIRLOCK_OPTION_INVALID") << v[2].dump();
 }
 
+// An unsettled step waits for its own call: another call in between gets a step of its own, and
+// the timed-out call's retry still carries the key it was first handed.
+TEST_P(SessionCli, AnUnsettledStepIsKeptForItsOwnRetry) {
+  std::string pol = f->write_policy(R"({"schema_version": "airlock.task_policy.v1",
+    "tools": [{"name": "t", "protocol": "json", "timeout_seconds": 1, "argv": ["/bin/sh", "-c",
+               "read line; case \"$line\" in *slow*) sleep 30;; esac; echo '{}'"]}]})", "t.json");
+  auto r = f->run_program(session_argv(*f, pol, "u-run"), R"({"id": 1, "action": "run_tool", "tool": "t", "args": {"x": "slow"}}
+{"id": 2, "action": "run_tool", "tool": "t", "args": {"x": "fast"}}
+{"id": 3, "action": "run_tool", "tool": "t", "args": {"x": "slow"}}
+{"id": 4, "action": "close"}
+)");
+  if (refused_for_tier(r) && !require_all_tiers()) GTEST_SKIP() << r.err;
+  auto v = lines_of(r.out);
+  ASSERT_EQ(v.size(), 5u) << r.out << r.err;
+  EXPECT_EQ(v[1]["error"]["code"], "AIRLOCK_TOOL_TIMEOUT") << v[1].dump();
+  EXPECT_EQ(v[1]["error"]["facts"]["settled"], false);
+  std::string key = v[1]["error"]["facts"]["idempotency_key"];
+  EXPECT_EQ(v[2]["result"]["step"], 1) << v[2].dump();
+  EXPECT_EQ(v[3]["error"]["facts"]["idempotency_key"], key) << v[3].dump();
+  EXPECT_EQ(v[3]["error"]["facts"]["step"], 0);
+}
+
 // The keying and the ledger are one run: either alone, or either not a regular file, is refused
 // rather than numbering from the start again (which would repeat keys already handed out).
 TEST_P(SessionCli, ARunMissingHalfOfItsRecordIsRefused) {
@@ -394,9 +416,12 @@ TEST_P(Approvals, OnlyTheExactCallApprovedRunsAndOnlyAsOftenAsApproved) {
   EXPECT_NE(again, id) << "an approval for one dispatch was used twice";
   EXPECT_NE(answer({"approve", id}).status, 0) << "an approval used up was approved again";
 
-  // Denied: never runs. Expired: never runs.
+  // Denied: never runs, and the denial holds (no new request to wear a person down). Expired:
+  // never runs.
   EXPECT_EQ(answer({"deny", other}).status, 0);
-  EXPECT_NE(held(call({{"to", "ann"}, {"amount", 6}})), other);
+  Json denied = call({{"to", "ann"}, {"amount", 6}});
+  EXPECT_EQ(denied["error"]["code"], "AIRLOCK_APPROVAL_DENIED") << denied.dump();
+  EXPECT_EQ(denied["error"]["facts"]["approval_id"], other);
   ASSERT_EQ(answer({"approve", again, "--expires-in", "1"}).status, 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   EXPECT_NE(held(call({{"to", "ann"}, {"amount", 5}})), again) << "an expired approval let a call run";
@@ -425,7 +450,12 @@ TEST_P(Approvals, OnlyTheExactCallApprovedRunsAndOnlyAsOftenAsApproved) {
   ASSERT_EQ(files.size(), 1u);
   std::map<std::string, int> kinds;
   for (const auto& r : read_receipts(files[0])) kinds[r["kind"]]++;
-  EXPECT_EQ(kinds["approval.requested"], 7) << Json(kinds).dump();
+  EXPECT_EQ(kinds["approval.requested"], 6) << Json(kinds).dump();
+  // Receipts carry the arguments' digest, never the arguments.
+  for (const auto& r : read_receipts(files[0]))
+    if (r.contains("approval")) {
+      EXPECT_FALSE(r["approval"].contains("args")) << r.dump();
+    }
   EXPECT_EQ(kinds["approval.expired"], 1) << Json(kinds).dump();
   auto all = Json::parse(answer({"approvals", "--all", "--json"}).out)["approvals"];
   std::map<std::string, std::string> status;
@@ -434,6 +464,32 @@ TEST_P(Approvals, OnlyTheExactCallApprovedRunsAndOnlyAsOftenAsApproved) {
   EXPECT_EQ(status[other], "denied");
   EXPECT_EQ(status[again], "expired");
   EXPECT_EQ(status[twice], "used");
+}
+
+// An approval is bound to the tool as defined: the same name running another program in the same
+// run (a session opened with another policy) is held again.
+TEST_P(Approvals, AnApprovalDoesNotCoverAnotherProgramUnderTheSameName) {
+  if (!open("same-run")) {
+    if (!require_all_tiers()) GTEST_SKIP() << opened.dump() << p->err();
+    FAIL() << opened.dump() << p->err();
+  }
+  std::string id = held(call({{"amount", 2}}));
+  ASSERT_EQ(answer({"approve", id}).status, 0);
+  p->close_stdin();
+  p->wait();
+  std::string other = f->write_policy(R"({"schema_version": "airlock.task_policy.v1",
+    "tools": [{"name": "pay", "protocol": "json", "approval": "required",
+               "argv": ["/bin/sh", "-c", "read line; echo '{\"something_else\": true}'"]}]})", "other.json");
+  auto r = f->run_program(session_argv(*f, other, "same-run"),
+                          R"({"id": 1, "action": "run_tool", "tool": "pay", "args": {"amount": 2}})" "\n");
+  auto v = lines_of(r.out);
+  ASSERT_EQ(v.size(), 2u) << r.out << r.err;
+  EXPECT_EQ(v[1]["error"]["code"], "AIRLOCK_APPROVAL_REQUIRED") << v[1].dump();
+  EXPECT_NE(v[1]["error"]["facts"]["approval_id"], id);
+  auto listed = answer({"approvals", "--all"});
+  EXPECT_NE(listed.out.find("runs [\"/bin/sh\",\"-c\",\"read line; echo '{\\\"something_else\\\": true}'\"]"),
+            std::string::npos)
+      << listed.out;
 }
 
 // An approval is bound to its run: the same tool and arguments in another run are held.

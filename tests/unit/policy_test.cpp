@@ -891,3 +891,46 @@ TEST(ProtectedPaths, APolicyAddsEntriesAndRelaxesOnlyByName) {
 
 }  // namespace
 }  // namespace airlock::policy
+
+namespace airlock::policy {
+namespace {
+
+// A tool a lower layer (the worker's defaults) holds for approval stays as defined there: a layer
+// above (a posted session policy) may neither drop it nor redefine it, so holding the agent's
+// credential is not enough to switch the approval off.
+TEST(Layers, AToolHeldForApprovalBelowCannotBeDroppedOrRedefinedAbove) {
+  auto base = parse_layer_text(R"({"schema_version": "airlock.task_policy.v1", "tools": [
+      {"name": "pay", "protocol": "json", "approval": "required", "argv": ["/bin/echo", "pay"]}]})",
+                               builtin_default(), "defaults", true);
+  ASSERT_TRUE(base) << base.error().message;
+  auto other_tools = parse_layer_text(R"({"schema_version": "airlock.task_policy.v1", "tools": [
+      {"name": "greet", "argv": ["/bin/echo", "hi"]}]})",
+                                      *base, "task");
+  ASSERT_TRUE(other_tools) << other_tools.error().message;
+  ASSERT_EQ(other_tools->tools.size(), 2u);
+  EXPECT_EQ(other_tools->tools[1].name, "pay");
+  EXPECT_EQ(other_tools->tools[1].approval, ToolApproval::Required);
+  auto same = parse_layer_text(R"({"schema_version": "airlock.task_policy.v1", "tools": [
+      {"name": "pay", "protocol": "json", "approval": "required", "argv": ["/bin/echo", "pay"]}]})",
+                               *base, "task");
+  EXPECT_TRUE(same) << same.error().message;
+  for (const char* redefined :
+       {R"({"name": "pay", "protocol": "json", "argv": ["/bin/echo", "pay"]})",
+        R"({"name": "pay", "protocol": "json", "approval": "none", "argv": ["/bin/echo", "pay"]})",
+        R"({"name": "pay", "protocol": "json", "approval": "required", "argv": ["/bin/echo", "other"]})"}) {
+    auto r = parse_layer_text(std::string(R"({"schema_version": "airlock.task_policy.v1", "tools": [)") + redefined +
+                                  "]}",
+                              *base, "task");
+    ASSERT_FALSE(r) << redefined;
+    EXPECT_EQ(r.error().code, Code::PolicyInvalid);
+    EXPECT_NE(r.error().message.find("requires approval in a lower layer"), std::string::npos) << r.error().message;
+  }
+  // And approval belongs to json tools only.
+  auto argv_tool = parse_layer_text(R"({"schema_version": "airlock.task_policy.v1", "tools": [
+      {"name": "rm", "approval": "required", "argv": ["/bin/rm"]}]})",
+                                    builtin_default(), "task");
+  EXPECT_FALSE(argv_tool);
+}
+
+}  // namespace
+}  // namespace airlock::policy
