@@ -81,12 +81,23 @@ Result<std::vector<Approval>> load_all(const std::string& dir) {
 }
 
 // Pending or approved past its time: expired (returns whether it changed).
-bool expire(Approval& a, int64_t now) {
-  if ((a.status == "pending" || a.status == "approved") && now >= a.expires_at) {
-    a.status = "expired";
-    return true;
-  }
-  return false;
+// A request's or an approval's own receipt: what happened to it, chained like any receipt (a log
+// of one, STATE/approvals/receipts/ID-STATUS.jsonl; each status is reached once).
+Result<void> record(const std::string& dir, const Approval& a, std::string_view kind) {
+  std::string receipts = dir + "/receipts";
+  TRY(make_dirs(receipts, 0700));
+  auto log = TRY(ledger::ReceiptLog::create(receipts + "/" + a.id + "-" + a.status + ".jsonl", a.session));
+  TRY(log.append(kind, {{"approval", a.to_json(false)}}));
+  return {};
+}
+
+// Pending or approved past its time: expired, saved and recorded (returns whether it changed).
+Result<bool> expire(const std::string& dir, Approval& a, int64_t now) {
+  if ((a.status != "pending" && a.status != "approved") || now < a.expires_at) return false;
+  a.status = "expired";
+  TRY(save(dir, a));
+  TRY(record(dir, a, "approval.expired"));
+  return true;
 }
 
 }  // namespace
@@ -152,8 +163,7 @@ Result<ApprovalStore::Check> ApprovalStore::take_or_request(const ApprovalBindin
   std::reverse(all.begin(), all.end());
   for (auto& a : all) {
     if (!(a.binding == b)) continue;
-    if (expire(a, now)) {
-      TRY(save(dir_, a));
+    if (TRY(expire(dir_, a, now))) {
       c.expired.push_back(a);
       continue;
     }
@@ -205,7 +215,7 @@ Result<Approval> ApprovalStore::decide(const std::string& id, bool approve, uint
   auto lock = TRY(lock_store(dir_));
   auto a = TRY(load(dir_, id));
   int64_t now = now_ms();
-  if (expire(a, now)) TRY(save(dir_, a));
+  TRY(expire(dir_, a, now));
   if (a.status != "pending")
     return fail(Code::OptionInvalid, fmt::format("the approval request {} is {}, not pending", id, a.status),
                 {{"approval_id", id}, {"status", a.status}});
@@ -214,21 +224,19 @@ Result<Approval> ApprovalStore::decide(const std::string& id, bool approve, uint
   if (approve) a.expires_at = now + ttl_ms;
   a.answered = {{"decision", a.status}, {"channel", channel}, {"at", now}};
   TRY(save(dir_, a));
-  // The answer's own receipt: who answered what, chained like any receipt (a log of one).
-  std::string receipts = dir_ + "/receipts";
-  TRY(make_dirs(receipts, 0700));
-  auto log = TRY(ledger::ReceiptLog::create(receipts + "/" + id + "-" + a.status + ".jsonl", a.session));
-  TRY(log.append(approve ? "approval.approved" : "approval.denied", {{"approval", a.to_json(false)}}));
+  TRY(record(dir_, a, approve ? "approval.approved" : "approval.denied"));
   return a;
 }
 
-Result<std::vector<Approval>> ApprovalStore::list(bool pending_only) const {
+Result<std::vector<Approval>> ApprovalStore::list(bool pending_only) {
+  auto lock = TRY(lock_store(dir_));
   auto all = TRY(load_all(dir_));
-  if (!pending_only) return all;
   int64_t now = now_ms();
+  for (auto& a : all) TRY(expire(dir_, a, now));  // what ran out is recorded as it is seen
+  if (!pending_only) return all;
   std::vector<Approval> out;
   for (auto& a : all)
-    if (a.status == "pending" && now < a.expires_at) out.push_back(std::move(a));
+    if (a.status == "pending") out.push_back(std::move(a));
   return out;
 }
 

@@ -73,12 +73,14 @@ class ApprovalStore {
   // denies a pending request; `channel` says how the answer came ("cli uid 0", "http operator
   // token"). Unknown id: AIRLOCK_NOT_FOUND; not pending (answered, expired), or `ttl_ms` not
   // from 1 s to kMaxApprovalTtlMs: AIRLOCK_OPTION_INVALID.
-  // The answer is also written as a receipt (STATE/approvals/receipts/ID-DECISION.jsonl).
+  // The answer is also written as a receipt (STATE/approvals/receipts/ID-DECISION.jsonl), as is
+  // each expiry seen (ID-expired.jsonl).
   Result<Approval> decide(const std::string& id, bool approve, uint32_t attempts, int64_t ttl_ms,
                           const std::string& channel);
 
-  // Every request, newest first; `pending_only` keeps the pending ones that have not expired.
-  Result<std::vector<Approval>> list(bool pending_only) const;
+  // Every request, newest first; `pending_only` keeps the pending ones. Those past their expiry
+  // are marked expired and recorded on the way.
+  Result<std::vector<Approval>> list(bool pending_only);
 
  private:
   std::string dir_;

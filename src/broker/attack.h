@@ -54,12 +54,13 @@ struct AttackContext {
   std::function<Result<std::unique_ptr<Session>>(int per_minute)> open_session;
   std::string state;  // the sessions' state directory: where a person's approvals are kept
 
-  // The `pay` tool, which requires approval: a call through `s` with `args`, and the person's
-  // answer to the request a held call named (ApprovalStore::decide, as `airlock approve` does).
+  // The `pay` tool, which requires approval: a call through `s` with `args`; and that call asked
+  // and approved by the person (ApprovalStore::decide, as `airlock approve` does).
   Result<ToolResult> pay(Session& s, const Json& args) { return s.run_tool("pay", args, std::nullopt); }
-  Result<void> approve(const std::string& approval_id);
-  // What the pay program does run without the broker: it pays, no approval asked.
-  static std::string plain_pay();
+  Result<void> ask_and_approve(Session& s, const Json& args);
+  // The judgement of an approval attack: the broker must have held `r`, while the pay program run
+  // without the broker pays, no approval asked (`baseline_detail` says how that breaches).
+  static AttackResult must_hold(const Result<ToolResult>& r, std::string baseline_detail);
 
   bool leaks(const std::string& s) const { return s.find(token) != std::string::npos; }
 };

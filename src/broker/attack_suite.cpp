@@ -151,12 +151,25 @@ std::string plain_run(const std::vector<std::string>& argv) {
 
 std::string plain_read(const std::string& path) { return read_file(path).value_or(""); }
 
-Result<void> AttackContext::approve(const std::string& approval_id) {
-  TRY(ApprovalStore(state).decide(approval_id, true, 1, kApprovalTtlMs, "broker suite"));
+Result<void> AttackContext::ask_and_approve(Session& s, const Json& args) {
+  auto asked = pay(s, args);
+  if (asked || asked.error().code != Code::ApprovalRequired)
+    return fail(Code::InternalError, "a call to the pay tool was not held for approval");
+  TRY(ApprovalStore(state).decide(asked.error().facts.value("approval_id", ""), true, 1, kApprovalTtlMs,
+                                  "broker suite"));
   return {};
 }
 
-std::string AttackContext::plain_pay() { return plain_run({"/bin/sh", "-c", "read line; echo '{\"paid\": true}'"}); }
+AttackResult AttackContext::must_hold(const Result<ToolResult>& r, std::string baseline_detail) {
+  const std::string code(to_name(Code::ApprovalRequired));
+  std::string b = plain_run({"/bin/sh", "-c", "read line; echo '{\"paid\": true}'"});
+  return AttackResult{.expected = code,
+                      .broker = answer(r),
+                      .contained = answer(r) == code,
+                      .baseline_breached = b.find("paid") != std::string::npos,
+                      .detail = why(r),
+                      .baseline_detail = std::move(baseline_detail)};
+}
 
 Result<std::vector<AttackResult>> run_attack_suite(const AttackSuiteOptions& opts) {
   std::string tmpl = opts.state_dir + "/broker-suite-XXXXXX";

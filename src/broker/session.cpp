@@ -80,6 +80,7 @@ Result<std::unique_ptr<Session>> Session::open(const policy::TaskPolicy& pol, co
   s->max_receipt_bytes_ = opts.max_receipt_bytes;
   s->state_dir_ = opts.state_dir;
   s->run_id_ = opts.run_id.value_or(id);
+  s->credentials_ = opts.credentials;
   s->workspace_ = opts.workspace ? opts.workspace : pol.workspace;
   if (s->workspace_) s->workspace_ = absolute_path(*s->workspace_);
   const std::string workspace = s->workspace_.value_or("");
@@ -574,7 +575,7 @@ Result<ToolResult> Session::call_json_tool(const policy::Tool& tool, const Json&
   call.approval_id = approval_id;
   call.timeout_ms = bound.timeout_ms;
   call.max_output_bytes = std::min(tool.max_output_bytes, policy_.limits.max_output_bytes);
-  auto done = exec::call_tool_program(*executor_, dirs_, call, run_->ledger(), nullptr);
+  auto done = exec::call_tool_program(*executor_, dirs_, call, run_->ledger(), credentials_ ? &*credentials_ : nullptr);
   // A call stopped before it could end (killed, timed out, cut off) may have had its effect: its
   // step is the one its retry takes, under the same key.
   bool settled = done || RunLedger::settles(done.error().code);

@@ -19,6 +19,7 @@
 #include "egress/egress.h"
 #include "exec/executor.h"
 #include "exec/session_view.h"
+#include "exec/tool_program.h"
 #include "ledger/receipts.h"
 #include "plan/host_facts.h"
 #include "plan/plan.h"
@@ -57,6 +58,9 @@ struct SessionOptions {
   // of an earlier run resumes it (same keying, same ledger, the orphaned call's step next);
   // absent, the session is a run of its own, named by the session's id.
   std::optional<std::string> run_id;
+  // Fresh credentials for each json-protocol dispatch (`--credentials-command`), handed to that
+  // call alone as `airlock tool call` hands them; none when absent. The operator's, never a policy's.
+  std::optional<exec::CredentialProvider> credentials;
 };
 
 // Refusals before an action is admitted (rate limit, killed, closed, budget, malformed
@@ -247,6 +251,7 @@ class Session {
   std::string state_dir_;
   std::string run_id_;
   std::optional<RunLedger> run_;  // opened at the first json-protocol call
+  std::optional<exec::CredentialProvider> credentials_;
   plan::ExecutionPlan plan_;
   exec::SessionDirs dirs_;
   ledger::ReceiptLog receipts_;

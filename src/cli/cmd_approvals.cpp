@@ -3,22 +3,15 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <ctime>
 
+#include "base/clock.h"
 #include "broker/approvals.h"
 #include "cli/verbs.h"
 
 namespace airlock::cli {
 namespace {
 
-std::string utc(int64_t ms) {
-  time_t s = static_cast<time_t>(ms / 1000);
-  tm t{};
-  gmtime_r(&s, &t);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &t);
-  return buf;
-}
+std::string utc(int64_t ms) { return utc_text(ms * 1000); }
 
 int list_verb(Globals& g, bool all) {
   auto state = resolve_state_dir(g.state_dir);

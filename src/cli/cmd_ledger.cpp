@@ -2,22 +2,15 @@
 // corruption, for a person (or as JSON). Several ledgers (one per worker) make one report, each
 // orphan attributed to its file.
 #include <cstdio>
-#include <ctime>
 
+#include "base/clock.h"
 #include "cli/verbs.h"
 #include "ledger/effect_ledger.h"
 
 namespace airlock::cli {
 namespace {
 
-std::string utc(int64_t ms) {
-  time_t s = static_cast<time_t>(ms / 1000);
-  tm t{};
-  gmtime_r(&s, &t);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &t);
-  return fmt::format("{}.{:03}Z", buf, ms % 1000);
-}
+std::string utc(int64_t ms) { return utc_text(ms * 1000, 3); }
 
 void print_scan(const std::string& file, const ledger::LedgerScan& s) {
   std::printf("ledger %s: %llu line(s), %zu row(s), %zu orphaned intent(s), %zu torn, %zu corrupt\n", file.c_str(),

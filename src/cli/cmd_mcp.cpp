@@ -88,7 +88,7 @@ int mcp_verb(Globals& g, McpOptions& o) {
 
   broker::SessionOptions so(start->state_dir, start->profile, o.workspace);
   so.vm_pool = o.vm_pool;
-  so.run_id = o.run_id;
+  o.apply(so);
   auto session = broker::Session::open(start->policy, start->facts, so);
   if (!session) return serve_unavailable(session.error(), mask);
   auto& s = **session;

@@ -11,7 +11,8 @@ namespace airlock::cli {
 namespace {
 
 struct ServeOptions {
-  std::optional<std::string> defaults, socket, listen, token_file, operator_token_file;
+  std::optional<std::string> defaults, socket, listen, token_file, operator_token_file, credentials_command;
+  bool credentials_env = false;
   size_t threads = 64, max_sessions = 256, max_body_bytes = 8u << 20, vm_pool = 0;
   size_t max_headers = 100, max_head_bytes = 64u << 10;
   uint64_t request_seconds = 30, idle_seconds = 900, max_state_bytes = 0, max_session_receipt_bytes = 16u << 20;
@@ -32,6 +33,9 @@ Result<int> serve(Globals& g, ServeOptions& o) {
   so.max_state_bytes = o.max_state_bytes;
   so.max_session_receipt_bytes = o.max_session_receipt_bytes;
   so.vm_pool = o.vm_pool;
+  if (o.credentials_command)
+    so.credentials = exec::credentials_from_command(
+        *o.credentials_command, o.credentials_env ? exec::CredentialDelivery::Env : exec::CredentialDelivery::Pipe);
   if (o.operator_token_file) {
     so.operator_token = TRY(server::read_token_file(*o.operator_token_file));
     if (o.token_file && so.operator_token == TRY(server::read_token_file(*o.token_file)))
@@ -83,6 +87,11 @@ void add_serve(CLI::App& app, Globals& g, Action& run) {
   cmd->add_option("--socket", o.socket, "unix socket path (default: STATE_DIR/airlock.sock, mode 0600)");
   cmd->add_option("--listen", o.listen, "also listen on loopback TCP, HOST:PORT (127.0.0.1:0 picks a port)");
   cmd->add_option("--token-file", o.token_file, "bearer token for --listen (owned by you, mode 0600)");
+  cmd->add_option("--credentials-command", o.credentials_command,
+                  "host command run per json-protocol dispatch in any session; its stdout is handed to the tool as "
+                  "fresh credentials");
+  cmd->add_flag("--credentials-env", o.credentials_env,
+                "hand credentials as AIRLOCK_CREDENTIALS instead of the pipe on descriptor 3");
   cmd->add_option("--operator-token-file", o.operator_token_file,
                   "the operator's bearer token for /v1/approvals on every listener (owned by you, mode 0600); "
                   "without it the server takes no approvals");

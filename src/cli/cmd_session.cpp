@@ -37,7 +37,7 @@ int session_verb(Globals& g, SessionVerbOptions& o) {
   }
   store::Seat& seat = *held->seat;
   broker::SessionOptions so(start->state_dir, start->profile, o.workspace);
-  so.run_id = o.run_id;
+  o.apply(so);
   auto session = broker::Session::open(start->policy, start->facts, so);
   if (!session) {
     seat.release(std::string(to_name(session.error().code)));
@@ -156,6 +156,17 @@ void add_session_options(CLI::App* cmd, SessionCliOptions& o, PolicyOption polic
   cmd->add_option("--run-id", o.run_id,
                   "the run its json-protocol tool calls belong to: an earlier run's id resumes it (same keys, same "
                   "effect ledger); default: the session's own id");
+  cmd->add_option("--credentials-command", o.credentials_command,
+                  "host command run per json-protocol dispatch; its stdout is handed to the tool as fresh credentials");
+  cmd->add_flag("--credentials-env", o.credentials_env,
+                "hand credentials as AIRLOCK_CREDENTIALS instead of the pipe on descriptor 3");
+}
+
+void SessionCliOptions::apply(broker::SessionOptions& so) const {
+  so.run_id = run_id;
+  if (credentials_command)
+    so.credentials = exec::credentials_from_command(
+        *credentials_command, credentials_env ? exec::CredentialDelivery::Env : exec::CredentialDelivery::Pipe);
 }
 
 }  // namespace airlock::cli

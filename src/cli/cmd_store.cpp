@@ -3,8 +3,8 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <ctime>
 
+#include "base/clock.h"
 #include "cli/store_support.h"
 #include "cli/verbs.h"
 #include "exec/planner.h"
@@ -18,15 +18,7 @@ struct StoreOptionsCli {
   std::optional<int> max_sessions;
 };
 
-std::string utc(int64_t ms) {
-  if (ms <= 0) return "-";
-  std::time_t t = static_cast<std::time_t>(ms / 1000);
-  std::tm tm{};
-  ::gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
+std::string utc(int64_t ms) { return ms <= 0 ? "-" : utc_text(ms * 1000); }
 
 // Columns padded to their widest cell; the last column is not padded.
 void print_table(const std::vector<std::vector<std::string>>& rows) {

@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "broker/session.h"
 #include "cli/common.h"
 #include "egress/door.h"
 #include "escape/escape_suite.h"
@@ -48,6 +49,10 @@ void add_session(CLI::App& app, Globals& g, Action& run);
 struct SessionCliOptions {
   std::optional<std::string> policy_file, defaults, workspace;
   std::optional<std::string> run_id;  // the run its json-protocol tool calls continue (SessionOptions::run_id)
+  std::optional<std::string> credentials_command;  // fresh credentials per json-protocol dispatch
+  bool credentials_env = false;                    // as AIRLOCK_CREDENTIALS instead of descriptor 3
+  // The session options these add (run id, credentials) to a session opened under `so`.
+  void apply(broker::SessionOptions& so) const;
 };
 // Whether the verb runs without --policy (under the built-in default) or refuses to.
 enum class PolicyOption { Optional, Required };

@@ -1,8 +1,8 @@
 // planner: host facts from one source, and the one plan a session runs under.
 #include "exec/planner.h"
 
-#include <ctime>
 
+#include "base/clock.h"
 #include "exec/executor.h"
 #include "exec/facts_cache.h"
 #include "exec/session_view.h"
@@ -18,10 +18,7 @@ plan::HostFacts HostProbe::facts(const plan::FactNeeds& needs) const {
   auto cached = key ? load_cached_facts(state_dir_, *key) : std::nullopt;
   if (measure_ == Measure::PerBoot && cached && covers(cached->measured, needs)) {
     f = std::move(cached->facts);
-    const time_t at = static_cast<time_t>(cached->measured_at);
-    tm utc{};
-    char when[32] = "?";
-    if (::gmtime_r(&at, &utc)) std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &utc);
+    const std::string when = utc_text(static_cast<int64_t>(cached->measured_at) * 1000000);
     f.reasons[std::string(kFactsCachedReason)] = fmt::format(
         "measured at {} and kept for this boot in {}/{}, re-measured when the host or the caller changes; "
         "`airlock doctor` measures afresh",

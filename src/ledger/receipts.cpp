@@ -18,14 +18,7 @@
 
 namespace airlock::ledger {
 
-std::string now_rfc3339() {
-  int64_t us = now_us();
-  std::time_t secs = static_cast<std::time_t>(us / 1000000);
-  std::tm tm{};
-  ::gmtime_r(&secs, &tm);
-  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z", tm.tm_year + 1900, tm.tm_mon + 1,
-                     tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, us % 1000000);
-}
+std::string now_rfc3339() { return utc_text(now_us(), 6); }
 
 Result<ReceiptLog> ReceiptLog::create(const std::string& path, std::string session_id) {
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600));

@@ -3,12 +3,14 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 
 #include "base/error.h"
 #include "base/json_util.h"
+#include "exec/tool_program.h"
 #include "plan/plan.h"
 #include "server/framing.h"
 #include "policy/task_policy.h"
@@ -36,6 +38,8 @@ struct ServerOptions {
   // The operator's bearer token for the approval routes (GET /v1/approvals, POST
   // /v1/approvals/{id}) on every listener; empty: the server takes no approvals.
   std::string operator_token;
+  // Fresh credentials for each json-protocol dispatch in every session (SessionOptions::credentials).
+  std::optional<exec::CredentialProvider> credentials;
   size_t max_body_bytes = 8u << 20;
   // Every connection is held to these before httplib reads it (server/framing.h); the body
   // bound is max_body_bytes, whatever the transfer encoding.

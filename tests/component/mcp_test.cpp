@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <signal.h>
 
+#include <chrono>
 #include <filesystem>
 #include <sstream>
 #include <thread>
@@ -266,6 +267,91 @@ TEST_F(Mcp, AClientThatElicitsAnswersAHeldCallInTheClient) {
   Json rows = Json::parse(scan.out)["rows"];
   ASSERT_EQ(rows.size(), 1u) << scan.out;
   EXPECT_EQ(rows[0]["approval_id"], approval);
+}
+
+// Through the SDK without elicitation: held, approved from the command line, run once; another
+// argument held again; an expired approval never runs.
+TEST_F(Mcp, OfficialSdkCallsAHeldToolOnlyAsApproved) {
+  std::string dir = std::string(AIRLOCK_SOURCE_DIR) + "/tests/mcp-client";
+  if (!exists("/usr/bin/node") || !exists(dir + "/node_modules/@modelcontextprotocol/sdk/package.json")) {
+    if (require_all_tiers()) FAIL() << "node or the MCP SDK is missing: run scripts/install-deps";
+    GTEST_SKIP() << "node or the MCP SDK is missing: run scripts/install-deps";
+  }
+  auto r = f->run_program({"/usr/bin/node", dir + "/approvals.mjs", f->binary(), f->state_dir(), policy,
+                           f->workspace()},
+                          "", {{"HOME", f->workspace()}}, 120);
+  if (r.err.find("AIRLOCK_EXECUTOR_UNAVAILABLE") != std::string::npos && !require_all_tiers()) GTEST_SKIP() << r.err;
+  ASSERT_EQ(r.status, 0) << r.err << r.out;
+  Json out = Json::parse(r.out);
+  EXPECT_EQ(out["held"]["isError"], true) << out.dump();
+  ASSERT_TRUE(out["held_id"].is_string()) << out.dump();
+  EXPECT_EQ(out["approved"]["status"], "approved");
+  EXPECT_TRUE(out["changed_id"].is_string()) << "another argument ran under the approval: " << out["changed"].dump();
+  EXPECT_NE(out["changed_id"], out["held_id"]);
+  EXPECT_EQ(out["ran"]["isError"], false) << out["ran"].dump();
+  EXPECT_EQ(out["ran"]["structuredContent"]["approval_id"], out["held_id"]);
+  EXPECT_TRUE(out["again_id"].is_string()) << "the approval ran twice: " << out["again"].dump();
+  EXPECT_TRUE(out["expired_id"].is_string()) << "an expired approval ran: " << out["expired"].dump();
+  EXPECT_NE(out["expired_id"], out["again_id"]);
+  auto scan = f->run({"ledger", "scan", "--json", f->state_dir() + "/ledgers/sdk-run.jsonl"});
+  Json rows = Json::parse(scan.out)["rows"];
+  ASSERT_EQ(rows.size(), 1u) << scan.out;
+  EXPECT_EQ(rows[0]["approval_id"], out["held_id"]);
+}
+
+// A SIGKILL of `airlock mcp` between intent and outcome: the orphaned intent carries the approval;
+// the next server resuming the run retries under the same key (the approval's second attempt).
+TEST_F(Mcp, AKilledServerLeavesTheApprovalOnTheOrphanAndTheResumedRunKeepsTheKey) {
+  std::string pol = f->write_policy(R"({"schema_version": "airlock.task_policy.v1",
+    "tools": [{"name": "release", "protocol": "json", "approval": "required", "env": ["PAY_SECONDS"],
+               "argv": ["/bin/sh", "-c", "read line; sleep \"${PAY_SECONDS:-0}\"; echo '{\"released\": true}'"]}]})",
+                                    "release.json");
+  auto mcp = [&](const std::map<std::string, std::string>& env) {
+    auto p = f->spawn({f->binary(), "--state-dir", f->state_dir(), "mcp", "--policy", pol, "--workspace",
+                       f->workspace(), "--run-id", "mcp-kill"},
+                      env);
+    EXPECT_TRUE(p->send(rpc(1, "initialize", {{"protocolVersion", "2025-06-18"}, {"capabilities", Json::object()},
+                                              {"clientInfo", {{"name", "test"}, {"version", "1"}}}})));
+    auto init = p->read_line();
+    EXPECT_TRUE(init) << p->err();
+    return p;
+  };
+  auto p = mcp({{"PAY_SECONDS", "60"}});
+  ASSERT_TRUE(p->send(call(2, "release", {{"args", {{"v", 1}}}})));
+  auto line = p->read_line();
+  ASSERT_TRUE(line) << p->err();
+  Json held = Json::parse(*line);
+  if (held["result"]["content"][0]["text"].get<std::string>().find("AIRLOCK_EXECUTOR_UNAVAILABLE") != std::string::npos &&
+      !require_all_tiers())
+    GTEST_SKIP() << *line;
+  // A held call is an error result: the request's id is in its text.
+  std::string text = held["result"]["content"][0]["text"];
+  auto at = text.find("approval request ");
+  ASSERT_NE(at, std::string::npos) << text;
+  std::string id = text.substr(at + 17, 32);
+  ASSERT_EQ(f->run({"approve", id, "--attempts", "2"}).status, 0);
+  std::string ledger = f->state_dir() + "/ledgers/mcp-kill.jsonl";
+  ASSERT_TRUE(p->send(call(3, "release", {{"args", {{"v", 1}}}})));
+  for (int i = 0; i < 600 && read_text(ledger).find(R"("phase":"intent")") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  p->signal(SIGKILL);
+  p->wait();
+  auto orphaned = Json::parse(f->run({"ledger", "scan", "--json", ledger}).out);
+  ASSERT_EQ(orphaned["orphans"].size(), 1u) << orphaned.dump();
+  EXPECT_EQ(orphaned["orphans"][0]["approval_id"], id);
+  std::string key = orphaned["orphans"][0]["key"];
+
+  auto resumed = mcp({});
+  ASSERT_TRUE(resumed->send(call(2, "release", {{"args", {{"v", 1}}}})));
+  auto answer = resumed->read_line();
+  ASSERT_TRUE(answer) << resumed->err();
+  Json ran = Json::parse(*answer);
+  EXPECT_EQ(ran["result"]["isError"], false) << ran.dump();
+  EXPECT_EQ(ran["result"]["structuredContent"]["idempotency_key"], key);
+  EXPECT_EQ(ran["result"]["structuredContent"]["approval_id"], id);
+  resumed->close_stdin();
+  EXPECT_EQ(resumed->wait(), 0) << resumed->err();
+  EXPECT_EQ(f->session_dirs(), 0u);
 }
 
 // ---------------------------------------------------------------- how an MCP session ends

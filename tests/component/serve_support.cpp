@@ -20,7 +20,8 @@ namespace airlock::testing {
 
 namespace fs = std::filesystem;
 
-ServeProcess::ServeProcess(const CliFixture& f, const std::vector<std::string>& args) {
+ServeProcess::ServeProcess(const CliFixture& f, const std::vector<std::string>& args,
+                           const std::vector<std::string>& env) {
   char tmpl[] = "/tmp/airlock-serve-err-XXXXXX";
   int err = ::mkstemp(tmpl);
   err_path_ = tmpl;
@@ -35,6 +36,7 @@ ServeProcess::ServeProcess(const CliFixture& f, const std::vector<std::string>& 
   for (auto& a : argv) av.push_back(a.data());
   av.push_back(nullptr);
   std::vector<std::string> envs = {"PATH=/usr/bin:/bin", "LANG=C.UTF-8"};
+  envs.insert(envs.end(), env.begin(), env.end());
   // The microVM guest image CTest's vm_image fixture built (tests/CMakeLists.txt).
   if (const char* cache = std::getenv("AIRLOCK_CACHE_DIR")) envs.push_back(std::string("AIRLOCK_CACHE_DIR=") + cache);
   std::vector<char*> ev;
@@ -131,8 +133,8 @@ server::HttpReply must(Result<server::HttpReply> r) {
   return r ? *r : server::HttpReply{};
 }
 
-void ServeFixtureBase::start(const std::vector<std::string>& args) {
-  srv = std::make_unique<ServeProcess>(*f, args);
+void ServeFixtureBase::start(const std::vector<std::string>& args, const std::vector<std::string>& env) {
+  srv = std::make_unique<ServeProcess>(*f, args, env);
   ASSERT_TRUE(srv->ready()) << srv->failure();
 }
 

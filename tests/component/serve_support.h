@@ -18,7 +18,9 @@ namespace airlock::testing {
 // its "listening" line. The destructor stops it (SIGTERM, then SIGKILL) and reaps it.
 class ServeProcess {
  public:
-  ServeProcess(const CliFixture& f, const std::vector<std::string>& args = {});
+  // `env`: NAME=value entries added to the server's environment (a tool's `env` reads them).
+  ServeProcess(const CliFixture& f, const std::vector<std::string>& args = {},
+               const std::vector<std::string>& env = {});
   ~ServeProcess();
   ServeProcess(const ServeProcess&) = delete;
 
@@ -53,7 +55,7 @@ server::HttpReply must(Result<server::HttpReply> r);
 // What serve tests share: a workspace, the server, and opening a session on it.
 struct ServeFixtureBase {
   // Starts the server with `args`; the test fails if it does not come up.
-  void start(const std::vector<std::string>& args = {});
+  void start(const std::vector<std::string>& args = {}, const std::vector<std::string>& env = {});
   // Opens a session; "" and `skipped` when no executor can run here (a failure when every tier
   // is required).
   std::string open(server::HttpClient& c, const std::string& policy);

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -236,6 +237,80 @@ TEST_F(Serve, OnlyTheOperatorsTokenApprovesAHeldCall) {
   Json rows = Json::parse(scan.out)["rows"];
   ASSERT_EQ(rows.size(), 1u) << scan.out;
   EXPECT_EQ(rows[0]["approval_id"], id);
+  EXPECT_EQ(srv->stop(SIGTERM), 0);
+}
+
+// A SIGKILL of the server between intent and outcome leaves the approval on the orphaned intent;
+// a new server's session resuming the run retries under the same key (the approval's second
+// attempt). An approval that expired never dispatches.
+TEST_F(Serve, AKilledServerLeavesTheApprovalOnTheOrphanAndAnExpiredOneNeverRuns) {
+  std::string op_file = f->workspace() + "/../operator-token", op = "operator-token-0123456789abcdef";
+  std::ofstream(op_file) << op << "\n";
+  ::chmod(op_file.c_str(), 0600);
+  start({"--operator-token-file", op_file}, {"PAY_SECONDS=60"});
+  Json p = {{"schema_version", "airlock.task_policy.v1"},
+            {"workspace", f->workspace()},
+            {"tools", {{{"name", "pay"}, {"protocol", "json"}, {"approval", "required"}, {"env", {"PAY_SECONDS"}},
+                        {"argv", {"/bin/sh", "-c", R"(read line; sleep "${PAY_SECONDS:-0}"; echo '{"paid": true}')"}}}}}};
+  auto session = [&](HttpClient& c) {
+    auto opened = must(c.request("POST", "/v1/sessions?run_id=srv-run", p.dump()));
+    return opened.status == 201 ? "/v1/sessions/" + opened.json()["session"].get<std::string>() : std::string();
+  };
+  HttpClient c(srv->unix_endpoint());
+  std::string base = session(c);
+  if (base.empty() && !require_all_tiers()) GTEST_SKIP() << "no executor for the policy here";
+  ASSERT_FALSE(base.empty());
+  Json args = {{"to", "ann"}, {"amount", 5}};
+  auto held = must(c.post(base + "/run_tool", {{"tool", "pay"}, {"args", args}}));
+  ASSERT_EQ(held.json()["error"]["code"], "AIRLOCK_APPROVAL_REQUIRED") << held.body;
+  std::string id = held.json()["error"]["facts"]["approval_id"];
+  server::Endpoint as_operator = srv->unix_endpoint();
+  as_operator.token = op;
+  HttpClient approver(as_operator);
+  ASSERT_EQ(must(approver.post("/v1/approvals/" + id, {{"decision", "approve"}, {"attempts", 2}})).status, 200);
+
+  std::string ledger = f->state_dir() + "/ledgers/srv-run.jsonl";
+  std::thread caller([&] {
+    HttpClient c2(srv->unix_endpoint());
+    (void)c2.post(base + "/run_tool", {{"tool", "pay"}, {"args", args}});  // cut off by the kill
+  });
+  for (int i = 0; i < 600 && read_text(ledger).find(R"("phase":"intent")") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  srv->stop(SIGKILL);
+  caller.join();
+  auto orphaned = Json::parse(f->run({"ledger", "scan", "--json", ledger}).out);
+  ASSERT_EQ(orphaned["orphans"].size(), 1u) << orphaned.dump();
+  EXPECT_EQ(orphaned["orphans"][0]["approval_id"], id);
+  std::string key = orphaned["orphans"][0]["key"];
+
+  start({"--operator-token-file", op_file});
+  HttpClient again(srv->unix_endpoint());
+  std::string resumed = session(again);
+  ASSERT_FALSE(resumed.empty());
+  auto retried = must(again.post(resumed + "/run_tool", {{"tool", "pay"}, {"args", args}}));
+  ASSERT_EQ(retried.status, 200) << retried.body;
+  EXPECT_EQ(retried.json()["idempotency_key"], key);
+  EXPECT_EQ(retried.json()["approval_id"], id);
+
+  // Expired: approved for a second, called after it.
+  Json later = {{"to", "bob"}, {"amount", 1}};
+  auto asked = must(again.post(resumed + "/run_tool", {{"tool", "pay"}, {"args", later}}));
+  std::string short_lived = asked.json()["error"]["facts"]["approval_id"];
+  server::Endpoint op2 = srv->unix_endpoint();
+  op2.token = op;
+  HttpClient approver2(op2);
+  ASSERT_EQ(must(approver2.post("/v1/approvals/" + short_lived, {{"decision", "approve"}, {"expires_in_seconds", 1}}))
+                .status,
+            200);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  auto expired = must(again.post(resumed + "/run_tool", {{"tool", "pay"}, {"args", later}}));
+  EXPECT_EQ(expired.json()["error"]["code"], "AIRLOCK_APPROVAL_REQUIRED") << expired.body;
+  EXPECT_NE(expired.json()["error"]["facts"]["approval_id"], short_lived);
+  EXPECT_EQ(must(again.post(resumed + "/close", Json::object())).status, 200);
+  auto after = Json::parse(f->run({"ledger", "scan", "--json", ledger}).out);
+  ASSERT_EQ(after["rows"].size(), 1u) << after.dump();
+  EXPECT_EQ(after["rows"][0]["approval_id"], id);
+  EXPECT_EQ(f->session_dirs(), 0u);
   EXPECT_EQ(srv->stop(SIGTERM), 0);
 }
 

@@ -268,6 +268,30 @@ TEST_P(SessionCli, ACallStoppedMidwayIsRetriedUnderItsKeyInTheResumedRun) {
   EXPECT_EQ(v[2]["error"]["code"], "AIRLOCK_OPTION_INVALID") << v[2].dump();
 }
 
+// Fresh credentials per dispatch, from the operator's command, handed to that call alone (on
+// descriptor 3) and never recorded.
+TEST_P(SessionCli, AJsonToolGetsFreshCredentialsThatNoRecordHolds) {
+  std::string pol = f->write_policy(R"({"schema_version": "airlock.task_policy.v1",
+    "tools": [{"name": "vault", "protocol": "json", "argv": ["/bin/sh", "-c",
+               "read line; read -r cred <&3; printf '{\"cred\": \"%s\"}' \"$cred\""]}]})", "vault.json");
+  auto argv = session_argv(*f, pol, "cr-run");
+  argv.insert(argv.end(), {"--credentials-command", "echo s3cret-$AIRLOCK_TOOL-$AIRLOCK_RUN_ID"});
+  auto r = f->run_program(argv, R"({"id": 1, "action": "run_tool", "tool": "vault"}
+{"id": 2, "action": "close"}
+)");
+  if (refused_for_tier(r) && !require_all_tiers()) GTEST_SKIP() << r.err;
+  auto v = lines_of(r.out);
+  ASSERT_EQ(v.size(), 3u) << r.out << r.err;
+  EXPECT_EQ(v[1]["result"]["result"]["cred"], "s3cret-vault-cr-run") << v[1].dump();
+  auto files = f->receipts();
+  ASSERT_EQ(files.size(), 1u);
+  std::string receipts = read_text(files[0]);
+  EXPECT_EQ(receipts.find("s3cret"), std::string::npos);
+  std::string ledger = read_text(f->state_dir() + "/ledgers/cr-run.jsonl");
+  EXPECT_FALSE(ledger.empty());
+  EXPECT_EQ(ledger.find("s3cret"), std::string::npos);
+}
+
 // An unsettled step waits for its own call: another call in between gets a step of its own, and
 // the timed-out call's retry still carries the key it was first handed.
 TEST_P(SessionCli, AnUnsettledStepIsKeptForItsOwnRetry) {

@@ -5,18 +5,9 @@
 namespace airlock::broker::attacks::approval_replayed_for_other_arguments {
 
 Result<AttackResult> run(AttackContext& c) {
-  const std::string code(to_name(Code::ApprovalRequired));
-  auto asked = c.pay(c.session, {{"to", "ann"}, {"amount", 5}});
-  if (!asked && asked.error().code == Code::ApprovalRequired)
-    TRY(c.approve(asked.error().facts.value("approval_id", "")));
-  auto r = c.pay(c.session, {{"to", "ann"}, {"amount", 5000}});
-  std::string b = AttackContext::plain_pay();
-  return AttackResult{.expected = code,
-                      .broker = answer(r),
-                      .contained = answer(r) == code,
-                      .baseline_breached = b.find("paid") != std::string::npos,
-                      .detail = why(r),
-                      .baseline_detail = "the program ran with the changed amount: nothing asks"};
+  TRY(c.ask_and_approve(c.session, {{"to", "ann"}, {"amount", 5}}));
+  return AttackContext::must_hold(c.pay(c.session, {{"to", "ann"}, {"amount", 5000}}),
+                                  "the program ran with the changed amount: nothing asks");
 }
 
 }  // namespace airlock::broker::attacks::approval_replayed_for_other_arguments

@@ -6,17 +6,10 @@
 namespace airlock::broker::attacks::forged_approval_id {
 
 Result<AttackResult> run(AttackContext& c) {
-  const std::string code(to_name(Code::ApprovalRequired));
-  auto forged = ApprovalStore(c.state).decide(random_id(), true, 1, kApprovalTtlMs, "broker suite");
-  if (forged) return fail(Code::InternalError, "an approval id no request was given was approved");
-  auto r = c.pay(c.session, {{"to", "dee"}, {"amount", 3}});
-  std::string b = AttackContext::plain_pay();
-  return AttackResult{.expected = code,
-                      .broker = answer(r),
-                      .contained = answer(r) == code,
-                      .baseline_breached = b.find("paid") != std::string::npos,
-                      .detail = why(r),
-                      .baseline_detail = "the program ran: nothing asks for an approval"};
+  if (ApprovalStore(c.state).decide(random_id(), true, 1, kApprovalTtlMs, "broker suite"))
+    return fail(Code::InternalError, "an approval id no request was given was approved");
+  return AttackContext::must_hold(c.pay(c.session, {{"to", "dee"}, {"amount", 3}}),
+                                  "the program ran: nothing asks for an approval");
 }
 
 }  // namespace airlock::broker::attacks::forged_approval_id
