@@ -18,13 +18,15 @@ namespace {
 
 struct McpOptions : SessionCliOptions {
   size_t vm_pool = 0;
+  bool elicit_approvals = false;  // ask the client's user to answer held calls (MCP elicitation)
 };
 
 // Answers messages from stdin until it ends; a stop signal also ends it when `on_signal` says so.
 // While the server waits for the client's answer to a request of its own (elicitation), the
 // client's other messages are kept, in order, and answered after.
+// `ask_client`: the server may send the client requests of its own (elicitation of an approval).
 void serve_stdio(server::McpServer& mcp, broker::Session* s, const sigset_t& mask,
-                 const std::function<bool(int)>& on_signal) {
+                 const std::function<bool(int)>& on_signal, bool ask_client = false) {
   Inbox inbox;
   std::atomic<bool> stopping = false;
   std::thread reader = start_line_reader(inbox, mask, [](const std::string&) {}, [&](int sig) {
@@ -34,7 +36,9 @@ void serve_stdio(server::McpServer& mcp, broker::Session* s, const sigset_t& mas
   });
   std::deque<std::string> kept;
   uint64_t asked = 0;
-  mcp.set_client_request([&](const std::string& method, const Json& params) -> Result<Json> {
+  // Off unless the operator turns it on (--elicit-approvals): a client that answers elicitation by
+  // itself, or hands it to the model, would approve the agent's own calls.
+  if (ask_client) mcp.set_client_request([&](const std::string& method, const Json& params) -> Result<Json> {
     std::string id = fmt::format("airlock-{}", ++asked);
     emit_line({{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", params}});
     while (auto line = inbox.pop()) {
@@ -117,7 +121,7 @@ int mcp_verb(Globals& g, McpOptions& o) {
     cause = {"signal", std::string("SIG") + ::sigabbrev_np(sig)};
     s.interrupt();
     return true;
-  });
+  }, o.elicit_approvals);
   (void)s.enforce_budget();  // a budget spent while the client idled is the kill switch too
   if (s.ended()) {            // killed by the operator or a spent budget: session.close says so
     std::fprintf(stderr, "airlock mcp: session killed; nothing more written back\n");
@@ -140,6 +144,9 @@ void add_mcp(CLI::App& app, Globals& g, Action& run) {
   cmd->add_option("--vm-pool", o.vm_pool,
                   "on the microvm tier, keep N guests booted ahead, each used for one tool call (default 0: off)")
       ->check(CLI::Range(0, 16));
+  cmd->add_flag("--elicit-approvals", o.elicit_approvals,
+                "ask the client's user to approve a call held for approval (MCP elicitation, when the client "
+                "offers it); the client's answer is taken as the user's: use only with a client that asks its user");
   cmd->callback([&g, &run] { run = [&g] { return mcp_verb(g, o); }; });
 }
 

@@ -299,6 +299,33 @@ TEST_F(Mcp, OfficialSdkCallsAHeldToolOnlyAsApproved) {
   EXPECT_EQ(rows[0]["approval_id"], out["held_id"]);
 }
 
+// Without the operator's --elicit-approvals a client that offers elicitation is never asked: the
+// held call is an error result (an agent's own harness answering elicitation must not approve).
+TEST_F(Mcp, AClientIsAskedToApproveOnlyWhenTheOperatorSaysSo) {
+  auto p = f->spawn({f->binary(), "--state-dir", f->state_dir(), "mcp", "--policy", policy, "--workspace",
+                     f->workspace()});
+  ASSERT_TRUE(p->send(rpc(1, "initialize", {{"protocolVersion", "2025-06-18"},
+                                            {"capabilities", {{"elicitation", Json::object()}}},
+                                            {"clientInfo", {{"name", "test"}, {"version", "1"}}}})));
+  ASSERT_TRUE(p->read_line()) << p->err();
+  ASSERT_TRUE(p->send(call(2, "release", {{"args", {{"v", 1}}}})));
+  auto line = p->read_line();
+  ASSERT_TRUE(line) << p->err();
+  Json answer = Json::parse(*line);
+  if (answer["result"]["content"][0]["text"].get<std::string>().find("AIRLOCK_EXECUTOR_UNAVAILABLE") !=
+          std::string::npos &&
+      !require_all_tiers())
+    GTEST_SKIP() << *line;
+  EXPECT_FALSE(answer.contains("method")) << "the client was asked: " << *line;
+  EXPECT_EQ(answer["id"], 2) << *line;
+  EXPECT_EQ(answer["result"]["isError"], true) << *line;
+  EXPECT_NE(answer["result"]["content"][0]["text"].get<std::string>().find("AIRLOCK_APPROVAL_REQUIRED"),
+            std::string::npos)
+      << *line;
+  p->close_stdin();
+  EXPECT_EQ(p->wait(), 0) << p->err();
+}
+
 // A SIGKILL of `airlock mcp` between intent and outcome: the orphaned intent carries the approval;
 // the next server resuming the run retries under the same key (the approval's second attempt).
 TEST_F(Mcp, AKilledServerLeavesTheApprovalOnTheOrphanAndTheResumedRunKeepsTheKey) {

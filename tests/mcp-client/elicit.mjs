@@ -8,7 +8,8 @@ import { ElicitRequestSchema } from "@modelcontextprotocol/sdk/types.js";
 const [airlock, stateDir, policy, workspace] = process.argv.slice(2);
 const transport = new StdioClientTransport({
   command: airlock,
-  args: ["--state-dir", stateDir, "mcp", "--policy", policy, "--workspace", workspace, "--run-id", "mcp-run"],
+  args: ["--state-dir", stateDir, "mcp", "--policy", policy, "--workspace", workspace, "--run-id", "mcp-run",
+         "--elicit-approvals"],
   stderr: "inherit",
 });
 const client = new Client({ name: "airlock-elicitation-test", version: "1.0.0" }, { capabilities: { elicitation: {} } });
