@@ -226,6 +226,8 @@ Result<void> Session::admit(std::string_view kind, const Json& args) {
                         {{"limit_per_minute", per_minute}}});
   recent_.push_back(now);
   in_flight_ = true;
+  in_flight_kind_ = std::string(kind);
+  in_flight_since_ = now;
   return {};
 }
 
@@ -359,6 +361,21 @@ Result<T> Session::record(std::string_view kind, const Json& args, Result<T> r,
     appended = std::unexpected(flushed.error());
   else
     appended = receipts_.append(kind, std::move(body));
+  if constexpr (std::is_same_v<T, ToolResult>) {
+    if (r && appended) {
+      const ToolResult& t = *r;
+      runs_cpu_us_ += static_cast<uint64_t>(std::max<int64_t>(0, t.outcome.user_us + t.outcome.system_us));
+      runs_peak_rss_kb_ = std::max<uint64_t>(runs_peak_rss_kb_, static_cast<uint64_t>(std::max<int64_t>(0, t.outcome.max_rss_kb)));
+      auto tail = [](std::string_view bytes) {
+        return std::string(bytes.substr(bytes.size() > kOutputTailBytes ? bytes.size() - kOutputTailBytes : 0));
+      };
+      Json kept = {{"stdout", tail(t.ledgered ? lossless_canonical_json(t.ledgered->result) : t.out)},
+                   {"stderr", tail(t.err)}};
+      repair_utf8(kept);  // shown as text: bytes that are not UTF-8 become U+FFFD
+      tails_.emplace_back((*appended)["seq"].get<uint64_t>(), std::move(kept));
+      while (tails_.size() > kOutputTailsKept) tails_.pop_front();
+    }
+  }
   if (killed_ && !ended_) (void)finish("killed", {{"write_back", false}, {"reason", kill_reason_}});
   if (ended_) run_.reset();  // an ended session lets go of its run (finish could not: this action held it)
   if (!appended) return std::unexpected(appended.error());
@@ -613,6 +630,12 @@ Result<void> Session::note_refusal(std::string_view kind, const Json& args, cons
 
 Json Session::status() const {
   std::unique_lock lk(mu_);
+  Json running = nullptr, ended = nullptr;
+  if (in_flight_)
+    running = {{"kind", in_flight_kind_},
+               {"for_ms", std::chrono::duration_cast<std::chrono::milliseconds>(clock_() - in_flight_since_).count()},
+               {"usage", executor_ ? executor_->usage_now() : Json(nullptr)}};
+  if (ended_ && !ended_how_.empty()) ended = {{"how", ended_how_}, {"reason", ended_reason_}};
   return {{"session", id_},
           {"task_id", policy_.task_id},
           {"policy_digest", policy::digest(policy_)},
@@ -622,7 +645,17 @@ Json Session::status() const {
           {"actions", actions_},
           {"refused", refused_},
           {"receipts", receipts_.count()},
-          {"killed", killed_.load()}};
+          {"killed", killed_.load()},
+          {"running", std::move(running)},
+          {"ended", std::move(ended)},
+          {"tool_runs", {{"cpu_us", runs_cpu_us_}, {"peak_rss_kb", runs_peak_rss_kb_}}}};
+}
+
+Json Session::output_tails() const {
+  std::unique_lock lk(mu_);
+  Json out = Json::object();
+  for (const auto& [seq, tail] : tails_) out[std::to_string(seq)] = tail;
+  return out;
 }
 
 Result<std::vector<Json>> Session::receipts() const {
@@ -679,6 +712,8 @@ Result<void> Session::finish(std::string_view how, Json body) {
   // them until it is recorded (record()).
   if (!in_flight_) run_.reset();
   body["how"] = how;
+  ended_how_ = std::string(how);
+  ended_reason_ = body.value("reason", Json("")).is_string() ? body.value("reason", std::string()) : std::string();
   (void)flush_suppressed();  // the count goes into the log before its last receipt
   auto removed = exec::remove_session_dirs(dirs_);
   body["view_removed"] = removed.has_value();

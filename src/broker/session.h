@@ -177,8 +177,15 @@ class Session {
   // The receipts written so far, oldest first.
   Result<std::vector<Json>> receipts() const;
   // What an operator lists (GET /v1/sessions): id, task, policy digest, executor and tier, age,
-  // actions asked for so far and how many were refused, receipts written.
+  // actions asked for so far and how many were refused, receipts written; the action running
+  // now (its kind, for how long, and what its sandbox uses: Executor::usage_now), how the
+  // session ended, and the CPU time and peak memory of its tool runs so far.
   Json status() const;
+  // The tails of the last kOutputTailsKept tool runs' output (stdout, or a json tool's result,
+  // and stderr; the last kOutputTailBytes of each, as text), by the seq of their run_tool
+  // receipt. Kept in memory for the operator's console only: receipts hold the output's digest.
+  Json output_tails() const;
+  static constexpr size_t kOutputTailBytes = 2048, kOutputTailsKept = 64;
   bool killed() const { return killed_; }
   // Closed or killed: no action will be admitted again.
   bool ended() const {
@@ -269,6 +276,11 @@ class Session {
   mutable std::mutex mu_;  // ended_, in_flight_, receipts_ (kill() takes it from any thread)
   bool ended_ = true;  // until open() succeeds
   bool in_flight_ = false;
+  std::string in_flight_kind_;
+  std::chrono::steady_clock::time_point in_flight_since_;
+  std::string ended_how_, ended_reason_;  // from session.close
+  uint64_t runs_cpu_us_ = 0, runs_peak_rss_kb_ = 0;
+  std::deque<std::pair<uint64_t, Json>> tails_;
   std::atomic<bool> killed_ = false;
   std::string kill_reason_;
   uint64_t max_receipt_bytes_ = 0;

@@ -71,6 +71,10 @@ class Executor {
   // stop(), which also refuses every later run. Safe from another thread while run() is in
   // progress. The default is stop(): an executor without a narrower stop fails closed.
   virtual void stop_run() { stop(); }
+  // What the command running now uses, from its sandbox's own counters: memory_bytes,
+  // processes, cpu_us (each null where this tier does not count it); null when nothing runs.
+  // Safe from another thread while run() is in progress.
+  virtual Json usage_now() { return nullptr; }
 };
 
 // Serves a plan's network door: given the listening socket made inside the sandbox's network

@@ -191,6 +191,7 @@ class ProcessExecutor final : public Executor {
     {
       std::lock_guard lock(mu_);
       running_ = &launched;
+      running_cg_ = &cg;
       if (stop_requested_ || run_stop_requested_) (void)linux::stop(launched);
     }
     // The door serves from before the command exists until after it has ended. If it cannot
@@ -216,6 +217,7 @@ class ProcessExecutor final : public Executor {
     {
       std::lock_guard lock(mu_);
       running_ = nullptr;
+      running_cg_ = nullptr;
     }
     auto t_end = std::chrono::steady_clock::now();
     auto released = cg.release();
@@ -273,6 +275,14 @@ class ProcessExecutor final : public Executor {
     if (running_) (void)linux::stop(*running_);
   }
 
+  Json usage_now() override {
+    std::lock_guard lock(mu_);
+    if (!running_) return nullptr;
+    linux::CgroupUsage u = running_cg_ ? linux::cgroup_usage(*running_cg_) : linux::CgroupUsage{};
+    auto put = [](const std::optional<uint64_t>& v) { return v ? Json(*v) : Json(nullptr); };
+    return {{"memory_bytes", put(u.memory_bytes)}, {"processes", put(u.processes)}, {"cpu_us", put(u.cpu_us)}};
+  }
+
  private:
   bool confined() const { return !std::holds_alternative<plan::HostTierPlan>(plan_.confinement); }
 
@@ -309,6 +319,7 @@ class ProcessExecutor final : public Executor {
   int runs_ = 0;
   std::mutex mu_;
   linux::Launched* running_ = nullptr;
+  const linux::PreparedCgroup* running_cg_ = nullptr;  // the running command's, while running_ is
   bool stop_requested_ = false;
   bool run_stop_requested_ = false;  // stop_run(): this run only
 };

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <ctime>
@@ -40,41 +41,45 @@ void stamp_header(Json& r, const std::string& session, uint64_t seq, std::string
 }
 
 struct Scan {
-  ChainCheck check;
+  ChainCheck check{0, std::string(kGenesis)};
   std::string session;    // the last complete receipt's
   size_t tail_offset = 0;  // where the bytes after the last newline start (== size: none)
+  std::vector<Json> receipts;  // each complete line, when asked to keep them
+  std::vector<uint64_t> starts;  // and where each starts in `text`
 };
 
-// Every complete line, in order; stops at the first that does not verify.
-Result<Scan> scan_chain(std::string_view text, const std::string& path) {
-  Scan out;
-  std::string prev(kGenesis);
-  size_t pos = 0, line_no = 0;
+// Every complete line of `text`, in order, chaining on `out.check` (a log's start: 0 receipts
+// and kGenesis); stops at the first that does not verify, `out` holding what did.
+Result<void> scan_chain(std::string_view text, const std::string& path, Scan& out, bool keep = false) {
+  size_t pos = 0;
   while (true) {
     size_t nl = text.find('\n', pos);
     if (nl == std::string::npos) break;
-    ++line_no;
+    uint64_t line_no = out.check.receipts + 1;
     std::string_view line(text.data() + pos, nl - pos);
     // Receipts are written canonical, hence without duplicate keys; one with them is not ours.
     auto j = parse_json(line, Code::LedgerCorrupt, fmt::format("{} line {}", path, line_no), kReceiptLineLimits);
     if (!j) return std::unexpected(std::move(j.error()).fact("line", line_no));
     if (!j->is_object() || !j->contains("prev") || !(*j)["prev"].is_string() || !j->contains("seq"))
       return fail(Code::LedgerCorrupt, fmt::format("{}: line {} is not a receipt", path, line_no), {{"line", line_no}});
-    if ((*j)["prev"] != prev)
+    if ((*j)["prev"] != out.check.last_hash)
       return fail(Code::LedgerCorrupt,
                   fmt::format("{}: the chain breaks at line {}: prev does not match line {}", path, line_no, line_no - 1),
-                  {{"line", line_no}, {"expected_prev", prev}, {"found_prev", (*j)["prev"]}});
+                  {{"line", line_no}, {"expected_prev", out.check.last_hash}, {"found_prev", (*j)["prev"]}});
     if ((*j)["seq"] != out.check.receipts)
       return fail(Code::LedgerCorrupt, fmt::format("{}: line {} is out of sequence", path, line_no),
                   {{"line", line_no}, {"expected_seq", out.check.receipts}});
-    prev = sha256_hex(line);
+    out.check.last_hash = sha256_hex(line);
     ++out.check.receipts;
     if ((*j).contains("session") && (*j)["session"].is_string()) out.session = (*j)["session"];
+    if (keep) {
+      out.starts.push_back(pos);
+      out.receipts.push_back(std::move(*j));
+    }
     pos = nl + 1;
+    out.tail_offset = pos;
   }
-  out.check.last_hash = prev;
-  out.tail_offset = pos;
-  return out;
+  return {};
 }
 
 }  // namespace
@@ -109,7 +114,8 @@ Result<Json> ReceiptLog::append(std::string_view kind, Json body) {
 
 Result<ChainCheck> verify_chain(const std::string& path) {
   std::string text = TRY(read_file(path, Code::LedgerCorrupt));
-  Scan scan = TRY(scan_chain(text, path));
+  Scan scan;
+  TRY(scan_chain(text, path, scan));
   if (scan.tail_offset < text.size()) {
     uint64_t line = scan.check.receipts + 1, length = text.size() - scan.tail_offset;
     return fail(Code::LedgerCorrupt,
@@ -123,6 +129,66 @@ Result<ChainCheck> verify_chain(const std::string& path) {
   return scan.check;
 }
 
+namespace {
+
+// The bytes of `path` from `offset` up to `end` (the file's size when nullopt): about max_bytes,
+// but up to the end of the first line when that is longer. `size` gets the end used.
+Result<std::string> read_from(const std::string& path, uint64_t offset, std::optional<uint64_t> end,
+                              uint64_t max_bytes, uint64_t& size) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) return fail_errno(Code::LedgerCorrupt, "cannot open " + path, errno);
+  struct stat st{};
+  if (::fstat(fd.get(), &st) < 0) return fail_errno(Code::LedgerCorrupt, "cannot stat " + path, errno);
+  size = std::min<uint64_t>(static_cast<uint64_t>(st.st_size), end.value_or(UINT64_MAX));
+  if (offset > size)
+    return fail(Code::LedgerCorrupt, fmt::format("{} is shorter ({} bytes) than it was read to ({})", path, size, offset),
+                {{"offset", offset}, {"size", size}});
+  uint64_t want = std::min<uint64_t>(size - offset, std::max<uint64_t>(max_bytes, 1));
+  std::string text;
+  for (;;) {
+    size_t had = text.size();
+    text.resize(want);
+    while (had < text.size()) {
+      ssize_t n = ::pread(fd.get(), text.data() + had, text.size() - had, static_cast<off_t>(offset + had));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return fail_errno(Code::LedgerCorrupt, "cannot read " + path, errno);
+      if (n == 0) break;
+      had += static_cast<size_t>(n);
+    }
+    bool short_read = had < text.size();
+    text.resize(had);
+    if (short_read || text.find('\n') != std::string::npos || offset + text.size() >= size) break;
+    want = std::min<uint64_t>(size - offset, text.size() * 2 + 4096);  // no whole line yet: read on
+  }
+  return text;
+}
+
+}  // namespace
+
+Result<ChainPage> read_chain(const std::string& path, const ChainCursor& from, uint64_t max_bytes) {
+  uint64_t size = 0;
+  std::string text = TRY(read_from(path, from.offset, std::nullopt, max_bytes, size));
+  ChainPage page;
+  Scan scan;
+  scan.check = {from.receipts, from.last_hash};
+  if (auto r = scan_chain(text, path, scan, true); !r) page.broken = r.error();  // the page ends before it
+  page.receipts = std::move(scan.receipts);
+  for (uint64_t s : scan.starts) page.offsets.push_back(from.offset + s);
+  page.next = {from.offset + scan.tail_offset, scan.check.receipts, scan.check.last_hash};
+  page.more = !page.broken && from.offset + text.size() < size;
+  return page;
+}
+
+Result<std::vector<Json>> read_lines(const std::string& path, uint64_t offset, uint64_t end, uint64_t max_bytes) {
+  uint64_t size = 0;
+  std::string text = TRY(read_from(path, offset, end, max_bytes, size));
+  std::vector<Json> out;
+  for (size_t pos = 0, nl; (nl = text.find('\n', pos)) != std::string::npos; pos = nl + 1)
+    out.push_back(TRY(parse_json(std::string_view(text).substr(pos, nl - pos), Code::LedgerCorrupt,
+                                 fmt::format("{} at offset {}", path, offset + pos), kReceiptLineLimits)));
+  return out;
+}
+
 Result<TailRepair> repair_torn_tail(const std::string& path) {
   // Without O_APPEND: pwrite honours its offset only there.
   UniqueFd fd(::open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC));
@@ -131,7 +197,8 @@ Result<TailRepair> repair_torn_tail(const std::string& path) {
     return fail_errno(Code::LedgerWriteFailed,
                       path + " is locked: its session is still writing it (repair it after the session ends)", errno);
   std::string text = TRY(read_file(fmt::format("/proc/self/fd/{}", fd.get()), Code::LedgerCorrupt));
-  Scan scan = TRY(scan_chain(text, path));
+  Scan scan;
+  TRY(scan_chain(text, path, scan));
   TailRepair rep;
   rep.receipts = scan.check.receipts;
   if (scan.tail_offset == text.size()) return rep;

@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "base/error.h"
 #include "base/json_util.h"
@@ -67,6 +69,31 @@ struct ChainCheck {
 // AIRLOCK_LEDGER_CORRUPT, with facts.torn_tail {offset, length} and facts.receipts (those before
 // it, which verify), and the message names repair_torn_tail's command.
 Result<ChainCheck> verify_chain(const std::string& path);
+
+// A place in a receipts log that verifies up to there: where the next line starts, how many
+// receipts are before it, and the last one's hash (kGenesis at the start).
+struct ChainCursor {
+  uint64_t offset = 0;
+  uint64_t receipts = 0;
+  std::string last_hash = std::string(kGenesis);
+};
+
+struct ChainPage {
+  std::vector<Json> receipts;     // each whole line after the cursor that chains on, in order
+  std::vector<uint64_t> offsets;  // where each starts in the file
+  ChainCursor next;               // after the last of them
+  std::optional<Error> broken;    // the line that does not chain on (AIRLOCK_LEDGER_CORRUPT): the page ends before it
+  bool more = false;              // whole lines are left past max_bytes
+};
+
+// Reads a log on from `from` (a live one too: a line still being written is left for the next
+// read), about max_bytes at a time but at least one whole line, verifying each line as
+// verify_chain does. Reading on from each page's `next` verifies a growing log once, in pieces.
+Result<ChainPage> read_chain(const std::string& path, const ChainCursor& from, uint64_t max_bytes);
+
+// The whole lines of a log between offsets `offset` and `end` (a part read_chain has verified),
+// parsed: about max_bytes of them, at least one.
+Result<std::vector<Json>> read_lines(const std::string& path, uint64_t offset, uint64_t end, uint64_t max_bytes);
 
 struct TailRepair {
   uint64_t receipts = 0;     // in the log after the repair

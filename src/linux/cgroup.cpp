@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -250,6 +251,33 @@ Result<void> PreparedCgroup::release() {
     if (auto r = d.release(); !r && result) result = r;
   dirs.clear();
   return result;
+}
+
+CgroupUsage cgroup_usage(const PreparedCgroup& cg) {
+  CgroupUsage u;
+  auto number = [](const std::string& file, std::string_view key = {}) -> std::optional<uint64_t> {
+    auto text = read_file(file);
+    if (!text) return std::nullopt;
+    std::string_view t = *text;
+    if (!key.empty()) {  // "key value" lines (cpu.stat)
+      size_t at = t.starts_with(key) ? 0 : t.find("\n" + std::string(key));
+      if (at == std::string_view::npos) return std::nullopt;
+      t = t.substr(at + (at ? 1 : 0) + key.size());
+    }
+    while (!t.empty() && t.front() == ' ') t.remove_prefix(1);
+    uint64_t v = 0;
+    auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+    if (ec != std::errc()) return std::nullopt;
+    return v;
+  };
+  for (const auto& d : cg.dirs) {
+    const std::string& p = d.path();
+    if (!u.memory_bytes) u.memory_bytes = number(p + "/memory.current");
+    if (!u.memory_bytes) u.memory_bytes = number(p + "/memory.usage_in_bytes");
+    if (!u.processes) u.processes = number(p + "/pids.current");
+    if (!u.cpu_us) u.cpu_us = number(p + "/cpu.stat", "usage_usec ");
+  }
+  return u;
 }
 
 Result<PreparedCgroup> prepare_pids_cgroup(plan::ProcessLimitMechanism m, const std::string& name,

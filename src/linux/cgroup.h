@@ -94,6 +94,15 @@ struct PreparedCgroup {
   Result<void> release();
 };
 
+// What a run's cgroups hold right now, read from their own counters (nullopt where a
+// hierarchy does not count it): memory charged (v1 memory.usage_in_bytes, v2 memory.current),
+// processes (pids.current) and, on cgroup2, CPU time (cpu.stat usage_usec; v1 keeps it in
+// cpuacct, which a sandbox does not join).
+struct CgroupUsage {
+  std::optional<uint64_t> memory_bytes, processes, cpu_us;
+};
+CgroupUsage cgroup_usage(const PreparedCgroup& cg);
+
 // Parent side: the sandbox's cgroup(s) below cgroup_base with the plan's memory (swap at zero),
 // pids and cpu limits.
 Result<PreparedCgroup> prepare_sandbox_cgroup(const plan::CgroupPlan& plan, const std::string& name);

@@ -15,6 +15,7 @@
 #include <openssl/crypto.h>
 
 #include <algorithm>
+#include <charconv>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -30,6 +31,7 @@
 #include "broker/approvals.h"
 #include "broker/protocol.h"
 #include "broker/session.h"
+#include "ledger/receipts.h"
 #include "server/framing.h"
 #include "server/http_status.h"
 
@@ -53,11 +55,43 @@ constexpr Route kRoutes[] = {
     {"POST", "/v1/sessions/{id}/kill"},
     {"GET", "/v1/approvals"},
     {"POST", "/v1/approvals/{id}"},
+    {"GET", "/v1/console/sessions"},
+    {"GET", "/v1/console/sessions/{id}/receipts"},
+    {"POST", "/v1/console/sessions/{id}/kill"},
+    {"GET", "/v1/console/host"},
 };
 
-// The approval routes answer only the operator's token, on every listener: an agent holding the
-// server's own credential (or its socket) must not approve what it asked for.
-bool approval_route(std::string_view path) { return path == "/v1/approvals" || path.starts_with("/v1/approvals/"); }
+// The approval and console routes answer only the operator's token, on every listener: an agent
+// holding the server's own credential (or its socket) must not approve what it asked for, nor
+// watch or kill other sessions.
+bool operator_route(std::string_view path) {
+  return path == "/v1/approvals" || path.starts_with("/v1/approvals/") || path.starts_with("/v1/console/");
+}
+
+// The console's own files (GET /ui/…): served to anyone who reaches a listener, since they hold
+// no data and every call they make carries the operator's token in a header.
+bool console_file_route(std::string_view path) { return path == "/ui" || path.starts_with("/ui/"); }
+
+// What the console's files are served with: nothing but their own origin's script and style runs
+// or loads, no frame may hold them, and no referrer leaves.
+void console_headers(httplib::Response& res) {
+  res.set_header("Content-Security-Policy",
+                 "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
+                 "base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
+  res.set_header("X-Content-Type-Options", "nosniff");
+  res.set_header("X-Frame-Options", "DENY");
+  res.set_header("Referrer-Policy", "no-referrer");
+  res.set_header("Cross-Origin-Opener-Policy", "same-origin");
+  res.set_header("Cross-Origin-Resource-Policy", "same-origin");
+  res.set_header("Cache-Control", "no-store");
+}
+
+// The longest a console's receipts request waits for the next receipt, and the bytes of
+// receipts one answer carries at most (the next request reads on).
+constexpr uint64_t kConsoleMaxWaitMs = 25000;
+constexpr uint64_t kConsolePageBytes = 1u << 20;
+// How many ended sessions GET /v1/console/sessions lists, newest first.
+constexpr size_t kConsoleEndedListed = 50;
 
 // Whether the request's bearer token is `want_sha256`'s, compared as digests in constant time.
 bool bearer_matches(const httplib::Request& req, const std::string& want_sha256) {
@@ -359,9 +393,28 @@ struct Server::Impl {
     bool ended = false;
     std::atomic<std::chrono::steady_clock::rep> last_used{std::chrono::steady_clock::now().time_since_epoch().count()};
     void touch() { last_used = std::chrono::steady_clock::now().time_since_epoch().count(); }
+    // The console's view of the receipts log: verified up to `at`, where each receipt starts,
+    // and the line that broke the chain, if one did (read on only by console requests).
+    struct Chain {
+      std::mutex mu;
+      ledger::ChainCursor at;
+      std::vector<uint64_t> starts;
+      std::optional<Error> broken;
+    } chain;
   };
   std::thread reaper;
   std::condition_variable reaper_cv;
+  // Bumped (under mu) and notified whenever a session may have a new receipt: a console's
+  // receipts request waits on it.
+  uint64_t changes = 0;
+  std::condition_variable changed_cv;
+  void changed() {
+    {
+      std::lock_guard lk(mu);
+      ++changes;
+    }
+    changed_cv.notify_all();
+  }
 
   ServerOptions opts;
   std::mutex mu;  // sessions, ended, stopping
@@ -382,22 +435,26 @@ struct Server::Impl {
   }
 
   void mark_ended(const std::string& id, Entry& e) {
-    std::lock_guard lk(mu);
-    if (e.ended) return;
-    e.ended = true;
-    ended.push_back(id);
-    while (ended.size() > kEndedKept) {
-      sessions.erase(ended.front());
-      ended.pop_front();
+    {
+      std::lock_guard lk(mu);
+      if (e.ended) return;
+      e.ended = true;
+      ended.push_back(id);
+      while (ended.size() > kEndedKept) {
+        sessions.erase(ended.front());
+        ended.pop_front();
+      }
     }
+    changed();
   }
 
-  Result<std::shared_ptr<Entry>> find(const std::string& id) {
+  // `touch`: the request is use of the session (an operator watching it is not).
+  Result<std::shared_ptr<Entry>> find(const std::string& id, bool touch = true) {
     std::lock_guard lk(mu);
     auto it = sessions.find(id);
     if (it == sessions.end())
       return fail(Code::SessionUnknown, fmt::format("no session has the id \"{}\"", id), {{"session", id}});
-    it->second->touch();
+    if (touch) it->second->touch();
     return it->second;
   }
 
@@ -513,6 +570,8 @@ struct Server::Impl {
     auto e = std::make_shared<Entry>();
     e->session = std::move(s);
     sessions.emplace(e->session->id(), e);
+    ++changes;
+    changed_cv.notify_all();
     return std::pair{201, out};
   }
 
@@ -546,18 +605,26 @@ struct Server::Impl {
       e->touch();  // the end of an action is use too: a long run_tool is not idleness
     }
     if (s.ended() || s.killed()) mark_ended(id, *e);  // closed, killed, or its budget ran out
+    changed();
     if (!resp["ok"].get<bool>()) return std::unexpected(answer_error(resp["error"]));
     return std::pair{200, resp["result"]};
   }
 
   // GET /v1/approvals (?all for answered ones too), POST /v1/approvals/{id} {"decision": …}.
-  Result<std::pair<int, Json>> approvals(const Route& r, const httplib::Request& req) {
+  // The operator's routes (approvals, the console) need the operator's bearer token.
+  Result<void> as_operator(const Route& r, const httplib::Request& req) const {
+    std::string_view what = r.path.starts_with("/v1/console/") ? "the console" : "approvals";
     if (opts.operator_token.empty())
-      return fail(Code::Unauthorized, "this server takes no approvals: start it with --operator-token-file");
-    if (!bearer_matches(req, sha256_hex(opts.operator_token)))
-      return fail(Code::Unauthorized, "approvals need Authorization: Bearer <the operator's token>, which is not the "
-                                      "agent's",
+      return fail(Code::Unauthorized, fmt::format("this server has no operator: {} needs serve's --operator-token-file", what),
                   {{"route", r.path}});
+    if (!bearer_matches(req, sha256_hex(opts.operator_token)))
+      return fail(Code::Unauthorized,
+                  fmt::format("{} needs Authorization: Bearer <the operator's token>, which is not the agent's", what),
+                  {{"route", r.path}});
+    return {};
+  }
+
+  Result<std::pair<int, Json>> approvals(const Route& r, const httplib::Request& req) {
     broker::ApprovalStore store(opts.state_dir);
     if (r.method == "GET") {
       auto list = TRY(store.list(!req.has_param("all")));
@@ -587,8 +654,124 @@ struct Server::Impl {
     return std::pair{200, a.to_json()};
   }
 
+  // GET /v1/console/sessions: the open sessions (status) and the last ended ones, newest first.
+  Result<std::pair<int, Json>> console_sessions() {
+    reap();
+    std::vector<std::shared_ptr<Entry>> open, done;
+    {
+      std::lock_guard lk(mu);
+      for (auto& [id, e] : sessions)
+        if (!e->ended && !e->session->killed()) open.push_back(e);
+      for (auto it = ended.rbegin(); it != ended.rend() && done.size() < kConsoleEndedListed; ++it)
+        if (auto f = sessions.find(*it); f != sessions.end()) done.push_back(f->second);
+    }
+    Json o = Json::array(), d = Json::array();
+    for (auto& e : open) o.push_back(e->session->status());
+    std::stable_sort(o.begin(), o.end(), [](const Json& a, const Json& b) { return a["age_seconds"] > b["age_seconds"]; });
+    for (auto& e : done) d.push_back(e->session->status());
+    return std::pair{200, Json{{"sessions", std::move(o)}, {"ended", std::move(d)}}};
+  }
+
+  // Reads the session's receipts log on from where the console's verifier stopped: every
+  // receipt is checked against the chain once, whoever asks.
+  void verify_on(Entry& e) {
+    std::lock_guard lk(e.chain.mu);
+    while (!e.chain.broken) {
+      auto page = ledger::read_chain(e.session->receipts_path(), e.chain.at, kConsolePageBytes);
+      if (!page) {
+        e.chain.broken = page.error();
+        break;
+      }
+      e.chain.starts.insert(e.chain.starts.end(), page->offsets.begin(), page->offsets.end());
+      e.chain.at = page->next;
+      if (page->broken) e.chain.broken = page->broken;
+      if (!page->more || page->receipts.empty()) break;
+    }
+  }
+
+  // GET /v1/console/sessions/{id}/receipts?after=N&wait_ms=M: the receipts from seq N on
+  // (those verified so far, at most kConsolePageBytes of them), waiting up to M ms for one
+  // when there is none yet; the chain's state, the session's status, and the output tails of
+  // its tool runs.
+  Result<std::pair<int, Json>> console_receipts(const std::string& id, const httplib::Request& req) {
+    auto e = TRY(find(id, false));
+    auto number = [&](const char* key, uint64_t most) -> Result<uint64_t> {
+      if (!req.has_param(key)) return 0;
+      std::string v = req.get_param_value(key);
+      uint64_t n = 0;
+      auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+      if (v.empty() || ec != std::errc() || end != v.data() + v.size() || n > most)
+        return fail(Code::ProtocolError, fmt::format("?{} must be an integer from 0 to {}", key, most),
+                    {{"parameter", key}});
+      return n;
+    };
+    uint64_t after = TRY(number("after", uint64_t{1} << 53));
+    uint64_t wait_ms = TRY(number("wait_ms", kConsoleMaxWaitMs));
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+    for (;;) {
+      uint64_t seen;
+      {
+        std::lock_guard lk(mu);
+        seen = changes;
+      }
+      verify_on(*e);
+      bool have;
+      {
+        std::lock_guard lk(e->chain.mu);
+        have = e->chain.starts.size() > after || e->chain.broken;
+      }
+      if (have || e->ended || std::chrono::steady_clock::now() >= until) break;
+      std::unique_lock lk(mu);
+      if (stopping) break;
+      // Door requests are recorded from the door's threads, unseen here: look again soon.
+      changed_cv.wait_until(lk, std::min(until, std::chrono::steady_clock::now() + std::chrono::milliseconds(250)),
+                            [&] { return changes != seen || stopping; });
+    }
+    Json chain, receipts = Json::array();
+    uint64_t next = after;
+    {
+      std::lock_guard lk(e->chain.mu);
+      chain = {{"verified", !e->chain.broken}, {"receipts", e->chain.at.receipts}};
+      if (e->chain.broken) chain["error"] = e->chain.broken->to_json();
+      if (after < e->chain.starts.size()) {
+        // Lines already verified, read again for this answer (the log only grows).
+        auto page = ledger::read_lines(e->session->receipts_path(), e->chain.starts[after], e->chain.at.offset,
+                                       kConsolePageBytes);
+        if (!page) return std::unexpected(page.error());
+        next = after + page->size();
+        receipts = std::move(*page);
+      }
+    }
+    return std::pair{200, Json{{"session", e->session->status()},
+                               {"receipts", std::move(receipts)},
+                               {"next", next},
+                               {"chain", std::move(chain)},
+                               {"output_tails", e->session->output_tails()}}};
+  }
+
+  Result<std::pair<int, Json>> console(const Route& r, const httplib::Request& req) {
+    if (r.path == "/v1/console/sessions") return console_sessions();
+    if (r.path == "/v1/console/host") {
+      if (!opts.executors_report) return fail(Code::InternalError, "this server has no executors report");
+      return std::pair{200, opts.executors_report()};
+    }
+    std::string id = req.matches[1].str();
+    if (r.path.ends_with("/receipts")) return console_receipts(id, req);
+    // The kill switch, as POST /v1/sessions/{id}/kill pulls it, named for who pulled it.
+    auto e = TRY(find(id, false));
+    auto killed = e->session->kill("operator console");
+    if (e->session->ended() || e->session->killed()) mark_ended(id, *e);
+    changed();
+    if (!killed) return std::unexpected(killed.error());
+    return std::pair{200, Json{{"killed", true}}};
+  }
+
   Result<std::pair<int, Json>> route(const Route& r, const httplib::Request& req) {
-    if (approval_route(r.path)) return approvals(r, req);
+    if (operator_route(r.path)) {
+      TRY(as_operator(r, req));
+      if (r.path.starts_with("/v1/console/")) return console(r, req);
+      return approvals(r, req);
+    }
     std::string_view action = route_action(r.path);
     if (!action.empty()) return act(req.matches[1].str(), action, req);
     if (r.path == "/v1/sessions" && r.method == "GET") return list_sessions();
@@ -623,6 +806,15 @@ struct Server::Impl {
       else
         http.Post(route_regex(r.path), handler);
     }
+    for (const ConsoleFile& f : console_files())
+      http.Get(route_regex(f.path), [&f](const httplib::Request&, httplib::Response& res) {
+        console_headers(res);
+        res.set_content(f.body.data(), f.body.size(), std::string(f.content_type).c_str());
+      });
+    http.Get("/ui", [](const httplib::Request&, httplib::Response& res) {
+      console_headers(res);
+      res.set_redirect("/ui/", 301);
+    });
     // httplib's own refusals (no route, oversized body, unreadable request) get our error body.
     http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
                                                                        httplib::Response& res) {
@@ -710,8 +902,10 @@ Result<int> Server::bind_tcp(const ListenAddress& at, std::string token) {
   // Compared as digests with CRYPTO_memcmp: the time taken says nothing about the token.
   std::string want = sha256_hex(token);
   l.http->set_pre_routing_handler([want](const httplib::Request& req, httplib::Response& res) {
-    // The approval routes check the operator's token themselves (and refuse this one).
-    if (bearer_matches(req, want) || approval_route(req.path)) return httplib::Server::HandlerResponse::Unhandled;
+    // The approval and console routes check the operator's token themselves (and refuse this
+    // one); the console's files need none.
+    if (bearer_matches(req, want) || operator_route(req.path) || console_file_route(req.path))
+      return httplib::Server::HandlerResponse::Unhandled;
     std::string auth = req.get_header_value("Authorization");
     reply_error(res, Error{Code::Unauthorized,
                            auth.empty() ? "the TCP listener requires Authorization: Bearer <token>"

@@ -28,6 +28,14 @@ std::span<const Route> routes();
 // The OpenAPI 3 document served at /v1/openapi.json (src/server/openapi.json, built in).
 std::string_view openapi_json();
 
+// The operator console's files (src/server/console/, built in), served at their paths under
+// /ui/ on every listener without credentials: they hold no data, and every call they make
+// carries the operator's token in a header (docs/console.md).
+struct ConsoleFile {
+  std::string_view path, content_type, body;
+};
+std::span<const ConsoleFile> console_files();
+
 struct ServerOptions {
   std::string state_dir;
   plan::Profile profile = plan::Profile::Production;

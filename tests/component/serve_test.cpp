@@ -24,6 +24,7 @@ using server::HttpReply;
 const char* kSleepA = "3601";  // each test's long tool has its own argv, to find its process
 const char* kSleepB = "3602";
 const char* kSleepC = "3603";
+const char* kSleepD = "3604";
 
 std::string policy_json(const CliFixture& f, const std::string& sleep_seconds = "3600") {
   Json p = {{"schema_version", "airlock.task_policy.v1"},
@@ -614,6 +615,156 @@ TEST_F(Serve, ReadmePythonClientRuns) {
   EXPECT_NE(r.out.find("refused: 403 AIRLOCK_PATH_DENIED"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("closed: ['reports/notes.txt']"), std::string::npos) << r.out;
   EXPECT_EQ(read_text(f->workspace() + "/reports/notes.txt"), "checked\n");
+}
+
+// The operator console's API: only the operator's token reads or acts (never the agent's, never
+// none, on either listener), its files need none and carry a strict CSP; a session's receipts
+// arrive through a long poll as they are appended, with the chain verified, the output tails of
+// its tool runs and what its running sandbox uses; the console's kill switch ends a running
+// tool and the session is listed as ended, killed by the console.
+TEST_F(Serve, TheConsoleAnswersOnlyTheOperatorAndFollowsASessionLive) {
+  auto token_file = [&](const std::string& name, const std::string& token) {
+    std::string path = f->workspace() + "/../" + name;
+    std::ofstream(path) << token << "\n";
+    ::chmod(path.c_str(), 0600);
+    return path;
+  };
+  std::string agent = "agent-token-0123456789abcdef", op = "operator-token-0123456789abcdef";
+  start({"--listen", "127.0.0.1:0", "--token-file", token_file("agent-token", agent), "--operator-token-file",
+         token_file("operator-token", op)});
+  HttpClient c(srv->tcp_endpoint(agent)), operator_(srv->tcp_endpoint(op)), none(srv->unix_endpoint());
+  HttpClient anonymous(srv->tcp_endpoint(""));
+
+  // The page and its script: no token needed, served with the policy that keeps them honest.
+  auto page = must(anonymous.get("/ui/"));
+  ASSERT_EQ(page.status, 200) << page.body;
+  EXPECT_NE(page.body.find("<title>airlock console</title>"), std::string::npos);
+  EXPECT_NE(page.header("Content-Security-Policy").find("script-src 'self'"), std::string::npos);
+  EXPECT_NE(page.header("Content-Security-Policy").find("frame-ancestors 'none'"), std::string::npos);
+  EXPECT_EQ(page.header("X-Content-Type-Options"), "nosniff");
+  auto script = must(anonymous.get("/ui/console.js"));
+  EXPECT_EQ(script.status, 200);
+  EXPECT_EQ(script.header("Content-Type").rfind("text/javascript", 0), 0u) << script.header("Content-Type");
+  for (const char* parser : {"innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "DOMParser", "eval("})
+    EXPECT_EQ(script.body.find(parser), std::string::npos) << parser << ": agent strings are rendered as text only";
+  EXPECT_EQ(must(anonymous.get("/ui/nothing-here")).status, 404);
+
+  std::string id = open(c, policy_json(*f, kSleepD));
+  if (skipped) GTEST_SKIP() << "no executor for the policy here";
+  ASSERT_FALSE(id.empty());
+  std::string at = "/v1/console/sessions/" + id;
+  for (const std::string& route : std::vector<std::string>{"/v1/console/sessions", "/v1/console/host", at + "/receipts"}) {
+    EXPECT_EQ(must(anonymous.get(route)).status, 401) << route;
+    EXPECT_EQ(must(c.get(route)).status, 401) << route << ": the agent's token";
+    EXPECT_EQ(must(none.get(route)).status, 401) << route << ": the unix socket without the operator's token";
+  }
+  EXPECT_EQ(must(c.post(at + "/kill", Json::object())).status, 401);
+  EXPECT_EQ(must(anonymous.post(at + "/kill", Json::object())).status, 401);
+
+  auto listed = must(operator_.get("/v1/console/sessions"));
+  ASSERT_EQ(listed.status, 200) << listed.body;
+  ASSERT_EQ(listed.json()["sessions"].size(), 1u) << listed.body;
+  EXPECT_EQ(listed.json()["sessions"][0]["session"], id);
+  EXPECT_TRUE(listed.json()["sessions"][0]["running"].is_null());
+  auto host = must(operator_.get("/v1/console/host"));
+  ASSERT_EQ(host.status, 200);
+  EXPECT_TRUE(host.json()["executors"].is_array());
+
+  // A tool's output tail, kept beside its receipt (which holds only the digest).
+  ASSERT_EQ(must(c.post("/v1/sessions/" + id + "/run_tool", {{"tool", "count"}})).status, 200);
+  auto first = must(operator_.get(at + "/receipts?after=0"));
+  ASSERT_EQ(first.status, 200) << first.body;
+  Json r = first.json();
+  ASSERT_EQ(r["receipts"].size(), 2u) << first.body;
+  EXPECT_EQ(r["receipts"][0]["kind"], "session.open");
+  EXPECT_EQ(r["receipts"][1]["kind"], "run_tool");
+  EXPECT_EQ(r["next"], 2);
+  EXPECT_EQ(r["chain"]["verified"], true);
+  EXPECT_EQ(r["output_tails"]["1"]["stdout"], "12 src/app.py\n");
+  EXPECT_EQ(r["session"]["tool_runs"]["cpu_us"].get<uint64_t>() > 0 ||
+                r["session"]["tool_runs"]["peak_rss_kb"].get<uint64_t>() > 0,
+            true);
+  for (std::string bad : std::vector<std::string>{"?after=x", "?after=-1", "?wait_ms=25001", "?after=", "?after=1.5"})
+    EXPECT_EQ(must(operator_.get(at + "/receipts" + bad)).status, 400) << bad;
+
+  // A long poll answers with the receipt appended while it waits.
+  HttpReply waited;
+  std::thread watcher([&] {
+    HttpClient own(srv->tcp_endpoint(op));
+    waited = must(own.get(at + "/receipts?after=2&wait_ms=20000"));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(must(c.post("/v1/sessions/" + id + "/read_file", {{"path", "../../etc/passwd"}})).status, 403);
+  watcher.join();
+  ASSERT_EQ(waited.status, 200) << waited.body;
+  ASSERT_EQ(waited.json()["receipts"].size(), 1u) << waited.body;
+  EXPECT_EQ(waited.json()["receipts"][0]["decision"], "refused");
+  EXPECT_EQ(waited.json()["receipts"][0]["error"]["code"], "AIRLOCK_PATH_DENIED");
+
+  // The kill switch from the console, while a tool runs: the console saw it running, with what
+  // its sandbox uses; the tool ends and the session is listed as ended, killed.
+  HttpReply long_run;
+  std::thread runner([&] {
+    HttpClient own(srv->unix_endpoint());
+    long_run = must(own.post("/v1/sessions/" + id + "/run_tool", {{"tool", "wait"}}));
+  });
+  std::vector<std::string> tool = {"/usr/bin/sleep", kSleepD};
+  for (int i = 0; i < 600 && processes_running(tool).empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_FALSE(processes_running(tool).empty()) << "the long tool never started";
+  Json running = must(operator_.get("/v1/console/sessions")).json()["sessions"][0]["running"];
+  EXPECT_EQ(running["kind"], "run_tool") << running;
+  if (std::string(Json::parse(listed.body)["sessions"][0]["executor"]) == "namespaces") {
+    EXPECT_GE(running["usage"]["processes"].get<int>(), 1) << running;
+    EXPECT_GT(running["usage"]["memory_bytes"].get<uint64_t>(), 0u) << running;
+  }
+  auto killed = must(operator_.post(at + "/kill", Json::object()));
+  EXPECT_EQ(killed.status, 200) << killed.body;
+  runner.join();
+  EXPECT_EQ(long_run.json()["error"]["code"], "AIRLOCK_SESSION_KILLED") << long_run.body;
+  EXPECT_TRUE(wait_until_gone(tool));
+  Json after = must(operator_.get("/v1/console/sessions")).json();
+  EXPECT_TRUE(after["sessions"].empty()) << after;
+  ASSERT_EQ(after["ended"].size(), 1u) << after;
+  EXPECT_EQ(after["ended"][0]["ended"]["how"], "killed");
+  EXPECT_EQ(after["ended"][0]["ended"]["reason"], "operator console");
+  auto last = must(operator_.get(at + "/receipts?after=3")).json();
+  EXPECT_EQ(last["receipts"].back()["kind"], "session.close") << last;
+  EXPECT_EQ(last["chain"]["verified"], true);
+  EXPECT_EQ(must(operator_.get("/v1/console/sessions/" + std::string(32, 'a') + "/receipts")).status, 404);
+  EXPECT_EQ(srv->stop(SIGTERM), 0);
+}
+
+// A receipts log changed behind the session's back is shown as not verifying, where it breaks.
+TEST_F(Serve, TheConsoleSaysWhereAReceiptChainBreaks) {
+  std::string op_file = f->workspace() + "/../operator-token", op = "operator-token-0123456789abcdef";
+  std::ofstream(op_file) << op << "\n";
+  ::chmod(op_file.c_str(), 0600);
+  start({"--operator-token-file", op_file});
+  HttpClient c(srv->unix_endpoint());
+  server::Endpoint as_operator = srv->unix_endpoint();
+  as_operator.token = op;
+  HttpClient operator_(as_operator);
+  std::string id = open(c, policy_json(*f));
+  if (skipped) GTEST_SKIP() << "no executor for the policy here";
+  ASSERT_EQ(must(c.post("/v1/sessions/" + id + "/read_file", {{"path", "src/app.py"}})).status, 200);
+  ASSERT_EQ(must(c.post("/v1/sessions/" + id + "/read_file", {{"path", "src/app.py"}})).status, 200);
+  std::string path = must(c.get("/v1/sessions/" + id + "/receipts")).json()["path"];
+  {
+    std::fstream log(path, std::ios::in | std::ios::out | std::ios::binary);
+    std::string text((std::istreambuf_iterator<char>(log)), {});
+    size_t second = text.find('\n') + 1;
+    size_t digit = text.find("\"duration_us\":", second) + 14;
+    ASSERT_LT(digit, text.find('\n', second));
+    log.seekp(static_cast<std::streamoff>(digit));
+    log.put(text[digit] == '9' ? '8' : '9');  // the second receipt rewritten: the third no longer chains on
+  }
+  auto r = must(operator_.get("/v1/console/sessions/" + id + "/receipts"));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json()["chain"]["verified"], false) << r.body;
+  EXPECT_EQ(r.json()["chain"]["error"]["code"], "AIRLOCK_LEDGER_CORRUPT");
+  EXPECT_EQ(r.json()["chain"]["error"]["facts"]["line"], 3);
+  EXPECT_EQ(r.json()["receipts"].size(), 2u) << "what verifies before the break is shown";
 }
 
 }  // namespace
