@@ -253,7 +253,7 @@ function argv(a) {
 
 // One receipt as a timeline entry: what was asked, what was decided, and why.
 function entry(r, tails) {
-  const refused = r.decision === "refused" || r.kind === "session.refused";
+  const refused = r.decision === "refused" || r.decision === "failed" || r.kind === "session.refused";
   const held = r.kind === "approval.requested";
   const detail = [];
   const args = r.args || {};
@@ -271,10 +271,14 @@ function entry(r, tails) {
     case "http_fetch":
       detail.push((args.method || "GET") + " " + args.url);
       break;
-    case "door.request":
-      detail.push((r.method || "") + " " + (r.host || "") + (r.port ? ":" + r.port : "") + (r.path || "") +
+    case "door.request": {
+      // A request through the network door: its method, where to (the URL, or host:port for a
+      // CONNECT), and the status the door answered.
+      const where = r.url || (r.host ? r.host + ":" + r.port : r.target || "");
+      detail.push([r.door === "connect" ? "CONNECT" : r.method, where].filter(Boolean).join(" ") +
                   (r.status !== undefined ? " → " + r.status : ""));
       break;
+    }
     case "run_tool":
       detail.push((args.tool || "") + " " + argv(args.args));
       if (r.result && r.result.outcome) detail.push(outcomeText(r.result.outcome));
