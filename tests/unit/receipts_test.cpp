@@ -479,5 +479,88 @@ TEST(ReceiptRepair, ALogNamedWithBytesThatAreNotUtf8IsRepairedToo) {
   EXPECT_EQ(Json::parse(lines_of(read_text(path)).back()).at("session"), "unknown");
 }
 
+// ---------------------------------------------------------------- reading on from a cursor
+
+// Reading a log on from each page's cursor, a few bytes at a time, gives every receipt once, in
+// order, each verified, ending where verify_chain ends; a line longer than a page is read whole.
+TEST(ReadChain, PagesFromACursorGiveEveryReceiptOnceVerified) {
+  TempDir dir;
+  const std::string path = dir.file("receipts.jsonl");
+  std::string text = write_log(path, 7);
+  auto whole = verify_chain(path);
+  ASSERT_TRUE(whole.has_value());
+  for (uint64_t page_bytes : {uint64_t{1}, uint64_t{100}, uint64_t{450}, uint64_t{1} << 20}) {
+    ChainCursor at;
+    std::vector<uint64_t> seqs, offsets;
+    for (int pages = 0; pages < 100; ++pages) {
+      auto p = read_chain(path, at, page_bytes);
+      ASSERT_TRUE(p.has_value()) << p.error().message;
+      ASSERT_FALSE(p->broken.has_value());
+      ASSERT_EQ(p->receipts.size(), p->offsets.size());
+      for (size_t i = 0; i < p->receipts.size(); ++i) {
+        seqs.push_back(p->receipts[i]["seq"].get<uint64_t>());
+        offsets.push_back(p->offsets[i]);
+      }
+      at = p->next;
+      if (!p->more) break;
+    }
+    EXPECT_EQ(seqs, (std::vector<uint64_t>{0, 1, 2, 3, 4, 5, 6})) << page_bytes;
+    EXPECT_EQ(at.offset, text.size());
+    EXPECT_EQ(at.receipts, 7u);
+    EXPECT_EQ(at.last_hash, whole->last_hash);
+    for (size_t i = 0; i < offsets.size(); ++i)
+      EXPECT_TRUE(offsets[i] == 0 || text[offsets[i] - 1] == '\n') << offsets[i];
+    // The lines between two offsets, read again, are the same receipts.
+    auto again = read_lines(path, offsets[2], at.offset, 1u << 20);
+    ASSERT_TRUE(again.has_value());
+    ASSERT_EQ(again->size(), 5u);
+    EXPECT_EQ((*again)[0]["seq"], 2);
+  }
+}
+
+// A line still being written is left for the next read; appended later, it is read and verified.
+TEST(ReadChain, ALineWithoutItsNewlineIsLeftForTheNextRead) {
+  TempDir dir;
+  const std::string path = dir.file("receipts.jsonl");
+  std::string text = write_log(path, 3);
+  auto lines = lines_of(text);
+  write_text(path, lines[0] + "\n" + lines[1] + "\n" + lines[2]);  // the third cut before its newline
+  auto p = read_chain(path, {}, 1u << 20);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->receipts.size(), 2u);
+  EXPECT_FALSE(p->broken.has_value());
+  write_text(path, text);
+  auto rest = read_chain(path, p->next, 1u << 20);
+  ASSERT_TRUE(rest.has_value());
+  ASSERT_EQ(rest->receipts.size(), 1u);
+  EXPECT_EQ(rest->receipts[0]["seq"], 2);
+  EXPECT_EQ(rest->next.offset, text.size());
+}
+
+// A line that does not chain on ends the page before it, with the break named; a cursor past
+// the file's end (a log replaced by a shorter one) is refused.
+TEST(ReadChain, ABreakEndsThePageAndAShorterFileIsRefused) {
+  TempDir dir;
+  const std::string path = dir.file("receipts.jsonl");
+  auto lines = lines_of(write_log(path, 4));
+  auto first = read_chain(path, {}, 1u << 20);
+  ASSERT_TRUE(first.has_value());
+  size_t at = lines[1].find("receipt number 1");
+  lines[1][at + std::string("receipt number ").size()] = '7';
+  write_text(path, join_lines(lines));
+  auto p = read_chain(path, {}, 1u << 20);
+  ASSERT_TRUE(p.has_value());
+  ASSERT_TRUE(p->broken.has_value());
+  EXPECT_EQ(p->broken->code, Code::LedgerCorrupt);
+  EXPECT_EQ(p->broken->facts.value("line", 0), 3);
+  EXPECT_EQ(p->receipts.size(), 2u);
+  EXPECT_FALSE(p->more);
+  // Read on from the first read's end: nothing new, and a cursor past the end is refused.
+  write_text(path, lines[0] + "\n");
+  auto past = read_chain(path, first->next, 1u << 20);
+  ASSERT_FALSE(past.has_value());
+  EXPECT_EQ(past.error().code, Code::LedgerCorrupt);
+}
+
 }  // namespace
 }  // namespace airlock::ledger
