@@ -38,11 +38,36 @@ std::string policy_json(const CliFixture& f, const std::string& sleep_seconds = 
   return p.dump();
 }
 
+const char* kAgentToken = "agent-token-0123456789abcdef";
+const char* kOperatorToken = "operator-token-0123456789abcdef";
+
 class Serve : public ::testing::Test, protected ServeFixtureBase {
  protected:
   void SetUp() override {
     f = std::make_unique<CliFixture>(Identity::Self);
     f->put("src/app.py", "print('hi')\n");
+  }
+  // A token file beside the workspace that the server accepts (ours, mode 0600).
+  std::string token_file(const std::string& name, const std::string& token) {
+    std::string path = f->workspace() + "/../" + name;
+    std::ofstream(path) << token << "\n";
+    ::chmod(path.c_str(), 0600);
+    return path;
+  }
+  // Calls session `id`'s long tool ("wait", `/usr/bin/sleep SECONDS`) from a thread of its own,
+  // which sets `reply` (then `answered`) when answered; returns once the tool's process runs
+  // (false if it never did).
+  bool run_long_tool(const std::string& id, const char* seconds, std::thread& runner, HttpReply& reply,
+                     std::atomic<bool>* answered = nullptr) {
+    runner = std::thread([this, id, &reply, answered] {
+      HttpClient own(srv->unix_endpoint());
+      reply = must(own.post("/v1/sessions/" + id + "/run_tool", {{"tool", "wait"}}));
+      if (answered) *answered = true;
+    });
+    std::vector<std::string> tool = {"/usr/bin/sleep", seconds};
+    for (int i = 0; i < 600 && processes_running(tool).empty(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return !processes_running(tool).empty();
   }
 };
 
@@ -171,13 +196,7 @@ TEST_F(Serve, AJsonToolIsLedgeredAndASessionResumesItsRunByRunId) {
 // Approvals over HTTP: a held call, answered only with the operator's token (never the agent's,
 // never none), dispatched once for exactly the call approved; a denial never dispatches.
 TEST_F(Serve, OnlyTheOperatorsTokenApprovesAHeldCall) {
-  auto token_file = [&](const std::string& name, const std::string& token) {
-    std::string path = f->workspace() + "/../" + name;
-    std::ofstream(path) << token << "\n";
-    ::chmod(path.c_str(), 0600);
-    return path;
-  };
-  std::string agent = "agent-token-0123456789abcdef", op = "operator-token-0123456789abcdef";
+  std::string agent = kAgentToken, op = kOperatorToken;
   std::string agent_file = token_file("agent-token", agent), op_file = token_file("operator-token", op);
   auto same = f->run({"serve", "--listen", "127.0.0.1:0", "--token-file", agent_file, "--operator-token-file",
                       agent_file});
@@ -245,9 +264,7 @@ TEST_F(Serve, OnlyTheOperatorsTokenApprovesAHeldCall) {
 // a new server's session resuming the run retries under the same key (the approval's second
 // attempt). An approval that expired never dispatches.
 TEST_F(Serve, AKilledServerLeavesTheApprovalOnTheOrphanAndAnExpiredOneNeverRuns) {
-  std::string op_file = f->workspace() + "/../operator-token", op = "operator-token-0123456789abcdef";
-  std::ofstream(op_file) << op << "\n";
-  ::chmod(op_file.c_str(), 0600);
+  std::string op = kOperatorToken, op_file = token_file("operator-token", op);
   start({"--operator-token-file", op_file}, {"PAY_SECONDS=60"});
   Json p = {{"schema_version", "airlock.task_policy.v1"},
             {"workspace", f->workspace()},
@@ -421,15 +438,9 @@ TEST_F(Serve, LongToolBlocksNoOtherSessionAndKillStopsIt) {
 
   std::atomic<bool> answered = false;
   HttpReply long_run;
-  std::thread runner([&] {
-    HttpClient own(srv->unix_endpoint());
-    long_run = must(own.post("/v1/sessions/" + a + "/run_tool", {{"tool", "wait"}}));
-    answered = true;
-  });
+  std::thread runner;
   std::vector<std::string> tool = {"/usr/bin/sleep", kSleepA};
-  for (int i = 0; i < 600 && processes_running(tool).empty(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  ASSERT_FALSE(processes_running(tool).empty()) << "the long tool never started";
+  ASSERT_TRUE(run_long_tool(a, kSleepA, runner, long_run, &answered)) << "the long tool never started";
 
   // Session b acts while a's tool runs; a's request is still unanswered.
   auto read = must(c.post("/v1/sessions/" + b + "/read_file", {{"path", "src/app.py"}}));
@@ -490,14 +501,9 @@ TEST_F(Serve, SigtermKillsRunningSessionsAndLeavesNothingBehind) {
             200);
   std::string receipts_path = must(c.get("/v1/sessions/" + a + "/receipts")).json()["path"];
   HttpReply long_run;
-  std::thread runner([&] {
-    HttpClient own(srv->unix_endpoint());
-    long_run = must(own.post("/v1/sessions/" + a + "/run_tool", {{"tool", "wait"}}));
-  });
+  std::thread runner;
   std::vector<std::string> tool = {"/usr/bin/sleep", kSleepB};
-  for (int i = 0; i < 600 && processes_running(tool).empty(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  ASSERT_FALSE(processes_running(tool).empty()) << "the long tool never started";
+  ASSERT_TRUE(run_long_tool(a, kSleepB, runner, long_run)) << "the long tool never started";
 
   std::string sock = srv->socket();
   EXPECT_EQ(srv->stop(SIGTERM), 0);
@@ -547,14 +553,10 @@ TEST_F(Serve, OpenSessionsAreListedAndABodylessKillStopsOne) {
   EXPECT_TRUE(sb["executor"].is_string() && sb["tier"].is_number_integer() && sb["age_seconds"].is_number_integer());
   EXPECT_EQ(sb["receipts"], 3);  // session.open and the two reads
 
-  std::thread runner([&] {
-    HttpClient own(srv->unix_endpoint());
-    (void)own.post("/v1/sessions/" + a + "/run_tool", {{"tool", "wait"}});
-  });
+  HttpReply long_run;
+  std::thread runner;
   std::vector<std::string> tool = {"/usr/bin/sleep", kSleepC};
-  for (int i = 0; i < 600 && processes_running(tool).empty(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  ASSERT_FALSE(processes_running(tool).empty()) << "the long tool never started";
+  ASSERT_TRUE(run_long_tool(a, kSleepC, runner, long_run)) << "the long tool never started";
   auto killed = must(c.request("POST", "/v1/sessions/" + a + "/kill", ""));
   EXPECT_EQ(killed.status, 200) << killed.body;
   runner.join();
@@ -623,13 +625,7 @@ TEST_F(Serve, ReadmePythonClientRuns) {
 // its tool runs and what its running sandbox uses; the console's kill switch ends a running
 // tool and the session is listed as ended, killed by the console.
 TEST_F(Serve, TheConsoleAnswersOnlyTheOperatorAndFollowsASessionLive) {
-  auto token_file = [&](const std::string& name, const std::string& token) {
-    std::string path = f->workspace() + "/../" + name;
-    std::ofstream(path) << token << "\n";
-    ::chmod(path.c_str(), 0600);
-    return path;
-  };
-  std::string agent = "agent-token-0123456789abcdef", op = "operator-token-0123456789abcdef";
+  std::string agent = kAgentToken, op = kOperatorToken;
   start({"--listen", "127.0.0.1:0", "--token-file", token_file("agent-token", agent), "--operator-token-file",
          token_file("operator-token", op)});
   HttpClient c(srv->tcp_endpoint(agent)), operator_(srv->tcp_endpoint(op)), none(srv->unix_endpoint());
@@ -704,14 +700,9 @@ TEST_F(Serve, TheConsoleAnswersOnlyTheOperatorAndFollowsASessionLive) {
   // The kill switch from the console, while a tool runs: the console saw it running, with what
   // its sandbox uses; the tool ends and the session is listed as ended, killed.
   HttpReply long_run;
-  std::thread runner([&] {
-    HttpClient own(srv->unix_endpoint());
-    long_run = must(own.post("/v1/sessions/" + id + "/run_tool", {{"tool", "wait"}}));
-  });
+  std::thread runner;
   std::vector<std::string> tool = {"/usr/bin/sleep", kSleepD};
-  for (int i = 0; i < 600 && processes_running(tool).empty(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  ASSERT_FALSE(processes_running(tool).empty()) << "the long tool never started";
+  ASSERT_TRUE(run_long_tool(id, kSleepD, runner, long_run)) << "the long tool never started";
   Json running = must(operator_.get("/v1/console/sessions")).json()["sessions"][0]["running"];
   EXPECT_EQ(running["kind"], "run_tool") << running;
   if (std::string(Json::parse(listed.body)["sessions"][0]["executor"]) == "namespaces") {
@@ -737,9 +728,7 @@ TEST_F(Serve, TheConsoleAnswersOnlyTheOperatorAndFollowsASessionLive) {
 
 // A receipts log changed behind the session's back is shown as not verifying, where it breaks.
 TEST_F(Serve, TheConsoleSaysWhereAReceiptChainBreaks) {
-  std::string op_file = f->workspace() + "/../operator-token", op = "operator-token-0123456789abcdef";
-  std::ofstream(op_file) << op << "\n";
-  ::chmod(op_file.c_str(), 0600);
+  std::string op = kOperatorToken, op_file = token_file("operator-token", op);
   start({"--operator-token-file", op_file});
   HttpClient c(srv->unix_endpoint());
   server::Endpoint as_operator = srv->unix_endpoint();
