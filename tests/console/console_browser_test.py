@@ -298,6 +298,8 @@ def main():
         ended = until("the session listed as killed",
                       lambda: [r for r in find(f'#ended tr[data-session="{sid}"]') if "killed" in r.text])
         expect("operator console" in ended[0].text, ended[0].text)
+        until("the console showing nothing running in it", lambda: find(
+            f'#ended tr[data-session="{sid}"] td[data-field="running"]')[0].text == "nothing running")
         expect(not find(f'#sessions tr[data-session="{sid}"]'), "the killed session is still listed as open")
         until("the timeline's close", lambda: [li for li in find('#timeline li[data-kind="session.close"]')
                                                if "killed" in li.text])

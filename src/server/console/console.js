@@ -182,6 +182,8 @@ async function refreshSessions() {
     el("td", {}, s.task_id),
     el("td", { class: s.ended && s.ended.how === "killed" ? "error" : "" }, s.ended ? s.ended.how : "ended"),
     el("td", {}, s.ended ? s.ended.reason : ""),
+    // A killed session's tool is stopped with its whole sandbox; until that is done it shows here.
+    el("td", { "data-field": "running" }, s.running ? "stopping: " + runningCell(s) : "nothing running"),
     el("td", {}, String(s.actions)),
     el("td", {}, String(s.refused)))));
   $("status").textContent = "updated " + new Date().toLocaleTimeString();
