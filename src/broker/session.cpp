@@ -369,10 +369,9 @@ Result<T> Session::record(std::string_view kind, const Json& args, Result<T> r,
       auto tail = [](std::string_view bytes) {
         return std::string(bytes.substr(bytes.size() > kOutputTailBytes ? bytes.size() - kOutputTailBytes : 0));
       };
-      Json kept = {{"stdout", tail(t.ledgered ? lossless_canonical_json(t.ledgered->result) : t.out)},
-                   {"stderr", tail(t.err)}};
-      repair_utf8(kept);  // shown as text: bytes that are not UTF-8 become U+FFFD
-      tails_.emplace_back((*appended)["seq"].get<uint64_t>(), std::move(kept));
+      // Raw bytes (made text when asked for): what is kept is bounded by their count.
+      tails_.push_back({(*appended)["seq"].get<uint64_t>(),
+                        tail(t.ledgered ? lossless_canonical_json(t.ledgered->result) : t.out), tail(t.err)});
       while (tails_.size() > kOutputTailsKept) tails_.pop_front();
     }
   }
@@ -654,7 +653,8 @@ Json Session::status() const {
 Json Session::output_tails() const {
   std::unique_lock lk(mu_);
   Json out = Json::object();
-  for (const auto& [seq, tail] : tails_) out[std::to_string(seq)] = tail;
+  for (const auto& t : tails_) out[std::to_string(t.seq)] = {{"stdout", t.out}, {"stderr", t.err}};
+  repair_utf8(out);  // shown as text: bytes that are not UTF-8 become U+FFFD
   return out;
 }
 
@@ -713,6 +713,7 @@ Result<void> Session::finish(std::string_view how, Json body) {
   if (!in_flight_) run_.reset();
   body["how"] = how;
   ended_how_ = std::string(how);
+  while (tails_.size() > kOutputTailsKeptEnded) tails_.pop_front();  // an ended session keeps fewer
   ended_reason_ = body.value("reason", Json("")).is_string() ? body.value("reason", std::string()) : std::string();
   (void)flush_suppressed();  // the count goes into the log before its last receipt
   auto removed = exec::remove_session_dirs(dirs_);

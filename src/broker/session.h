@@ -183,9 +183,10 @@ class Session {
   Json status() const;
   // The tails of the last kOutputTailsKept tool runs' output (stdout, or a json tool's result,
   // and stderr; the last kOutputTailBytes of each, as text), by the seq of their run_tool
-  // receipt. Kept in memory for the operator's console only: receipts hold the output's digest.
+  // receipt; an ended session keeps its last kOutputTailsKeptEnded. Kept in memory for the
+  // operator's console only: receipts hold the output's digest.
   Json output_tails() const;
-  static constexpr size_t kOutputTailBytes = 2048, kOutputTailsKept = 64;
+  static constexpr size_t kOutputTailBytes = 2048, kOutputTailsKept = 64, kOutputTailsKeptEnded = 8;
   bool killed() const { return killed_; }
   // Closed or killed: no action will be admitted again.
   bool ended() const {
@@ -280,7 +281,11 @@ class Session {
   std::chrono::steady_clock::time_point in_flight_since_;
   std::string ended_how_, ended_reason_;  // from session.close
   uint64_t runs_cpu_us_ = 0, runs_peak_rss_kb_ = 0;
-  std::deque<std::pair<uint64_t, Json>> tails_;
+  struct OutputTail {
+    uint64_t seq;
+    std::string out, err;
+  };
+  std::deque<OutputTail> tails_;
   std::atomic<bool> killed_ = false;
   std::string kill_reason_;
   uint64_t max_receipt_bytes_ = 0;

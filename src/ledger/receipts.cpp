@@ -46,6 +46,7 @@ struct Scan {
   size_t tail_offset = 0;  // where the bytes after the last newline start (== size: none)
   std::vector<Json> receipts;  // each complete line, when asked to keep them
   std::vector<uint64_t> starts;  // and where each starts in `text`
+  std::vector<std::string> hashes;  // and its sha256
 };
 
 // Every complete line of `text`, in order, chaining on `out.check` (a log's start: 0 receipts
@@ -75,6 +76,7 @@ Result<void> scan_chain(std::string_view text, const std::string& path, Scan& ou
     if (keep) {
       out.starts.push_back(pos);
       out.receipts.push_back(std::move(*j));
+      out.hashes.push_back(out.check.last_hash);
     }
     pos = nl + 1;
     out.tail_offset = pos;
@@ -173,20 +175,32 @@ Result<ChainPage> read_chain(const std::string& path, const ChainCursor& from, u
   scan.check = {from.receipts, from.last_hash};
   if (auto r = scan_chain(text, path, scan, true); !r) page.broken = r.error();  // the page ends before it
   page.receipts = std::move(scan.receipts);
+  page.sha256 = std::move(scan.hashes);
   for (uint64_t s : scan.starts) page.offsets.push_back(from.offset + s);
   page.next = {from.offset + scan.tail_offset, scan.check.receipts, scan.check.last_hash};
   page.more = !page.broken && from.offset + text.size() < size;
   return page;
 }
 
-Result<std::vector<Json>> read_lines(const std::string& path, uint64_t offset, uint64_t end, uint64_t max_bytes) {
+Result<ChainPage> read_lines(const std::string& path, uint64_t offset, uint64_t end, uint64_t max_bytes) {
   uint64_t size = 0;
   std::string text = TRY(read_from(path, offset, end, max_bytes, size));
-  std::vector<Json> out;
-  for (size_t pos = 0, nl; (nl = text.find('\n', pos)) != std::string::npos; pos = nl + 1)
-    out.push_back(TRY(parse_json(std::string_view(text).substr(pos, nl - pos), Code::LedgerCorrupt,
-                                 fmt::format("{} at offset {}", path, offset + pos), kReceiptLineLimits)));
-  return out;
+  ChainPage page;
+  page.next.offset = offset;
+  for (size_t pos = 0, nl; (nl = text.find('\n', pos)) != std::string::npos; pos = nl + 1) {
+    std::string_view line = std::string_view(text).substr(pos, nl - pos);
+    auto j = parse_json(line, Code::LedgerCorrupt, fmt::format("{} at offset {}", path, offset + pos), kReceiptLineLimits);
+    if (!j) {
+      page.broken = j.error();
+      break;
+    }
+    page.receipts.push_back(std::move(*j));
+    page.offsets.push_back(offset + pos);
+    page.sha256.push_back(sha256_hex(line));
+    page.next.offset = offset + nl + 1;
+  }
+  page.more = !page.broken && page.next.offset < size;
+  return page;
 }
 
 Result<TailRepair> repair_torn_tail(const std::string& path) {

@@ -81,6 +81,7 @@ struct ChainCursor {
 struct ChainPage {
   std::vector<Json> receipts;     // each whole line after the cursor that chains on, in order
   std::vector<uint64_t> offsets;  // where each starts in the file
+  std::vector<std::string> sha256;  // each line's hash (the next line's prev)
   ChainCursor next;               // after the last of them
   std::optional<Error> broken;    // the line that does not chain on (AIRLOCK_LEDGER_CORRUPT): the page ends before it
   bool more = false;              // whole lines are left past max_bytes
@@ -92,8 +93,10 @@ struct ChainPage {
 Result<ChainPage> read_chain(const std::string& path, const ChainCursor& from, uint64_t max_bytes);
 
 // The whole lines of a log between offsets `offset` and `end` (a part read_chain has verified),
-// parsed: about max_bytes of them, at least one.
-Result<std::vector<Json>> read_lines(const std::string& path, uint64_t offset, uint64_t end, uint64_t max_bytes);
+// parsed, with their offsets and hashes but their links not checked: about max_bytes of them,
+// at least one. A line that is not JSON ends the page (`broken`). A caller compares the hashes
+// with those read_chain gave, to see a line changed since.
+Result<ChainPage> read_lines(const std::string& path, uint64_t offset, uint64_t end, uint64_t max_bytes);
 
 struct TailRepair {
   uint64_t receipts = 0;     // in the log after the repair

@@ -320,6 +320,7 @@ struct Listener {
   std::string name;  // "unix:PATH" or "tcp:HOST:PORT"
   std::thread thread;
   std::atomic<bool> done = false;
+  std::atomic<size_t> acting = 0;  // requests in a session action here, running or waiting for their session
 };
 
 }  // namespace
@@ -390,15 +391,16 @@ struct Server::Impl {
   struct Entry {
     std::unique_ptr<broker::Session> session;
     std::mutex ops;  // actions and close, one at a time; kill and receipts never wait for it
-    bool ended = false;
+    std::atomic<bool> ended = false;  // written under Impl::mu
     std::atomic<std::chrono::steady_clock::rep> last_used{std::chrono::steady_clock::now().time_since_epoch().count()};
     void touch() { last_used = std::chrono::steady_clock::now().time_since_epoch().count(); }
-    // The console's view of the receipts log: verified up to `at`, where each receipt starts,
-    // and the line that broke the chain, if one did (read on only by console requests).
+    // The console's view of the receipts log: verified up to `at`; where each receipt starts
+    // and the first 8 bytes of its hash (a line read again must be the line verified); the
+    // line that broke the chain, if one did. Read on only by console requests.
     struct Chain {
       std::mutex mu;
       ledger::ChainCursor at;
-      std::vector<uint64_t> starts;
+      std::vector<uint64_t> starts, hashes;
       std::optional<Error> broken;
     } chain;
   };
@@ -575,7 +577,8 @@ struct Server::Impl {
     return std::pair{201, out};
   }
 
-  Result<std::pair<int, Json>> act(const std::string& id, std::string_view action, const httplib::Request& req) {
+  Result<std::pair<int, Json>> act(const std::string& id, std::string_view action, const httplib::Request& req,
+                                   Listener& l) {
     auto e = TRY(find(id));
     broker::Session& s = *e->session;
     // No body is no arguments: `curl -X POST …/kill` pulls the kill switch, it is not a 400.
@@ -600,6 +603,26 @@ struct Server::Impl {
     if (action == "kill" || action == "receipts") {
       resp = broker::handle_request(s, *body);
     } else {
+      // An action holds a worker while it runs, and so does each request waiting for its session's
+      // turn: past threads - reserve of them on this listener the next is refused, so the kill
+      // switch, the console and health always find a worker (an agent queueing requests on a
+      // busy session cannot take them all).
+      size_t reserve = std::max<size_t>(1, opts.threads / 8), most = opts.threads > reserve ? opts.threads - reserve : 1;
+      if (l.acting.fetch_add(1) >= most) {
+        l.acting.fetch_sub(1);
+        Error busy{Code::CapacityExhausted,
+                   fmt::format("{} requests already act or wait in sessions on this listener, the most it takes while it "
+                               "keeps {} worker(s) for kill, the console and health (--threads {})",
+                               most, reserve, opts.threads),
+                   {{"acting", most}, {"reserved", reserve}, {"threads", opts.threads}}};
+        if (auto noted = s.note_refusal(action, Json{{"body_sha256", sha256_hex(req.body)}}, busy); !noted)
+          return std::unexpected(noted.error());
+        return std::unexpected(std::move(busy));
+      }
+      struct Done {
+        std::atomic<size_t>& n;
+        ~Done() { n.fetch_sub(1); }
+      } done{l.acting};
       std::lock_guard one(e->ops);
       resp = broker::handle_request(s, *body);
       e->touch();  // the end of an action is use too: a long run_tool is not idleness
@@ -672,10 +695,16 @@ struct Server::Impl {
     return std::pair{200, Json{{"sessions", std::move(o)}, {"ended", std::move(d)}}};
   }
 
+  // The first 8 bytes of a line's sha256 (hex), what the console keeps of each verified line.
+  static uint64_t hash_prefix(const std::string& sha256_hex) {
+    uint64_t v = 0;
+    (void)std::from_chars(sha256_hex.data(), sha256_hex.data() + std::min<size_t>(16, sha256_hex.size()), v, 16);
+    return v;
+  }
+
   // Reads the session's receipts log on from where the console's verifier stopped: every
-  // receipt is checked against the chain once, whoever asks.
+  // receipt is checked against the chain once, whoever asks (e.chain.mu held).
   void verify_on(Entry& e) {
-    std::lock_guard lk(e.chain.mu);
     while (!e.chain.broken) {
       auto page = ledger::read_chain(e.session->receipts_path(), e.chain.at, kConsolePageBytes);
       if (!page) {
@@ -683,16 +712,42 @@ struct Server::Impl {
         break;
       }
       e.chain.starts.insert(e.chain.starts.end(), page->offsets.begin(), page->offsets.end());
+      for (const auto& h : page->sha256) e.chain.hashes.push_back(hash_prefix(h));
       e.chain.at = page->next;
       if (page->broken) e.chain.broken = page->broken;
       if (!page->more || page->receipts.empty()) break;
     }
   }
 
+  // The verified receipts from seq `after` on, read again (at most kConsolePageBytes): each must
+  // be the line that was verified, else the chain is broken there (e.chain.mu held).
+  Json verified_page(Entry& e, uint64_t after) {
+    Json out = Json::array();
+    if (after >= e.chain.starts.size()) return out;
+    auto page = ledger::read_lines(e.session->receipts_path(), e.chain.starts[after], e.chain.at.offset, kConsolePageBytes);
+    size_t good = 0;
+    if (page) {
+      while (good < page->receipts.size() && hash_prefix(page->sha256[good]) == e.chain.hashes[after + good]) ++good;
+      if (good < page->receipts.size() || (page->broken && good == page->receipts.size()))
+        e.chain.broken = Error{Code::LedgerCorrupt,
+                               fmt::format("{}: line {} changed after it was verified", e.session->receipts_path(),
+                                           after + good + 1),
+                               {{"line", after + good + 1}}};
+      for (size_t i = 0; i < good; ++i) out.push_back(std::move(page->receipts[i]));
+    } else {
+      e.chain.broken = page.error();
+    }
+    if (e.chain.broken) {  // nothing past the break is shown, now or later
+      e.chain.starts.resize(std::min<size_t>(e.chain.starts.size(), after + good));
+      e.chain.hashes.resize(e.chain.starts.size());
+    }
+    return out;
+  }
+
   // GET /v1/console/sessions/{id}/receipts?after=N&wait_ms=M: the receipts from seq N on
   // (those verified so far, at most kConsolePageBytes of them), waiting up to M ms for one
   // when there is none yet; the chain's state, the session's status, and the output tails of
-  // its tool runs.
+  // the tool runs among them.
   Result<std::pair<int, Json>> console_receipts(const std::string& id, const httplib::Request& req) {
     auto e = TRY(find(id, false));
     auto number = [&](const char* key, uint64_t most) -> Result<uint64_t> {
@@ -714,39 +769,39 @@ struct Server::Impl {
         std::lock_guard lk(mu);
         seen = changes;
       }
-      verify_on(*e);
       bool have;
       {
         std::lock_guard lk(e->chain.mu);
-        have = e->chain.starts.size() > after || e->chain.broken;
+        verify_on(*e);
+        have = e->chain.starts.size() > after;  // a broken chain has nothing more to give: wait as for none
       }
-      if (have || e->ended || std::chrono::steady_clock::now() >= until) break;
+      // Ended in fact (session.close written), not only marked: a killed action may still run.
+      if (have || e->session->ended() || std::chrono::steady_clock::now() >= until) break;
       std::unique_lock lk(mu);
       if (stopping) break;
       // Door requests are recorded from the door's threads, unseen here: look again soon.
       changed_cv.wait_until(lk, std::min(until, std::chrono::steady_clock::now() + std::chrono::milliseconds(250)),
                             [&] { return changes != seen || stopping; });
     }
-    Json chain, receipts = Json::array();
-    uint64_t next = after;
+    // The status first: once it says ended, its session.close is in the log read after it.
+    Json status = e->session->status();
+    Json chain, receipts;
     {
       std::lock_guard lk(e->chain.mu);
-      chain = {{"verified", !e->chain.broken}, {"receipts", e->chain.at.receipts}};
+      verify_on(*e);
+      receipts = verified_page(*e, after);
+      chain = {{"verified", !e->chain.broken}, {"receipts", e->chain.starts.size()}};
       if (e->chain.broken) chain["error"] = e->chain.broken->to_json();
-      if (after < e->chain.starts.size()) {
-        // Lines already verified, read again for this answer (the log only grows).
-        auto page = ledger::read_lines(e->session->receipts_path(), e->chain.starts[after], e->chain.at.offset,
-                                       kConsolePageBytes);
-        if (!page) return std::unexpected(page.error());
-        next = after + page->size();
-        receipts = std::move(*page);
-      }
     }
-    return std::pair{200, Json{{"session", e->session->status()},
+    Json tails = Json::object(), all = e->session->output_tails();
+    for (const auto& r : receipts)
+      if (auto t = all.find(std::to_string(r.value("seq", uint64_t{0}))); t != all.end()) tails[t.key()] = *t;
+    uint64_t next = after + receipts.size();
+    return std::pair{200, Json{{"session", std::move(status)},
                                {"receipts", std::move(receipts)},
                                {"next", next},
                                {"chain", std::move(chain)},
-                               {"output_tails", e->session->output_tails()}}};
+                               {"output_tails", std::move(tails)}}};
   }
 
   Result<std::pair<int, Json>> console(const Route& r, const httplib::Request& req) {
@@ -759,6 +814,13 @@ struct Server::Impl {
     if (r.path.ends_with("/receipts")) return console_receipts(id, req);
     // The kill switch, as POST /v1/sessions/{id}/kill pulls it, named for who pulled it.
     auto e = TRY(find(id, false));
+    if (e->session->ended()) {
+      Json st = e->session->status();
+      std::string how = st["ended"].is_object() ? st["ended"].value("how", "") : "";
+      return fail(how == "killed" ? Code::SessionKilled : Code::SessionClosed,
+                  fmt::format("the session already ended ({}): there is nothing to kill", how.empty() ? "closed" : how),
+                  {{"session", id}, {"ended", st["ended"]}});
+    }
     auto killed = e->session->kill("operator console");
     if (e->session->ended() || e->session->killed()) mark_ended(id, *e);
     changed();
@@ -766,14 +828,14 @@ struct Server::Impl {
     return std::pair{200, Json{{"killed", true}}};
   }
 
-  Result<std::pair<int, Json>> route(const Route& r, const httplib::Request& req) {
+  Result<std::pair<int, Json>> route(const Route& r, const httplib::Request& req, Listener& l) {
     if (operator_route(r.path)) {
       TRY(as_operator(r, req));
       if (r.path.starts_with("/v1/console/")) return console(r, req);
       return approvals(r, req);
     }
     std::string_view action = route_action(r.path);
-    if (!action.empty()) return act(req.matches[1].str(), action, req);
+    if (!action.empty()) return act(req.matches[1].str(), action, req, l);
     if (r.path == "/v1/sessions" && r.method == "GET") return list_sessions();
     if (r.path == "/v1/sessions") return open_session(req);
     if (r.path == "/v1/health") {
@@ -788,11 +850,12 @@ struct Server::Impl {
     return fail(Code::NotFound, fmt::format("no handler for {} {}", r.method, r.path));
   }
 
-  void configure(AdoptingServer& http) {
+  void configure(Listener& l) {
+    AdoptingServer& http = *l.http;
     for (const Route& r : kRoutes) {
-      auto handler = [this, &r](const httplib::Request& req, httplib::Response& res) {
+      auto handler = [this, &r, &l](const httplib::Request& req, httplib::Response& res) {
         try {  // nothing thrown leaves a handler (STYLE.md rule 4)
-          auto out = route(r, req);
+          auto out = route(r, req, l);
           if (out)
             reply(res, out->first, out->second);
           else
@@ -845,7 +908,7 @@ struct Server::Impl {
     auto l = std::make_unique<Listener>();
     l->http = std::make_unique<AdoptingServer>();
     l->name = std::move(name);
-    configure(*l->http);
+    configure(*l);
     listeners.push_back(std::move(l));
     return *listeners.back();
   }

@@ -25,6 +25,7 @@ const char* kSleepA = "3601";  // each test's long tool has its own argv, to fin
 const char* kSleepB = "3602";
 const char* kSleepC = "3603";
 const char* kSleepD = "3604";
+const char* kSleepE = "3605";
 
 std::string policy_json(const CliFixture& f, const std::string& sleep_seconds = "3600") {
   Json p = {{"schema_version", "airlock.task_policy.v1"},
@@ -754,6 +755,79 @@ TEST_F(Serve, TheConsoleSaysWhereAReceiptChainBreaks) {
   EXPECT_EQ(r.json()["chain"]["error"]["code"], "AIRLOCK_LEDGER_CORRUPT");
   EXPECT_EQ(r.json()["chain"]["error"]["facts"]["line"], 3);
   EXPECT_EQ(r.json()["receipts"].size(), 2u) << "what verifies before the break is shown";
+
+  // A line changed after the console verified it is seen when it is read again.
+  std::string other = open(c, policy_json(*f));
+  ASSERT_EQ(must(c.post("/v1/sessions/" + other + "/read_file", {{"path", "src/app.py"}})).status, 200);
+  std::string at = "/v1/console/sessions/" + other + "/receipts";
+  auto first = must(operator_.get(at));
+  ASSERT_EQ(first.json()["chain"]["verified"], true) << first.body;
+  ASSERT_EQ(first.json()["receipts"].size(), 2u);
+  std::string other_path = must(c.get("/v1/sessions/" + other + "/receipts")).json()["path"];
+  {
+    std::fstream log(other_path, std::ios::in | std::ios::out | std::ios::binary);
+    std::string text((std::istreambuf_iterator<char>(log)), {});
+    size_t at_path = text.find("src/app.py", text.find('\n'));
+    ASSERT_NE(at_path, std::string::npos);
+    log.seekp(static_cast<std::streamoff>(at_path));
+    log.put('S');  // the same length: only the line's hash tells
+  }
+  auto again = must(operator_.get(at));
+  ASSERT_EQ(again.status, 200) << again.body;
+  EXPECT_EQ(again.json()["chain"]["verified"], false) << again.body;
+  EXPECT_EQ(again.json()["chain"]["error"]["facts"]["line"], 2) << again.body;
+  EXPECT_EQ(again.json()["receipts"].size(), 1u) << "the changed line is not shown";
+  // And a closed session cannot be killed: the console says it had already ended.
+  ASSERT_EQ(must(c.post("/v1/sessions/" + id + "/close", Json::object())).status, 200);
+  auto late = must(operator_.post("/v1/console/sessions/" + id + "/kill", Json::object()));
+  EXPECT_EQ(late.status, 409) << late.body;
+  EXPECT_EQ(late.json()["error"]["code"], "AIRLOCK_SESSION_CLOSED") << late.body;
+}
+
+// Requests queued on a busy session cannot take every worker: past threads - reserve they are
+// refused at once (AIRLOCK_CAPACITY_EXHAUSTED, with a receipt), and the console's kill switch,
+// on the same listener, still answers and ends the running tool.
+TEST_F(Serve, TheKillSwitchFindsAWorkerWhileRequestsQueueOnABusySession) {
+  std::string op = kOperatorToken, op_file = token_file("operator-token", op);
+  start({"--operator-token-file", op_file, "--threads", "4"});  // a reserve of 1: 3 may act or wait
+  HttpClient c(srv->unix_endpoint());
+  server::Endpoint as_operator = srv->unix_endpoint();
+  as_operator.token = op;
+  HttpClient operator_(as_operator);
+  std::string id = open(c, policy_json(*f, kSleepE));
+  if (skipped) GTEST_SKIP() << "no executor for the policy here";
+  HttpReply long_run;
+  std::thread runner;
+  ASSERT_TRUE(run_long_tool(id, kSleepE, runner, long_run)) << "the long tool never started";
+  // Five more: two wait for the session (with the running one, the three it takes); three are
+  // refused at once.
+  std::vector<HttpReply> queued(5);
+  std::atomic<int> refused = 0;
+  std::vector<std::thread> waiting;
+  for (auto& q : queued)
+    waiting.emplace_back([&, this] {
+      HttpClient own(srv->unix_endpoint());
+      q = must(own.post("/v1/sessions/" + id + "/read_file", {{"path", "src/app.py"}}));
+      if (q.status == 503) ++refused;
+    });
+  for (int i = 0; i < 600 && refused < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_EQ(refused, 3);
+  auto killed = must(operator_.post("/v1/console/sessions/" + id + "/kill", Json::object()));
+  EXPECT_EQ(killed.status, 200) << killed.body;
+  runner.join();
+  for (auto& t : waiting) t.join();
+  EXPECT_EQ(long_run.json()["error"]["code"], "AIRLOCK_SESSION_KILLED") << long_run.body;
+  std::multiset<std::string> codes;
+  for (auto& q : queued) codes.insert(q.json()["error"]["code"].get<std::string>());
+  EXPECT_EQ(codes, (std::multiset<std::string>{"AIRLOCK_CAPACITY_EXHAUSTED", "AIRLOCK_CAPACITY_EXHAUSTED",
+                                               "AIRLOCK_CAPACITY_EXHAUSTED", "AIRLOCK_SESSION_KILLED",
+                                               "AIRLOCK_SESSION_KILLED"}));
+  EXPECT_TRUE(wait_until_gone({"/usr/bin/sleep", kSleepE}));
+  auto receipts = must(operator_.get("/v1/console/sessions/" + id + "/receipts")).json()["receipts"];
+  bool recorded = false;
+  for (const auto& r : receipts)
+    recorded |= r.contains("error") && r["error"]["code"] == "AIRLOCK_CAPACITY_EXHAUSTED";
+  EXPECT_TRUE(recorded) << receipts;
 }
 
 }  // namespace

@@ -200,6 +200,18 @@ def main():
         ui = f"http://127.0.0.1:{port}/ui/"
         find = lambda css: driver.find_elements(By.CSS_SELECTOR, css)
 
+        def click_until(button, appears):
+            """Clicks `button` until `appears` shows (a row that just moved takes no click for a second)."""
+            def attempt():
+                if not find(appears) and find(button):
+                    try:
+                        find(button)[0].click()
+                    except Exception:  # redrawn between find and click: try again
+                        pass
+                    time.sleep(0.2)
+                return find(appears)
+            return until(f"{appears} after clicking {button}", attempt)[0]
+
         # No token yet: the login form. The agent's token is refused; the operator's lets in.
         driver.get(ui)
         until("the login form", lambda: driver.find_element(By.ID, "login").is_displayed())
@@ -253,10 +265,26 @@ def main():
         status, held = agent.call("POST", held_base + "/run_tool", {"tool": "deploy", "args": {"version": "1.2"}})
         expect(status == 403 and held["error"]["code"] == "AIRLOCK_APPROVAL_REQUIRED", f"{status} {held}")
         request = held["error"]["facts"]["approval_id"]
-        row = until("the pending approval", lambda: find(f'#approvals li[data-approval="{request}"]'))[0]
+        row = until("the pending approval", lambda: find(f'#approvals tr[data-approval="{request}"]'))[0]
         expect("deploy" in row.text and '"version": "1.2"' in row.text, row.text)
-        row.find_element(By.XPATH, ".//button[text()='Approve once']").click()
-        until("the approval answered", lambda: not find(f'#approvals li[data-approval="{request}"]'))
+        # The agent's next held call goes below: the row the operator is reading does not move.
+        top = row.rect["y"]
+        status, other = agent.call("POST", held_base + "/run_tool", {"tool": "deploy", "args": {"version": "6.6.6"}})
+        expect(status == 403, f"{status} {other}")
+        later = other["error"]["facts"]["approval_id"]
+        below = until("the second held call", lambda: find(f'#approvals tr[data-approval="{later}"]'))[0]
+        expect(below.rect["y"] > top, "a new request was put above the one being read")
+        expect(find(f'#approvals tr[data-approval="{request}"]')[0].rect["y"] == top, "the row being read moved")
+        confirm = click_until(f'button[data-answer="{request}"]', f'button[data-approve-confirm="{request}"]')
+        expect('Answer exactly this call: deploy {"version":"1.2"}' in
+               find(f'#approvals tr[data-approval="{request}"]')[0].text, "the confirmation does not name the call")
+        confirm.click()
+        until("the approval answered", lambda: not find(f'#approvals tr[data-approval="{request}"]'))
+        click_until(f'button[data-answer="{later}"]', f'button[data-deny-confirm="{later}"]').click()
+        until("the denial answered", lambda: not find(f'#approvals tr[data-approval="{later}"]'))
+        status, answered = operator.call("GET", "/v1/approvals?all=1")
+        by_id = {a["id"]: a["status"] for a in answered["approvals"]}
+        expect(by_id.get(request) == "approved" and by_id.get(later) == "denied", f"{by_id}")
         status, deployed = agent.call("POST", held_base + "/run_tool", {"tool": "deploy", "args": {"version": "1.2"}})
         expect(status == 200 and deployed["approval_id"] == request, f"{status} {deployed}")
 
@@ -290,8 +318,7 @@ def main():
         if args.screenshot:
             driver.save_screenshot(args.screenshot)
             print("screenshot:", args.screenshot)
-        find(f'button[data-kill="{sid}"]')[0].click()
-        until("the confirmation", lambda: find(f'button[data-kill-confirm="{sid}"]'))[0].click()
+        click_until(f'button[data-kill="{sid}"]', f'button[data-kill-confirm="{sid}"]').click()
         runner.join(WAIT)
         expect(not runner.is_alive(), "the running tool's request never answered")
         status, body = long_run["reply"]

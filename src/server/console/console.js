@@ -14,8 +14,43 @@ const state = {
   after: 0,            // the next receipt's seq for that timeline
   watch: null,         // AbortController of the timeline's long poll
   confirming: "",      // the session whose kill waits for its confirmation
+  approving: "",       // the approval request whose answer waits for its confirmation
   timers: [],
+  moved: new Map(),    // row key -> when its row last moved on the screen
 };
+
+// Rows keep their place: an existing row is redrawn where it is, a new one goes at the end, a
+// gone one is removed. A row that moved anyway (one above it went) takes no click for a second,
+// so a list that shifts under the pointer cannot turn a click meant for one row into another's.
+const MOVE_GUARD_MS = 1000;
+function syncRows(tbody, items, keyOf, render) {
+  const before = new Map([...tbody.rows].map((r) => [r.dataset.key, r.getBoundingClientRect().top]));
+  const byKey = new Map([...tbody.rows].map((r) => [r.dataset.key, r]));
+  const keep = new Set(items.map(keyOf));
+  for (const [k, row] of byKey) if (!keep.has(k)) row.remove();
+  for (const item of items) {
+    const k = keyOf(item), row = render(item);
+    row.dataset.key = k;
+    if (byKey.has(k) && keep.has(k)) byKey.get(k).replaceWith(row);
+    else tbody.append(row);
+  }
+  const now = Date.now();
+  for (const row of tbody.rows) {
+    const was = before.get(row.dataset.key);
+    if (was !== undefined && Math.abs(was - row.getBoundingClientRect().top) > 0.5) state.moved.set(row.dataset.key, now);
+  }
+}
+function justMoved(key) { return Date.now() - (state.moved.get(key) || 0) < MOVE_GUARD_MS; }
+// A click handler that does nothing while its row has just moved.
+function guarded(key, act) {
+  return () => {
+    if (justMoved(key)) {
+      $("status").textContent = "the list moved under the pointer: look, then click again";
+      return;
+    }
+    act();
+  };
+}
 
 // An element with attributes and children; strings become text nodes, never markup.
 function el(tag, attrs, ...children) {
@@ -102,12 +137,20 @@ async function start() {
   $("forget").hidden = false;
   refreshHost();
   refreshApprovals();
-  state.timers.push(setInterval(() => refreshSessions().catch(failed), 1000));
-  state.timers.push(setInterval(() => refreshApprovals().catch(failed), 2000));
+  every(1000, refreshSessions);
+  every(2000, refreshApprovals);
+}
+
+// Runs `refresh` again `ms` after each one ends (never two at once, however slow the server).
+function every(ms, refresh) {
+  const id = {};
+  const next = () => { id.t = setTimeout(() => refresh().catch(failed).finally(() => { if (id.t) next(); }), ms); };
+  state.timers.push(id);
+  next();
 }
 
 function stopAll() {
-  for (const t of state.timers) clearInterval(t);
+  for (const id of state.timers) { clearTimeout(id.t); id.t = 0; }
   state.timers = [];
   if (state.watch) state.watch.abort();
   state.watch = null;
@@ -137,12 +180,14 @@ function killCell(s) {
   if (s.killed) return el("span", { class: "error" }, "killed");
   if (state.confirming === s.session) {
     return el("span", {},
-      el("button", { class: "danger", type: "button", "data-kill-confirm": s.session, onclick: () => kill(s.session) },
-        "Kill now"), " ",
+      el("button", { class: "danger", type: "button", "data-kill-confirm": s.session,
+                     title: "kill session " + s.session + " (" + s.task_id + ")",
+                     onclick: guarded(s.session, () => kill(s.session)) }, "Kill " + short(s.session, 8) + " now"), " ",
       el("button", { type: "button", onclick: () => { state.confirming = ""; refreshSessions().catch(failed); } }, "Cancel"));
   }
   return el("button", { type: "button", "data-kill": s.session,
-                        onclick: () => { state.confirming = s.session; refreshSessions().catch(failed); } }, "Kill…");
+                        onclick: guarded(s.session, () => { state.confirming = s.session; refreshSessions().catch(failed); }) },
+            "Kill…");
 }
 
 async function kill(id) {
@@ -161,8 +206,7 @@ function sessionLink(id) {
 
 async function refreshSessions() {
   const r = await api("GET", "/v1/console/sessions");
-  const body = $("sessions").tBodies[0];
-  body.replaceChildren(...r.sessions.map((s) => el("tr", {
+  syncRows($("sessions").tBodies[0], r.sessions, (s) => s.session, (s) => el("tr", {
     "data-session": s.session, class: [s.session === state.selected ? "selected" : "", s.killed ? "killed" : ""].join(" ").trim() },
     el("td", {}, sessionLink(s.session)),
     el("td", {}, s.task_id),
@@ -173,10 +217,10 @@ async function refreshSessions() {
     el("td", { "data-field": "refused", class: s.refused ? "error" : "" }, String(s.refused)),
     el("td", { "data-field": "running" }, runningCell(s)),
     el("td", {}, cpu(s.tool_runs.cpu_us) + ", peak " + bytes(s.tool_runs.peak_rss_kb * 1024)),
-    el("td", {}, killCell(s)))));
+    el("td", {}, killCell(s))));
   $("open-count").textContent = "(" + r.sessions.length + ")";
   $("no-sessions").hidden = r.sessions.length > 0;
-  $("ended").tBodies[0].replaceChildren(...r.ended.map((s) => el("tr", {
+  syncRows($("ended").tBodies[0], r.ended, (s) => s.session, (s) => el("tr", {
     "data-session": s.session, class: s.session === state.selected ? "selected" : "" },
     el("td", {}, sessionLink(s.session)),
     el("td", {}, s.task_id),
@@ -185,7 +229,7 @@ async function refreshSessions() {
     // A killed session's tool is stopped with its whole sandbox; until that is done it shows here.
     el("td", { "data-field": "running" }, s.running ? "stopping: " + runningCell(s) : "nothing running"),
     el("td", {}, String(s.actions)),
-    el("td", {}, String(s.refused)))));
+    el("td", {}, String(s.refused))));
   $("status").textContent = "updated " + new Date().toLocaleTimeString();
 }
 
@@ -212,6 +256,7 @@ async function watch(id) {
   let ended = false;
   while (!ctl.signal.aborted) {
     let r;
+    const started = Date.now();
     try {
       const wait = ended ? 0 : 20000;
       r = await api("GET", "/v1/console/sessions/" + encodeURIComponent(id) + "/receipts?after=" + state.after +
@@ -224,6 +269,7 @@ async function watch(id) {
       continue;
     }
     if (ctl.signal.aborted || state.selected !== id) return;
+    const asked = Date.now() - started;
     for (const receipt of r.receipts) $("timeline").append(entry(receipt, r.output_tails));
     state.after = r.next;
     const c = r.chain;
@@ -234,9 +280,13 @@ async function watch(id) {
     const s = r.session;
     $("timeline-state").textContent = s.killed ? "(killed)" : s.ended ? "(" + s.ended.how + ")" : "(open)";
     $("timeline-state").className = s.killed ? "error" : "muted";
-    // An ended session's receipts are all there once an answer brings none: stop asking.
+    // The status is taken before the receipts are read: once it says ended, the answer holds
+    // the session's last receipts, and an answer with none after it means there are no more.
     if (s.ended && r.receipts.length === 0) return;
     ended = !!s.ended;
+    // An answer that came back at once with nothing (a broken chain, a kill still stopping its
+    // tool) is not a reason to ask again at once.
+    if (!ended && r.receipts.length === 0 && asked < 1000) await new Promise((ok) => setTimeout(ok, 1000));
   }
 }
 
@@ -314,17 +364,36 @@ function entry(r, tails) {
 
 async function refreshApprovals() {
   const r = await api("GET", "/v1/approvals");
-  const pending = r.approvals.filter((a) => a.status === "pending");
-  $("approvals").replaceChildren(...pending.map((a) => el("li", { "data-approval": a.id },
-    el("div", {}, el("strong", {}, a.tool), " in run ", el("code", {}, a.run_id), " (session ", el("code", {}, short(a.session)), ")"),
-    el("pre", {}, JSON.stringify(a.args, null, 1)),
-    el("button", { type: "button", onclick: () => answer(a.id, "approve") }, "Approve once"),
-    el("button", { class: "danger", type: "button", onclick: () => answer(a.id, "deny") }, "Deny"))));
+  // Oldest first: a new request goes at the end and moves no row under the pointer.
+  const pending = r.approvals.filter((a) => a.status === "pending")
+    .sort((x, y) => x.requested_at - y.requested_at || (x.id < y.id ? -1 : 1));
+  syncRows($("approvals").tBodies[0], pending, (a) => a.id, approvalRow);
   $("approval-count").textContent = "(" + pending.length + ")";
   $("no-approvals").hidden = pending.length > 0;
 }
 
+// One held call; answering takes two clicks, the second naming the tool and arguments it answers.
+function approvalRow(a) {
+  const args = JSON.stringify(a.args);
+  const what = a.tool + " " + args;
+  const buttons = state.approving === a.id
+    ? [el("button", { type: "button", "data-approve-confirm": a.id, title: "approve " + what,
+                      onclick: guarded(a.id, () => answer(a.id, "approve")) }, "Approve " + a.tool + " now"),
+       el("button", { class: "danger", type: "button", "data-deny-confirm": a.id,
+                      onclick: guarded(a.id, () => answer(a.id, "deny")) }, "Deny it"),
+       el("button", { type: "button", onclick: () => { state.approving = ""; refreshApprovals().catch(failed); } }, "Cancel")]
+    : [el("button", { type: "button", "data-answer": a.id,
+                      onclick: guarded(a.id, () => { state.approving = a.id; refreshApprovals().catch(failed); }) },
+          "Answer…")];
+  return el("tr", { "data-approval": a.id },
+    el("td", {}, el("strong", {}, a.tool), " in run ", el("code", {}, a.run_id), " (session ", el("code", {}, short(a.session)), ")",
+       el("pre", {}, JSON.stringify(a.args, null, 1)),
+       state.approving === a.id ? el("div", { class: "confirm" }, "Answer exactly this call: " + what) : null,
+       buttons));
+}
+
 async function answer(id, decision) {
+  state.approving = "";
   try {
     await api("POST", "/v1/approvals/" + encodeURIComponent(id), { decision });
   } catch (e) {
