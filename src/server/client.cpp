@@ -107,7 +107,9 @@ Result<HttpReply> HttpClient::exchange(const std::string& wire) {
 
 Result<HttpReply> HttpClient::request(std::string_view method, std::string_view path, std::string_view body,
                                       const std::vector<std::pair<std::string, std::string>>& headers) {
-  std::string wire = fmt::format("{} {} HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n", method, path, body.size());
+  bool own_host = std::any_of(headers.begin(), headers.end(), [](const auto& h) { return strcasecmp(h.first.c_str(), "host") == 0; });
+  std::string wire = fmt::format("{} {} HTTP/1.1\r\n{}Content-Length: {}\r\n", method, path,
+                                 own_host ? "" : "Host: localhost\r\n", body.size());
   if (!body.empty()) wire += "Content-Type: application/json\r\n";
   if (!at_.token.empty()) wire += fmt::format("Authorization: Bearer {}\r\n", at_.token);
   for (const auto& [k, v] : headers) wire += fmt::format("{}: {}\r\n", k, v);

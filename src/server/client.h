@@ -34,7 +34,7 @@ class HttpClient {
  public:
   explicit HttpClient(Endpoint at, int timeout_seconds = 120) : at_(std::move(at)), timeout_(timeout_seconds) {}
   Result<HttpReply> request(std::string_view method, std::string_view path, std::string_view body = "",
-                            const std::vector<std::pair<std::string, std::string>>& headers = {});
+                            const std::vector<std::pair<std::string, std::string>>& headers = {});  // a Host among them replaces "localhost"
   Result<HttpReply> get(std::string_view path) { return request("GET", path); }
   Result<HttpReply> post(std::string_view path, const Json& body) { return request("POST", path, body.dump()); }
 

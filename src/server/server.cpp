@@ -70,7 +70,22 @@ bool operator_route(std::string_view path) {
 
 // The console's own files (GET /ui/…): served to anyone who reaches a listener, since they hold
 // no data and every call they make carries the operator's token in a header.
-bool console_file_route(std::string_view path) { return path == "/ui" || path.starts_with("/ui/"); }
+bool console_file_route(std::string_view path) {
+  return path == "/ui" || path.starts_with("/ui/") || path == "/favicon.ico";
+}
+
+// Whether a request's Host names the loopback listener itself (127.0.0.0/8, [::1] or localhost,
+// with any port). A page of another site that has its own name resolve to 127.0.0.1 (DNS
+// rebinding) sends that name: the console's files and routes refuse it, so no such page can
+// show the console under its own origin and ask for the token.
+bool loopback_host(std::string_view host) {
+  if (host.starts_with("[::1]")) return host.size() == 5 || host[5] == ':';
+  std::string_view name = host.substr(0, host.find(':'));
+  if (name == "localhost") return true;
+  in_addr v4{};
+  std::string literal(name);
+  return ::inet_pton(AF_INET, literal.c_str(), &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127;
+}
 
 // What the console's files are served with: nothing but their own origin's script and style runs
 // or loads, no frame may hold them, and no referrer leaves.
@@ -874,6 +889,10 @@ struct Server::Impl {
         console_headers(res);
         res.set_content(f.body.data(), f.body.size(), std::string(f.content_type).c_str());
       });
+    http.Get("/favicon.ico", [](const httplib::Request&, httplib::Response& res) {
+      console_headers(res);
+      res.status = 204;  // none: the browser asks anyway
+    });
     http.Get("/ui", [](const httplib::Request&, httplib::Response& res) {
       console_headers(res);
       res.set_redirect("/ui/", 301);
@@ -965,6 +984,13 @@ Result<int> Server::bind_tcp(const ListenAddress& at, std::string token) {
   // Compared as digests with CRYPTO_memcmp: the time taken says nothing about the token.
   std::string want = sha256_hex(token);
   l.http->set_pre_routing_handler([want](const httplib::Request& req, httplib::Response& res) {
+    if ((operator_route(req.path) || console_file_route(req.path)) && !loopback_host(req.get_header_value("Host"))) {
+      reply_error(res, Error{Code::Unauthorized,
+                             "the console answers only a request for a loopback name (127.0.0.1, [::1], localhost): "
+                             "this one names another host, as a page of another site reached by DNS rebinding does",
+                             {{"listener", "tcp"}, {"path", req.path}}});
+      return httplib::Server::HandlerResponse::Handled;
+    }
     // The approval and console routes check the operator's token themselves (and refuse this
     // one); the console's files need none.
     if (bearer_matches(req, want) || operator_route(req.path) || console_file_route(req.path))

@@ -645,6 +645,12 @@ TEST_F(Serve, TheConsoleAnswersOnlyTheOperatorAndFollowsASessionLive) {
   for (const char* parser : {"innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "DOMParser", "eval("})
     EXPECT_EQ(script.body.find(parser), std::string::npos) << parser << ": agent strings are rendered as text only";
   EXPECT_EQ(must(anonymous.get("/ui/nothing-here")).status, 404);
+  // Asked for under another name (a page of another site whose name resolves to 127.0.0.1): refused.
+  for (std::string route : {"/ui/", "/v1/console/sessions"}) {
+    auto rebound = must(operator_.request("GET", route, "", {{"Host", "attacker.example:" + std::to_string(srv->tcp_port())}}));
+    EXPECT_EQ(rebound.status, 401) << route << ": " << rebound.body;
+  }
+  EXPECT_EQ(must(anonymous.request("GET", "/ui/", "", {{"Host", "localhost"}})).status, 200);
 
   std::string id = open(c, policy_json(*f, kSleepD));
   if (skipped) GTEST_SKIP() << "no executor for the policy here";
