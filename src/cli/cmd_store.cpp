@@ -2,9 +2,18 @@
 #include <fmt/ranges.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <cstdio>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
 #include "base/clock.h"
+#include "base/custody.h"
+#include "base/encoding.h"
+#include "base/fs.h"
+#include "base/signing.h"
+#include "base/unique_fd.h"
 #include "cli/store_support.h"
 #include "cli/verbs.h"
 #include "exec/planner.h"
@@ -16,7 +25,66 @@ struct StoreOptionsCli {
   bool live = false;
   std::string run_id, slot;
   std::optional<int> max_sessions;
+  std::string machine, ssh, identity;
 };
+
+// ---- the fleet's signing key ----
+//
+// Every machine row is signed with the fleet's Ed25519 key, and a row whose signature does not
+// verify is not believed, by name: the store is data anyone with the database could write. The
+// key is STATE/fleet/signing.key, 32 bytes for its owner only (base/custody.h read_key_file).
+
+std::string fleet_key_path(const std::string& state) { return state + "/fleet/signing.key"; }
+
+// The fleet key's seed, or nullopt when this machine holds none.
+Result<std::optional<std::string>> fleet_seed(const std::string& state) {
+  std::string path = fleet_key_path(state);
+  struct stat st{};
+  if (::lstat(path.c_str(), &st) != 0 && errno == ENOENT) return std::optional<std::string>{};
+  return std::optional<std::string>(TRY(read_key_file(path, ::geteuid(), kEd25519SeedBytes)));
+}
+
+Result<void> sign_row(store::MachineRecord& m, const std::string& state) {
+  auto seed = TRY(fleet_seed(state));
+  if (!seed)
+    return fail(Code::ConfigError,
+                fmt::format("this machine holds no fleet key to sign the row with ({}): run `airlock fleet init`",
+                            fleet_key_path(state)),
+                {{"fleet_key", fleet_key_path(state)}});
+  m.signature = base64_encode(TRY(ed25519_sign(*seed, m.signed_text())));
+  return {};
+}
+
+int fleet_init(Globals& g) {
+  auto state = resolve_state_dir(g.state_dir);
+  if (!state) return refuse(state.error(), g.json);
+  std::string path = fleet_key_path(*state);
+  if (auto d = make_dirs(*state + "/fleet", 0700); !d) return refuse(d.error(), g.json);
+  auto seed = ed25519_new_seed();
+  if (!seed) return refuse(seed.error(), g.json);
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!fd) {
+    int err = errno;
+    if (err == EEXIST)
+      return refuse(Error{Code::ConfigError,
+                          fmt::format("a fleet key exists already at {}: rows it signed would no longer verify if "
+                                      "it were replaced",
+                                      path),
+                          {{"fleet_key", path}}},
+                    g.json);
+    return refuse(fail_errno(Code::IoError, "create " + path, err).error(), g.json);
+  }
+  if (auto w = write_all(fd.get(), *seed, Code::IoError, "write " + path); !w || ::fsync(fd.get()) != 0) {
+    ::unlink(path.c_str());
+    return refuse(w ? fail_errno(Code::IoError, "fsync " + path, errno).error() : w.error(), g.json);
+  }
+  std::string pub = base64_encode(*ed25519_public_key(*seed));
+  if (g.json)
+    std::printf("%s\n", Json({{"fleet_key", path}, {"public_key", pub}}).dump(2).c_str());
+  else
+    std::printf("fleet key %s\npublic key %s\n", path.c_str(), pub.c_str());
+  return 0;
+}
 
 std::string utc(int64_t ms) { return ms <= 0 ? "-" : utc_text(ms * 1000); }
 
@@ -36,15 +104,27 @@ void print_table(const std::vector<std::vector<std::string>>& rows) {
   }
 }
 
-// A machine row is believed only if its facts parse as this build's host facts and claim no
-// Landlock ABI above what this build knows: a row is data anyone with the database could write.
+// A machine row is believed only if the fleet key's signature over it verifies, it was probed,
+// and its facts parse as this build's host facts and claim no Landlock ABI above what this build
+// knows: a row is data anyone with the database could write.
 struct Judgement {
   bool believed = true;
   std::string reason_name, reason;
   std::optional<plan::HostFacts> facts;
 };
 
-Judgement judge(const store::MachineRecord& m) {
+// The fleet's public key, to check rows with (nullopt: this machine holds no fleet key).
+using FleetKey = std::optional<std::string>;
+
+Judgement judge(const store::MachineRecord& m, const FleetKey& fleet) {
+  if (!fleet) return {false, "no_fleet_key", "this machine holds no fleet key to check the row with", std::nullopt};
+  if (m.signature.empty()) return {false, "unsigned", "the row carries no signature", std::nullopt};
+  auto sig = base64_decode(m.signature);
+  if (!sig || !ed25519_verify(*fleet, m.signed_text(), *sig))
+    return {false, "signature_invalid", "the fleet key's signature does not verify: the row was changed or forged",
+            std::nullopt};
+  if (m.facts.is_null())
+    return {false, "never_probed", fmt::format("run `airlock machine probe {}`", m.id), std::nullopt};
   Judgement j;
   int abi = m.landlock_abi;
   auto hf = plan::host_facts_from_json(m.facts);
@@ -74,7 +154,8 @@ std::string cgroup_text(const plan::HostFacts& f) {
 
 Json machine_json(const store::MachineRecord& m, const Judgement& j) {
   Json out = {{"id", m.id},       {"hostname", m.hostname},         {"landlock_abi", m.landlock_abi},
-              {"facts", m.facts}, {"probed_at_ms", m.probed_at_ms}, {"believed", j.believed}};
+              {"facts", m.facts}, {"probed_at_ms", m.probed_at_ms}, {"transport", m.transport},
+              {"signed", !m.signature.empty()}, {"believed", j.believed}};
   if (!j.believed) out["not_believed"] = {{"reason", j.reason_name}, {"message", j.reason}};
   return out;
 }
@@ -114,19 +195,33 @@ int emit(const Globals& g, const char* key, const Json& arr,
 const std::vector<std::string> kMachineHeader = {"MACHINE", "HOSTNAME", "LANDLOCK", "USERNS",
                                                  "CGROUP",  "KVM",      "PROBED",   "STATUS"};
 
+// The fleet's public key from this machine's fleet key; a key that cannot be read is refused.
+Result<FleetKey> fleet_public(const std::string& state) {
+  auto seed = TRY(fleet_seed(state));
+  if (!seed) return FleetKey{};
+  return FleetKey(TRY(ed25519_public_key(*seed)));
+}
+
 int machine_probe(Globals& g) {
   auto st = open_store(g);
   if (!st) return refuse(st.error(), g.json);
   // Every fact measured here; none can be typed in.
   auto state = resolve_state_dir(g.state_dir);
   if (!state) return refuse(state.error(), g.json);
+  auto fleet = fleet_public(*state);
+  if (!fleet) return refuse(fleet.error(), g.json);
   plan::HostFacts facts = exec::HostProbe(*state, exec::HostProbe::Measure::Fresh).facts(plan::FactNeeds::all());
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
-  store::MachineRecord m{machine_identity(g), host, facts.landlock_abi, plan::to_json(facts),
-                         now_ms()};
+  store::MachineRecord m;
+  m.id = machine_identity(g);
+  m.hostname = host;
+  m.landlock_abi = facts.landlock_abi;
+  m.facts = plan::to_json(facts);
+  m.probed_at_ms = now_ms();
+  if (auto r = sign_row(m, *state); !r) return refuse(r.error(), g.json);
   if (auto r = (*st)->put_machine(m); !r) return refuse(r.error(), g.json);
-  Judgement j = judge(m);
+  Judgement j = judge(m, *fleet);
   if (g.json) {
     std::printf("%s\n", machine_json(m, j).dump(2).c_str());
   } else {
@@ -139,16 +234,101 @@ int machine_probe(Globals& g) {
 int machine_list(Globals& g) {
   auto st = open_store(g);
   if (!st) return refuse(st.error(), g.json);
+  auto state = resolve_state_dir(g.state_dir);
+  if (!state) return refuse(state.error(), g.json);
+  auto fleet = fleet_public(*state);
+  if (!fleet) return refuse(fleet.error(), g.json);
   auto ms = (*st)->machines();
   if (!ms) return refuse(ms.error(), g.json);
   Json arr = Json::array();
   std::vector<std::vector<std::string>> rows = {kMachineHeader};
   for (const auto& m : *ms) {
-    Judgement j = judge(m);
+    Judgement j = judge(m, *fleet);
     arr.push_back(machine_json(m, j));
     rows.push_back(machine_row(m, j));
   }
   return emit(g, "machines", arr, rows);
+}
+
+// `user@host[:port]`, each part of characters ssh takes as a name and none starting with '-' (so
+// the target can never be read as an option); the port 1..65535, 22 when absent.
+Result<std::string> parse_ssh_target(const std::string& spec) {
+  auto bad = [&](std::string_view why) {
+    return fail(Code::OptionInvalid, fmt::format("--ssh {}: {} (expected user@host[:port])", spec, why), {{"ssh", spec}});
+  };
+  auto name_ok = [](std::string_view s) {
+    return !s.empty() && s.size() <= 253 && s.front() != '-' && s.front() != '.' &&
+           std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_'; });
+  };
+  size_t at = spec.find('@');
+  if (at == std::string::npos) return bad("no user");
+  std::string user = spec.substr(0, at), rest = spec.substr(at + 1), host, port = "22";
+  if (!name_ok(user)) return bad("the user is not a plain name");
+  if (rest.starts_with("[")) {  // [IPv6]:port
+    size_t close = rest.find(']');
+    if (close == std::string::npos) return bad("an unclosed [");
+    host = rest.substr(1, close - 1);
+    if (host.empty() || host.find_first_not_of("0123456789abcdefABCDEF:.") != std::string::npos) return bad("not an IPv6 address");
+    host = "[" + host + "]";
+    rest = rest.substr(close + 1);
+    if (!rest.empty() && rest.front() != ':') return bad("text after the address");
+    if (!rest.empty()) port = rest.substr(1);
+  } else {
+    size_t colon = rest.find(':');
+    host = rest.substr(0, colon);
+    if (colon != std::string::npos) port = rest.substr(colon + 1);
+    if (!name_ok(host)) return bad("the host is not a name or an address");
+  }
+  int p = 0;
+  auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
+  if (port.empty() || ec != std::errc() || end != port.data() + port.size() || p < 1 || p > 65535)
+    return bad("the port must be 1..65535");
+  return fmt::format("{}@{}:{}", user, host, p);
+}
+
+// `airlock machine add NAME --ssh user@host[:port] [--identity FILE]`: the machine and how it is
+// reached, signed; never probed until `airlock machine probe` measures it over that transport.
+int machine_add(Globals& g, const StoreOptionsCli& o) {
+  auto state = resolve_state_dir(g.state_dir);
+  if (!state) return refuse(state.error(), g.json);
+  if (o.machine.empty() || o.machine.size() > 128 ||
+      !std::all_of(o.machine.begin(), o.machine.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+      }))
+    return refuse(Error{Code::OptionInvalid,
+                        fmt::format("machine name \"{}\": letters, digits, '-', '_' and '.' only, at most 128", o.machine),
+                        {{"machine", o.machine}}},
+                  g.json);
+  auto target = parse_ssh_target(o.ssh);
+  if (!target) return refuse(target.error(), g.json);
+  Json transport = {{"ssh", *target}};
+  if (!o.identity.empty()) {
+    // A private key ssh would read: ours, for us alone (ssh itself refuses one open to others).
+    struct stat st{};
+    if (::stat(o.identity.c_str(), &st) != 0)
+      return refuse(fail_errno(Code::OptionInvalid, "--identity " + o.identity, errno).error(), g.json);
+    if (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 077))
+      return refuse(Error{Code::CustodyUnsafe,
+                          fmt::format("--identity {}: a private key must be a regular file of yours with mode 0600 "
+                                      "(it is mode {:04o}, owner uid {})",
+                                      o.identity, st.st_mode & 07777, st.st_uid),
+                          {{"identity", o.identity}, {"fix", fmt::format("chmod 0600 {}", o.identity)}}},
+                    g.json);
+    transport["identity"] = o.identity;
+  }
+  auto st = open_store(g);
+  if (!st) return refuse(st.error(), g.json);
+  store::MachineRecord m;
+  m.id = o.machine;
+  m.facts = nullptr;
+  m.transport = transport;
+  if (auto r = sign_row(m, *state); !r) return refuse(r.error(), g.json);
+  if (auto r = (*st)->put_machine(m); !r) return refuse(r.error(), g.json);
+  if (g.json)
+    std::printf("%s\n", Json({{"machine", m.id}, {"transport", m.transport}, {"signed", true}}).dump(2).c_str());
+  else
+    std::printf("machine %s reached over ssh %s, recorded and signed; not probed yet\n", m.id.c_str(), target->c_str());
+  return 0;
 }
 
 int slot_set(Globals& g, const StoreOptionsCli& o) {
@@ -258,9 +438,21 @@ void add_store_verbs(CLI::App& app, Globals& g, Action& run) {
   auto* probe = machine->add_subcommand("probe", "measure this machine and record it as its row");
   probe->add_flag("--json", g.json, "print JSON");
   probe->callback([&g, &run] { run = [&g] { return machine_probe(g); }; });
+  auto* madd = machine->add_subcommand("add", "record another machine and how it is reached (ssh), signed");
+  madd->add_option("name", o.machine, "the machine's name in the store")->required();
+  madd->add_option("--ssh", o.ssh, "user@host[:port] to reach it over")->required();
+  madd->add_option("--identity", o.identity, "the private key ssh uses (mode 0600)");
+  madd->add_flag("--json", g.json, "print JSON");
+  madd->callback([&g, &run] { run = [&g] { return machine_add(g, o); }; });
   auto* mlist = machine->add_subcommand("list", "the machines recorded, each judged against this build");
   mlist->add_flag("--json", g.json, "print JSON");
   mlist->callback([&g, &run] { run = [&g] { return machine_list(g); }; });
+
+  auto* fleet = app.add_subcommand("fleet", "the fleet's signing key, which every machine row is signed with");
+  fleet->require_subcommand(1);
+  auto* finit = fleet->add_subcommand("init", "create the fleet key (STATE/fleet/signing.key) and print its public key");
+  finit->add_flag("--json", g.json, "print JSON");
+  finit->callback([&g, &run] { run = [&g] { return fleet_init(g); }; });
 
   auto* slot = app.add_subcommand("slot", "slots and their capacity");
   slot->require_subcommand(1);

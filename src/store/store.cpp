@@ -40,6 +40,10 @@ const std::vector<Migration>& migrations() {
        }},
       // Every run record names why its executor was chosen, beside which it was.
       {2, {"ALTER TABLE runs ADD COLUMN executor_reason TEXT NOT NULL DEFAULT ''"}},
+      // A machine row names how it is reached and carries the fleet key's signature.
+      {3,
+       {"ALTER TABLE machines ADD COLUMN transport TEXT NOT NULL DEFAULT '{}'",
+        "ALTER TABLE machines ADD COLUMN signature TEXT NOT NULL DEFAULT ''"}},
   };
   return m;
 }
@@ -169,24 +173,45 @@ Result<void> Store::migrate() {
   return {};
 }
 
+std::string MachineRecord::signed_text() const {
+  return lossless_canonical_json(Json{{"schema", "airlock.machine_row.v1"},
+                                      {"id", id},
+                                      {"hostname", hostname},
+                                      {"landlock_abi", landlock_abi},
+                                      {"facts", facts},
+                                      {"probed_at_ms", probed_at_ms},
+                                      {"transport", transport}});
+}
+
 Result<void> Store::put_machine(const MachineRecord& m) {
   TRY(exec_locked(
-      "INSERT INTO machines (id, hostname, landlock_abi, facts, probed_at) VALUES (?, ?, ?, ?, ?)"
+      "INSERT INTO machines (id, hostname, landlock_abi, facts, probed_at, transport, signature)"
+      " VALUES (?, ?, ?, ?, ?, ?, ?)"
       " ON CONFLICT (id) DO UPDATE SET hostname = excluded.hostname, landlock_abi = excluded.landlock_abi,"
-      " facts = excluded.facts, probed_at = excluded.probed_at",
-      {m.id, m.hostname, int64_t{m.landlock_abi}, m.facts.dump(), m.probed_at_ms}));
+      " facts = excluded.facts, probed_at = excluded.probed_at, transport = excluded.transport,"
+      " signature = excluded.signature",
+      {m.id, m.hostname, int64_t{m.landlock_abi}, m.facts.dump(), m.probed_at_ms, m.transport.dump(), m.signature}));
   return {};
 }
 
 Result<std::vector<MachineRecord>> Store::machines() {
-  auto r = TRY(exec_locked("SELECT id, hostname, landlock_abi, facts, probed_at FROM machines ORDER BY id"));
+  auto r = TRY(exec_locked(
+      "SELECT id, hostname, landlock_abi, facts, probed_at, transport, signature FROM machines ORDER BY id"));
   std::vector<MachineRecord> out;
+  // Kept as text when it is not JSON: the reader judges it, the store does not repair it.
+  auto json = [](const std::optional<std::string>& text, const char* absent) {
+    Json j = Json::parse(text.value_or(absent), nullptr, false);
+    return j.is_discarded() ? Json(text.value_or("")) : j;
+  };
   for (const auto& row : r.rows) {
-    MachineRecord m{row[0].value_or(""), row[1].value_or(""), static_cast<int>(to_i64(row[2])), nullptr,
-                    to_i64(row[4])};
-    // Kept as text when it is not JSON: the reader judges it, the store does not repair it.
-    m.facts = Json::parse(row[3].value_or("null"), nullptr, false);
-    if (m.facts.is_discarded()) m.facts = row[3].value_or("");
+    MachineRecord m;
+    m.id = row[0].value_or("");
+    m.hostname = row[1].value_or("");
+    m.landlock_abi = static_cast<int>(to_i64(row[2]));
+    m.probed_at_ms = to_i64(row[4]);
+    m.facts = json(row[3], "null");
+    m.transport = json(row[5], "{}");
+    m.signature = row[6].value_or("");
     out.push_back(std::move(m));
   }
   return out;

@@ -22,7 +22,7 @@ namespace airlock::store {
 
 // The schema this build writes and reads. A database at a higher version is refused
 // (AIRLOCK_STORE_SCHEMA_NEWER): this build cannot know what the newer columns mean.
-inline constexpr int kSchemaVersion = 2;
+inline constexpr int kSchemaVersion = 3;
 // The slot `airlock run` uses when none is named. It is created on first use with this many
 // seats, so concurrent runs in one state directory work with no configuration.
 inline constexpr const char* kDefaultSlot = "default";
@@ -35,8 +35,15 @@ struct MachineRecord {
   std::string id;
   std::string hostname;
   int landlock_abi = 0;
-  Json facts = Json::object();
+  Json facts = Json::object();  // null: never probed
   int64_t probed_at_ms = 0;
+  // How airlock reaches the machine: {} for the one a row was probed on, {"ssh": "user@host:port",
+  // "identity": FILE} for one added with `airlock machine add`.
+  Json transport = Json::object();
+  // The fleet key's Ed25519 signature over signed_text(), base64; empty: unsigned.
+  std::string signature;
+  // What the signature covers: every other field, as canonical JSON.
+  std::string signed_text() const;
 };
 
 struct SlotRecord {

@@ -6,11 +6,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <chrono>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "base/custody.h"
+#include "base/encoding.h"
+#include "base/signing.h"
 #include "cli_support.h"
+#include "store/store.h"
 #include "store_backend.h"
 
 namespace airlock::testing {
@@ -119,6 +126,20 @@ TEST(StoreCli, ADeclaredSlotRefusesPastCapacityAndAKilledHolderIsFinalised) {
 
 TEST(StoreCli, MachineProbeRecordsMeasuredFactsAndATamperedRowIsNotBelieved) {
   CliFixture fx(Identity::Self);
+  // No fleet key, no signed row: the probe refuses to write one nobody could check.
+  auto unsigned_probe = fx.run({"machine", "probe", "--json"});
+  EXPECT_EQ(unsigned_probe.status, 125) << unsigned_probe.err;
+  EXPECT_NE(unsigned_probe.err.find("airlock fleet init"), std::string::npos) << unsigned_probe.err;
+  auto init = fx.run({"fleet", "init", "--json"});
+  ASSERT_EQ(init.status, 0) << init.err;
+  std::string key = Json::parse(init.out)["fleet_key"];
+  struct stat st{};
+  ASSERT_EQ(::stat(key.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(st.st_size, 32);
+  auto again = fx.run({"fleet", "init"});
+  EXPECT_EQ(again.status, 125) << "a fleet key was replaced: " << again.out;
+  EXPECT_NE(again.err.find("exists already"), std::string::npos) << again.err;
   auto probe = fx.run({"machine", "probe", "--json"});
   ASSERT_EQ(probe.status, 0) << probe.err;
   Json row = Json::parse(probe.out);
@@ -135,9 +156,73 @@ TEST(StoreCli, MachineProbeRecordsMeasuredFactsAndATamperedRowIsNotBelieved) {
   ASSERT_EQ(r.status, 0) << r.err;
   Json m = Json::parse(r.out)["machines"][0];
   EXPECT_EQ(m["believed"], false);
-  EXPECT_EQ(m["not_believed"]["reason"], "landlock_abi_above_known");
+  // The changed row no longer carries the fleet key's signature: that is said first, by name.
+  EXPECT_EQ(m["not_believed"]["reason"], "signature_invalid") << m;
   auto text = fx.run({"machine", "list"});
-  EXPECT_NE(text.out.find("NOT BELIEVED (landlock_abi_above_known"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("NOT BELIEVED (signature_invalid"), std::string::npos) << text.out;
+  // Even signed with the fleet key, a row claiming a Landlock ABI this build does not know is not believed.
+  {
+    auto store = store::Store::open(fx.state_dir() + "/airlock.db");
+    ASSERT_TRUE(store.has_value()) << store.error().message;
+    auto rows = (*store)->machines();
+    ASSERT_TRUE(rows.has_value() && rows->size() == 1u);
+    auto seed = read_key_file(key, ::geteuid(), kEd25519SeedBytes);
+    ASSERT_TRUE(seed.has_value()) << seed.error().message;
+    store::MachineRecord forged = (*rows)[0];
+    forged.signature = base64_encode(*ed25519_sign(*seed, forged.signed_text()));
+    ASSERT_TRUE((*store)->put_machine(forged).has_value());
+  }
+  m = Json::parse(fx.run({"machine", "list", "--json"}).out)["machines"][0];
+  EXPECT_EQ(m["not_believed"]["reason"], "landlock_abi_above_known") << m;
+  // Re-signed by whoever holds the key, the row is judged on its facts again.
+  fx.run({"machine", "probe"});
+  sqlite_exec(fx.state_dir() + "/airlock.db", "UPDATE machines SET signature = ''");
+  m = Json::parse(fx.run({"machine", "list", "--json"}).out)["machines"][0];
+  EXPECT_EQ(m["not_believed"]["reason"], "unsigned") << m;
+  // A machine that holds no fleet key believes no row.
+  ::unlink(key.c_str());
+  m = Json::parse(fx.run({"machine", "list", "--json"}).out)["machines"][0];
+  EXPECT_EQ(m["not_believed"]["reason"], "no_fleet_key") << m;
+}
+
+// A machine added with its ssh transport is recorded and signed, judged never probed; targets
+// ssh could read as options, and identity files open to others, are refused by name.
+TEST(StoreCli, MachineAddRecordsItsTransportSignedAndRefusesWhatSshWouldMisread) {
+  CliFixture fx(Identity::Self);
+  auto no_fleet = fx.run({"machine", "add", "build-1", "--ssh", "ci@10.0.0.7"});
+  EXPECT_EQ(no_fleet.status, 125) << no_fleet.err;
+  ASSERT_EQ(fx.run({"fleet", "init"}).status, 0);
+  std::string identity = fx.workspace() + "/../id_ed25519";
+  std::ofstream(identity) << "not really a key\n";
+  ::chmod(identity.c_str(), 0600);
+  auto added = fx.run({"machine", "add", "build-1", "--ssh", "ci@10.0.0.7:2222", "--identity", identity, "--json"});
+  ASSERT_EQ(added.status, 0) << added.err;
+  auto list = fx.run({"machine", "list", "--json"});
+  ASSERT_EQ(list.status, 0) << list.err;
+  Json m = Json::parse(list.out)["machines"][0];
+  EXPECT_EQ(m["id"], "build-1");
+  EXPECT_EQ(m["transport"]["ssh"], "ci@10.0.0.7:2222");
+  EXPECT_EQ(m["transport"]["identity"], identity);
+  EXPECT_EQ(m["signed"], true);
+  EXPECT_EQ(m["not_believed"]["reason"], "never_probed") << m;
+  EXPECT_EQ(fx.run({"machine", "add", "b6", "--ssh", "ci@[fd00::7]"}).status, 0);
+  // The transport is covered by the signature: pointing the row elsewhere breaks it.
+  sqlite_exec(fx.state_dir() + "/airlock.db", "UPDATE machines SET transport = '{\"ssh\":\"ci@evil:22\"}' WHERE id = 'build-1'");
+  for (const Json& row : Json::parse(fx.run({"machine", "list", "--json"}).out)["machines"])
+    if (row["id"] == "build-1") {
+      EXPECT_EQ(row["not_believed"]["reason"], "signature_invalid") << row;
+    }
+  for (const char* target : {"-oProxyCommand=sh@x", "ci@-oProxyCommand=x", "ci@", "host", "ci@host:0", "ci@host:65536",
+                             "ci@host:22x", "c i@host", "ci@ho;st", "ci@[::1", "ci@[::1]x"}) {
+    auto r = fx.run({"machine", "add", "m", "--ssh", target});
+    EXPECT_EQ(r.status, 125) << target << ": " << r.out;
+    EXPECT_NE(r.err.find("AIRLOCK_OPTION_INVALID"), std::string::npos) << target << ": " << r.err;
+  }
+  EXPECT_EQ(fx.run({"machine", "add", "bad name", "--ssh", "ci@host"}).status, 125);
+  ::chmod(identity.c_str(), 0644);
+  auto open_key = fx.run({"machine", "add", "m2", "--ssh", "ci@host", "--identity", identity});
+  EXPECT_EQ(open_key.status, 125);
+  EXPECT_NE(open_key.err.find("AIRLOCK_CUSTODY_UNSAFE"), std::string::npos) << open_key.err;
 }
 
 TEST(StoreCli, ABadStoreUrlIsAnInvalidOptionAndAnAbsentServerIsUnreachable) {
