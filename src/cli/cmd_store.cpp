@@ -2,6 +2,7 @@
 #include <fmt/ranges.h>
 #include <unistd.h>
 
+#include <climits>
 #include <charconv>
 #include <cstdio>
 
@@ -12,6 +13,7 @@
 #include "base/custody.h"
 #include "base/encoding.h"
 #include "base/fs.h"
+#include "base/hash.h"
 #include "base/signing.h"
 #include "base/unique_fd.h"
 #include "cli/store_support.h"
@@ -34,7 +36,39 @@ struct StoreOptionsCli {
 // verify is not believed, by name: the store is data anyone with the database could write. The
 // key is STATE/fleet/signing.key, 32 bytes for its owner only (base/custody.h read_key_file).
 
-std::string fleet_key_path(const std::string& state) { return state + "/fleet/signing.key"; }
+std::string fleet_dir(const std::string& state) { return state + "/fleet"; }
+std::string fleet_key_path(const std::string& state) { return fleet_dir(state) + "/signing.key"; }
+// The public key alone (base64, one line): what a machine that checks rows but signs none holds.
+std::string fleet_pub_path(const std::string& state) { return fleet_dir(state) + "/signing.pub"; }
+
+// STATE/fleet: a directory (not a link) of ours, for us alone; made so when absent.
+Result<void> fleet_dir_ready(const std::string& state) {
+  std::string dir = fleet_dir(state);
+  TRY(make_dirs(dir, 0700));
+  struct stat st{};
+  if (::lstat(dir.c_str(), &st) != 0) return fail_errno(Code::IoError, "lstat " + dir, errno);
+  if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid())
+    return fail(Code::CustodyUnsafe, fmt::format("{} is not a directory of yours (a link, or another's)", dir),
+                {{"path", dir}, {"fix", fmt::format("rm -rf {0} && mkdir -m 0700 {0}", dir)}});
+  if ((st.st_mode & 077) && ::chmod(dir.c_str(), 0700) != 0) return fail_errno(Code::IoError, "chmod 0700 " + dir, errno);
+  return {};
+}
+
+// Writes `bytes` as `path` whole or not at all, never replacing a file there (temporary file,
+// fsync, link, fsync of the directory): EEXIST when one exists.
+Result<void> write_new_file(const std::string& dir, const std::string& path, std::string_view bytes) {
+  std::string tmp = fmt::format("{}/.new-{}", dir, random_id().substr(0, 12));
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!fd) return fail_errno(Code::IoError, "create " + tmp, errno);
+  auto w = write_all(fd.get(), bytes, Code::IoError, "write " + tmp);
+  if (w && ::fsync(fd.get()) != 0) w = fail_errno(Code::IoError, "fsync " + tmp, errno);
+  if (w && ::link(tmp.c_str(), path.c_str()) != 0) w = fail_errno(Code::IoError, "link " + path, errno);
+  ::unlink(tmp.c_str());
+  TRY(w);
+  UniqueFd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!d || ::fsync(d.get()) != 0) return fail_errno(Code::IoError, "fsync " + dir, errno);
+  return {};
+}
 
 // The fleet key's seed, or nullopt when this machine holds none.
 Result<std::optional<std::string>> fleet_seed(const std::string& state) {
@@ -59,26 +93,24 @@ int fleet_init(Globals& g) {
   auto state = resolve_state_dir(g.state_dir);
   if (!state) return refuse(state.error(), g.json);
   std::string path = fleet_key_path(*state);
-  if (auto d = make_dirs(*state + "/fleet", 0700); !d) return refuse(d.error(), g.json);
+  if (auto d = fleet_dir_ready(*state); !d) return refuse(d.error(), g.json);
   auto seed = ed25519_new_seed();
   if (!seed) return refuse(seed.error(), g.json);
-  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-  if (!fd) {
-    int err = errno;
-    if (err == EEXIST)
+  auto pub_raw = ed25519_public_key(*seed);
+  if (!pub_raw) return refuse(pub_raw.error(), g.json);
+  std::string pub = base64_encode(*pub_raw);
+  if (auto w = write_new_file(fleet_dir(*state), path, *seed); !w) {
+    if (w.error().facts.value("errno", 0) == EEXIST || ::access(path.c_str(), F_OK) == 0)
       return refuse(Error{Code::ConfigError,
                           fmt::format("a fleet key exists already at {}: rows it signed would no longer verify if "
                                       "it were replaced",
                                       path),
                           {{"fleet_key", path}}},
                     g.json);
-    return refuse(fail_errno(Code::IoError, "create " + path, err).error(), g.json);
+    return refuse(w.error(), g.json);
   }
-  if (auto w = write_all(fd.get(), *seed, Code::IoError, "write " + path); !w || ::fsync(fd.get()) != 0) {
-    ::unlink(path.c_str());
-    return refuse(w ? fail_errno(Code::IoError, "fsync " + path, errno).error() : w.error(), g.json);
-  }
-  std::string pub = base64_encode(*ed25519_public_key(*seed));
+  ::unlink(fleet_pub_path(*state).c_str());  // the key's own public half replaces one trusted before
+  if (auto w = write_new_file(fleet_dir(*state), fleet_pub_path(*state), pub + "\n"); !w) return refuse(w.error(), g.json);
   if (g.json)
     std::printf("%s\n", Json({{"fleet_key", path}, {"public_key", pub}}).dump(2).c_str());
   else
@@ -88,8 +120,12 @@ int fleet_init(Globals& g) {
 
 std::string utc(int64_t ms) { return ms <= 0 ? "-" : utc_text(ms * 1000); }
 
-// Columns padded to their widest cell; the last column is not padded.
-void print_table(const std::vector<std::vector<std::string>>& rows) {
+// Columns padded to their widest cell; the last column is not padded. Every cell is escaped for
+// the terminal: a row's text comes from a database anyone with its credentials can write, and a
+// NUL or a control sequence in it must not hide or forge another column.
+void print_table(std::vector<std::vector<std::string>> rows) {
+  for (auto& r : rows)
+    for (auto& cell : r) cell = escape_for_terminal(cell);
   std::vector<size_t> width;
   for (const auto& r : rows)
     for (size_t i = 0; i < r.size(); ++i) {
@@ -117,6 +153,7 @@ struct Judgement {
 using FleetKey = std::optional<std::string>;
 
 Judgement judge(const store::MachineRecord& m, const FleetKey& fleet) {
+  if (!m.malformed.empty()) return {false, "row_malformed", m.malformed, std::nullopt};
   if (!fleet) return {false, "no_fleet_key", "this machine holds no fleet key to check the row with", std::nullopt};
   if (m.signature.empty()) return {false, "unsigned", "the row carries no signature", std::nullopt};
   auto sig = base64_decode(m.signature);
@@ -124,7 +161,7 @@ Judgement judge(const store::MachineRecord& m, const FleetKey& fleet) {
     return {false, "signature_invalid", "the fleet key's signature does not verify: the row was changed or forged",
             std::nullopt};
   if (m.facts.is_null())
-    return {false, "never_probed", fmt::format("run `airlock machine probe {}`", m.id), std::nullopt};
+    return {false, "never_probed", "added, not measured yet: nothing has probed it over its transport", std::nullopt};
   Judgement j;
   int abi = m.landlock_abi;
   auto hf = plan::host_facts_from_json(m.facts);
@@ -155,7 +192,11 @@ std::string cgroup_text(const plan::HostFacts& f) {
 Json machine_json(const store::MachineRecord& m, const Judgement& j) {
   Json out = {{"id", m.id},       {"hostname", m.hostname},         {"landlock_abi", m.landlock_abi},
               {"facts", m.facts}, {"probed_at_ms", m.probed_at_ms}, {"transport", m.transport},
-              {"signed", !m.signature.empty()}, {"believed", j.believed}};
+              {"signature", m.signature.empty()                 ? "absent"
+                            : j.reason_name == "signature_invalid" ? "invalid"
+                            : j.reason_name == "no_fleet_key" || j.reason_name == "row_malformed" ? "unchecked"
+                                                                   : "verified"},
+              {"believed", j.believed}};
   if (!j.believed) out["not_believed"] = {{"reason", j.reason_name}, {"message", j.reason}};
   return out;
 }
@@ -195,11 +236,46 @@ int emit(const Globals& g, const char* key, const Json& arr,
 const std::vector<std::string> kMachineHeader = {"MACHINE", "HOSTNAME", "LANDLOCK", "USERNS",
                                                  "CGROUP",  "KVM",      "PROBED",   "STATUS"};
 
-// The fleet's public key from this machine's fleet key; a key that cannot be read is refused.
+// The fleet's public key: this machine's fleet key's, or else the one `airlock fleet trust` kept;
+// a key that cannot be read is refused.
 Result<FleetKey> fleet_public(const std::string& state) {
   auto seed = TRY(fleet_seed(state));
-  if (!seed) return FleetKey{};
-  return FleetKey(TRY(ed25519_public_key(*seed)));
+  if (seed) return FleetKey(TRY(ed25519_public_key(*seed)));
+  std::string pub_path = fleet_pub_path(state);
+  struct stat st{};
+  if (::lstat(pub_path.c_str(), &st) != 0 && errno == ENOENT) return FleetKey{};
+  if (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 022))
+    return fail(Code::CustodyUnsafe, fmt::format("{} is not a file of yours that only you can change", pub_path),
+                {{"path", pub_path}});
+  auto text = TRY(read_file(pub_path, Code::ConfigError));
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  auto pub = base64_decode(text);
+  if (!pub || pub->size() != kEd25519PublicBytes)
+    return fail(Code::ConfigError, fmt::format("{} holds no Ed25519 public key", pub_path), {{"path", pub_path}});
+  return FleetKey(*pub);
+}
+
+// `airlock fleet trust KEY`: check rows with the fleet's public key (what `fleet init` printed
+// on the machine that holds the key), signing none here.
+int fleet_trust(Globals& g, const std::string& key) {
+  auto state = resolve_state_dir(g.state_dir);
+  if (!state) return refuse(state.error(), g.json);
+  auto pub = base64_decode(key);
+  if (!pub || pub->size() != kEd25519PublicBytes)
+    return refuse(Error{Code::OptionInvalid, "the key must be an Ed25519 public key in base64 (as `fleet init` prints it)",
+                        {{"key", escape_for_terminal(key)}}},
+                  g.json);
+  if (auto seed = fleet_seed(*state); !seed || *seed)
+    return refuse(seed ? Error{Code::ConfigError, "this machine holds the fleet key itself: it trusts that key's public half",
+                               {{"fleet_key", fleet_key_path(*state)}}}
+                       : seed.error(),
+                  g.json);
+  if (auto d = fleet_dir_ready(*state); !d) return refuse(d.error(), g.json);
+  ::unlink(fleet_pub_path(*state).c_str());
+  if (auto w = write_new_file(fleet_dir(*state), fleet_pub_path(*state), base64_encode(*pub) + "\n"); !w)
+    return refuse(w.error(), g.json);
+  std::printf("rows are checked here with fleet key %s\n", base64_encode(*pub).c_str());
+  return 0;
 }
 
 int machine_probe(Globals& g) {
@@ -303,10 +379,20 @@ int machine_add(Globals& g, const StoreOptionsCli& o) {
   if (!target) return refuse(target.error(), g.json);
   Json transport = {{"ssh", *target}};
   if (!o.identity.empty()) {
-    // A private key ssh would read: ours, for us alone (ssh itself refuses one open to others).
+    // A private key ssh would read: ours, for us alone (ssh itself refuses one open to others),
+    // kept as its absolute path, and no link that could point elsewhere later.
+    if (!is_valid_utf8(o.identity) ||
+        std::any_of(o.identity.begin(), o.identity.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; }))
+      return refuse(Error{Code::OptionInvalid, "--identity: a path of printable UTF-8 only",
+                          {{"identity", escape_for_terminal(o.identity)}}},
+                    g.json);
     struct stat st{};
-    if (::stat(o.identity.c_str(), &st) != 0)
+    if (::lstat(o.identity.c_str(), &st) != 0)
       return refuse(fail_errno(Code::OptionInvalid, "--identity " + o.identity, errno).error(), g.json);
+    if (S_ISLNK(st.st_mode))
+      return refuse(Error{Code::CustodyUnsafe, fmt::format("--identity {} is a symbolic link: name the key itself", o.identity),
+                          {{"identity", o.identity}}},
+                    g.json);
     if (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 077))
       return refuse(Error{Code::CustodyUnsafe,
                           fmt::format("--identity {}: a private key must be a regular file of yours with mode 0600 "
@@ -314,7 +400,10 @@ int machine_add(Globals& g, const StoreOptionsCli& o) {
                                       o.identity, st.st_mode & 07777, st.st_uid),
                           {{"identity", o.identity}, {"fix", fmt::format("chmod 0600 {}", o.identity)}}},
                     g.json);
-    transport["identity"] = o.identity;
+    char resolved[PATH_MAX];
+    if (!::realpath(o.identity.c_str(), resolved))
+      return refuse(fail_errno(Code::OptionInvalid, "--identity " + o.identity, errno).error(), g.json);
+    transport["identity"] = std::string(resolved);
   }
   auto st = open_store(g);
   if (!st) return refuse(st.error(), g.json);
@@ -453,6 +542,10 @@ void add_store_verbs(CLI::App& app, Globals& g, Action& run) {
   auto* finit = fleet->add_subcommand("init", "create the fleet key (STATE/fleet/signing.key) and print its public key");
   finit->add_flag("--json", g.json, "print JSON");
   finit->callback([&g, &run] { run = [&g] { return fleet_init(g); }; });
+  static std::string trusted;
+  auto* ftrust = fleet->add_subcommand("trust", "check machine rows here with the fleet's public key, signing none");
+  ftrust->add_option("key", trusted, "the public key `fleet init` printed (base64)")->required();
+  ftrust->callback([&g, &run] { run = [&g] { return fleet_trust(g, trusted); }; });
 
   auto* slot = app.add_subcommand("slot", "slots and their capacity");
   slot->require_subcommand(1);

@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
+#include <map>
 
 #include "base/encoding.h"
 #include "base/hash.h"
@@ -198,20 +200,40 @@ Result<std::vector<MachineRecord>> Store::machines() {
   auto r = TRY(exec_locked(
       "SELECT id, hostname, landlock_abi, facts, probed_at, transport, signature FROM machines ORDER BY id"));
   std::vector<MachineRecord> out;
-  // Kept as text when it is not JSON: the reader judges it, the store does not repair it.
-  auto json = [](const std::optional<std::string>& text, const char* absent) {
-    Json j = Json::parse(text.value_or(absent), nullptr, false);
-    return j.is_discarded() ? Json(text.value_or("")) : j;
-  };
+  std::map<std::string, size_t> seen;
   for (const auto& row : r.rows) {
     MachineRecord m;
+    auto why = [&m](std::string what) {
+      if (m.malformed.empty()) m.malformed = std::move(what);
+    };
+    // Each column exactly as a writer writes it, or the row is marked (never a throw: one bad
+    // row must not stop the others being judged).
+    auto integer = [&](const std::optional<std::string>& text, const char* column) -> int64_t {
+      int64_t v = 0;
+      std::string_view t = text ? std::string_view(*text) : std::string_view();
+      auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+      if (t.empty() || ec != std::errc() || end != t.data() + t.size()) why(fmt::format("{} is not an integer", column));
+      return v;
+    };
+    auto json = [&](const std::optional<std::string>& text, const char* column) -> Json {
+      auto j = parse_json(text.value_or(""), Code::ProtocolError, column);  // depth and duplicate keys bounded
+      if (j) return std::move(*j);
+      why(fmt::format("{} is not JSON a writer writes: {}", column, j.error().message));
+      return Json(nullptr);
+    };
     m.id = row[0].value_or("");
     m.hostname = row[1].value_or("");
-    m.landlock_abi = static_cast<int>(to_i64(row[2]));
-    m.probed_at_ms = to_i64(row[4]);
-    m.facts = json(row[3], "null");
-    m.transport = json(row[5], "{}");
+    int64_t abi = integer(row[2], "landlock_abi");
+    if (abi < 0 || abi > 1'000'000) why("landlock_abi is out of range");
+    m.landlock_abi = static_cast<int>(std::clamp<int64_t>(abi, 0, 1'000'000));
+    m.probed_at_ms = integer(row[4], "probed_at");
+    m.facts = json(row[3], "facts");
+    m.transport = json(row[5], "transport");
     m.signature = row[6].value_or("");
+    if (auto [it, fresh] = seen.emplace(m.id, out.size()); !fresh) {
+      why("another row has this id");
+      if (out[it->second].malformed.empty()) out[it->second].malformed = "another row has this id";
+    }
     out.push_back(std::move(m));
   }
   return out;

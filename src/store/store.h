@@ -44,6 +44,10 @@ struct MachineRecord {
   std::string signature;
   // What the signature covers: every other field, as canonical JSON.
   std::string signed_text() const;
+  // Set by the reader when a column is not exactly what a writer writes (an integer with other
+  // text, JSON nested too deep or with a key twice, an id another row has too): such a row is
+  // not believed whatever it is signed with, since other readers could see it otherwise.
+  std::string malformed;
 };
 
 struct SlotRecord {

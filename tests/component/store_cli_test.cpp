@@ -9,7 +9,9 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -179,8 +181,9 @@ TEST(StoreCli, MachineProbeRecordsMeasuredFactsAndATamperedRowIsNotBelieved) {
   sqlite_exec(fx.state_dir() + "/airlock.db", "UPDATE machines SET signature = ''");
   m = Json::parse(fx.run({"machine", "list", "--json"}).out)["machines"][0];
   EXPECT_EQ(m["not_believed"]["reason"], "unsigned") << m;
-  // A machine that holds no fleet key believes no row.
+  // A machine that holds no fleet key, nor a trusted public key, believes no row.
   ::unlink(key.c_str());
+  ::unlink((key.substr(0, key.rfind('/')) + "/signing.pub").c_str());
   m = Json::parse(fx.run({"machine", "list", "--json"}).out)["machines"][0];
   EXPECT_EQ(m["not_believed"]["reason"], "no_fleet_key") << m;
 }
@@ -202,13 +205,14 @@ TEST(StoreCli, MachineAddRecordsItsTransportSignedAndRefusesWhatSshWouldMisread)
   Json m = Json::parse(list.out)["machines"][0];
   EXPECT_EQ(m["id"], "build-1");
   EXPECT_EQ(m["transport"]["ssh"], "ci@10.0.0.7:2222");
-  EXPECT_EQ(m["transport"]["identity"], identity);
-  EXPECT_EQ(m["signed"], true);
+  EXPECT_EQ(m["transport"]["identity"], std::filesystem::canonical(identity).string()) << "kept as its absolute path";
+  EXPECT_EQ(m["signature"], "verified");
   EXPECT_EQ(m["not_believed"]["reason"], "never_probed") << m;
   EXPECT_EQ(fx.run({"machine", "add", "b6", "--ssh", "ci@[fd00::7]"}).status, 0);
   // The transport is covered by the signature: pointing the row elsewhere breaks it.
   sqlite_exec(fx.state_dir() + "/airlock.db", "UPDATE machines SET transport = '{\"ssh\":\"ci@evil:22\"}' WHERE id = 'build-1'");
-  for (const Json& row : Json::parse(fx.run({"machine", "list", "--json"}).out)["machines"])
+  Json listed = Json::parse(fx.run({"machine", "list", "--json"}).out);  // not a temporary's member: GCC 12
+  for (const Json& row : listed["machines"])
     if (row["id"] == "build-1") {
       EXPECT_EQ(row["not_believed"]["reason"], "signature_invalid") << row;
     }
@@ -223,6 +227,62 @@ TEST(StoreCli, MachineAddRecordsItsTransportSignedAndRefusesWhatSshWouldMisread)
   auto open_key = fx.run({"machine", "add", "m2", "--ssh", "ci@host", "--identity", identity});
   EXPECT_EQ(open_key.status, 125);
   EXPECT_NE(open_key.err.find("AIRLOCK_CUSTODY_UNSAFE"), std::string::npos) << open_key.err;
+}
+
+// Columns a writer never writes (JSON nested 100,000 deep or with a key twice, an integer with
+// text after it, an id two rows have, a NUL or an escape sequence in a name) are judged, never
+// crash the reader or forge the table; a machine that signs nothing checks rows with the trusted
+// public key.
+TEST(StoreCli, MalformedRowsAreJudgedNotBelievedAndAMachineCanCheckWithThePublicKeyAlone) {
+  CliFixture fx(Identity::Self);
+  auto init = fx.run({"fleet", "init", "--json"});
+  ASSERT_EQ(init.status, 0) << init.err;
+  std::string pub = Json::parse(init.out)["public_key"];
+  ASSERT_EQ(fx.run({"machine", "probe"}).status, 0);
+  std::string db = fx.state_dir() + "/airlock.db";
+  std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  sqlite_exec(db, "INSERT INTO machines SELECT 'deep', hostname, landlock_abi, '" + deep + "', probed_at, transport, "
+                  "signature FROM machines LIMIT 1");
+  sqlite_exec(db, "INSERT INTO machines SELECT 'dup', hostname, landlock_abi, '{\"landlock_abi\":1,' || substr(facts, 2), "
+                  "probed_at, transport, signature FROM machines WHERE id NOT IN ('deep') LIMIT 1");
+  sqlite_exec(db, "INSERT INTO machines SELECT 'abi', hostname, landlock_abi || 'abc', facts, probed_at, transport, "
+                  "signature FROM machines WHERE id NOT IN ('deep', 'dup') LIMIT 1");
+  sqlite_exec(db, "INSERT INTO machines VALUES ('fake' || char(0) || ' ok', 'h' || char(27) || '[2K', 1, 'null', 0, '{}', '')");
+  auto list = fx.run({"machine", "list", "--json"});
+  ASSERT_EQ(list.status, 0) << list.err;
+  std::map<std::string, std::string> reasons;
+  Json rows = Json::parse(list.out)["machines"];
+  for (const Json& row : rows) reasons[row["id"]] = row.value("not_believed", Json::object()).value("reason", "believed");
+  EXPECT_EQ(reasons["deep"], "row_malformed");
+  EXPECT_EQ(reasons["dup"], "row_malformed");
+  EXPECT_EQ(reasons["abi"], "row_malformed");
+  auto text = fx.run({"machine", "list"});
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_EQ(text.out.find('\x1b'), std::string::npos) << "an escape sequence reached the terminal";
+  EXPECT_NE(text.out.find("NOT BELIEVED (unsigned"), std::string::npos) << text.out;
+  // Another machine, with the public key alone: it checks, it cannot sign.
+  CliFixture other(Identity::Self);
+  ASSERT_EQ(other.run({"fleet", "trust", pub}).status, 0);
+  auto checked = other.run({"--store", db, "machine", "list", "--json"});
+  ASSERT_EQ(checked.status, 0) << checked.err;
+  size_t verified = 0;
+  Json checked_rows = Json::parse(checked.out)["machines"];  // not a temporary's member: GCC 12
+  for (const Json& row : checked_rows) verified += row["believed"] == true;
+  EXPECT_EQ(verified, 1u) << checked.out;
+  auto sign = other.run({"--store", db, "machine", "probe"});
+  EXPECT_EQ(sign.status, 125) << "a machine without the key signed a row";
+  EXPECT_EQ(other.run({"fleet", "trust", "not-a-key"}).status, 125);
+  // An identity that is a link is refused; a real one is kept as its absolute path.
+  std::string key = fx.workspace() + "/../id_test", link = fx.workspace() + "/../id_link";
+  std::ofstream(key) << "k\n";
+  ::chmod(key.c_str(), 0600);
+  ASSERT_EQ(::symlink(key.c_str(), link.c_str()), 0);
+  auto linked = fx.run({"machine", "add", "m1", "--ssh", "ci@host", "--identity", link});
+  EXPECT_EQ(linked.status, 125);
+  EXPECT_NE(linked.err.find("AIRLOCK_CUSTODY_UNSAFE"), std::string::npos) << linked.err;
+  auto non_utf8 = fx.run({"machine", "add", "m1", "--ssh", "ci@host", "--identity", key + "\xff"});
+  EXPECT_EQ(non_utf8.status, 125);
+  EXPECT_NE(non_utf8.err.find("AIRLOCK_OPTION_INVALID"), std::string::npos) << non_utf8.err;
 }
 
 TEST(StoreCli, ABadStoreUrlIsAnInvalidOptionAndAnAbsentServerIsUnreachable) {
