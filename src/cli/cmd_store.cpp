@@ -85,8 +85,23 @@ Result<void> sign_row(store::MachineRecord& m, const std::string& state) {
                 fmt::format("this machine holds no fleet key to sign the row with ({}): run `airlock fleet init`",
                             fleet_key_path(state)),
                 {{"fleet_key", fleet_key_path(state)}});
+  m.signed_at_ms = now_ms();
   m.signature = base64_encode(TRY(ed25519_sign(*seed, m.signed_text())));
   return {};
+}
+
+// The latest signature time this machine has seen on each machine's row (STATE/fleet/seen.json):
+// a row signed earlier than that is an old row put back (replayed), not believed.
+std::string seen_path(const std::string& state) { return fleet_dir(state) + "/seen.json"; }
+
+Result<Json> read_seen(const std::string& state) {
+  std::string path = seen_path(state);
+  struct stat st{};
+  if (::lstat(path.c_str(), &st) != 0 && errno == ENOENT) return Json::object();
+  auto text = TRY(read_file(path, Code::ConfigError));
+  auto j = TRY(parse_json(text, Code::ConfigError, path));
+  if (!j.is_object()) return fail(Code::ConfigError, fmt::format("{} is not an object", path), {{"path", path}});
+  return j;
 }
 
 int fleet_init(Globals& g) {
@@ -152,13 +167,18 @@ struct Judgement {
 // The fleet's public key, to check rows with (nullopt: this machine holds no fleet key).
 using FleetKey = std::optional<std::string>;
 
-Judgement judge(const store::MachineRecord& m, const FleetKey& fleet) {
+Judgement judge(const store::MachineRecord& m, const FleetKey& fleet, int64_t seen_ms = 0) {
   if (!m.malformed.empty()) return {false, "row_malformed", m.malformed, std::nullopt};
   if (!fleet) return {false, "no_fleet_key", "this machine holds no fleet key to check the row with", std::nullopt};
   if (m.signature.empty()) return {false, "unsigned", "the row carries no signature", std::nullopt};
   auto sig = base64_decode(m.signature);
   if (!sig || !ed25519_verify(*fleet, m.signed_text(), *sig))
     return {false, "signature_invalid", "the fleet key's signature does not verify: the row was changed or forged",
+            std::nullopt};
+  if (m.signed_at_ms < seen_ms)
+    return {false, "replayed",
+            fmt::format("signed at {}, before a signature of this machine's row seen here (signed at {}): an old row put back",
+                        utc(m.signed_at_ms), utc(seen_ms)),
             std::nullopt};
   if (m.facts.is_null())
     return {false, "never_probed", "added, not measured yet: nothing has probed it over its transport", std::nullopt};
@@ -316,12 +336,26 @@ int machine_list(Globals& g) {
   if (!fleet) return refuse(fleet.error(), g.json);
   auto ms = (*st)->machines();
   if (!ms) return refuse(ms.error(), g.json);
+  auto seen = read_seen(*state);
+  if (!seen) return refuse(seen.error(), g.json);
+  Json was = *seen;
   Json arr = Json::array();
   std::vector<std::vector<std::string>> rows = {kMachineHeader};
   for (const auto& m : *ms) {
-    Judgement j = judge(m, *fleet);
+    Json mark = seen->value(m.id, Json(0));
+    int64_t seen_ms = mark.is_number_integer() ? mark.get<int64_t>() : 0;
+    Judgement j = judge(m, *fleet, seen_ms);
+    // A signature that verifies moves the mark on (never back).
+    if (j.reason_name != "row_malformed" && j.reason_name != "no_fleet_key" && j.reason_name != "unsigned" &&
+        j.reason_name != "signature_invalid" && j.reason_name != "replayed" && m.signed_at_ms > seen_ms)
+      (*seen)[m.id] = m.signed_at_ms;
     arr.push_back(machine_json(m, j));
     rows.push_back(machine_row(m, j));
+  }
+  if (*seen != was) {
+    if (auto d = fleet_dir_ready(*state); !d) return refuse(d.error(), g.json);
+    if (auto w = write_file_atomic(seen_path(*state), lossless_canonical_json(*seen), 0600); !w)
+      return refuse(w.error(), g.json);
   }
   return emit(g, "machines", arr, rows);
 }

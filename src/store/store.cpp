@@ -45,7 +45,8 @@ const std::vector<Migration>& migrations() {
       // A machine row names how it is reached and carries the fleet key's signature.
       {3,
        {"ALTER TABLE machines ADD COLUMN transport TEXT NOT NULL DEFAULT '{}'",
-        "ALTER TABLE machines ADD COLUMN signature TEXT NOT NULL DEFAULT ''"}},
+        "ALTER TABLE machines ADD COLUMN signature TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE machines ADD COLUMN signed_at BIGINT NOT NULL DEFAULT 0"}},
   };
   return m;
 }
@@ -182,23 +183,25 @@ std::string MachineRecord::signed_text() const {
                                       {"landlock_abi", landlock_abi},
                                       {"facts", facts},
                                       {"probed_at_ms", probed_at_ms},
-                                      {"transport", transport}});
+                                      {"transport", transport},
+                                      {"signed_at_ms", signed_at_ms}});
 }
 
 Result<void> Store::put_machine(const MachineRecord& m) {
   TRY(exec_locked(
-      "INSERT INTO machines (id, hostname, landlock_abi, facts, probed_at, transport, signature)"
-      " VALUES (?, ?, ?, ?, ?, ?, ?)"
+      "INSERT INTO machines (id, hostname, landlock_abi, facts, probed_at, transport, signature, signed_at)"
+      " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
       " ON CONFLICT (id) DO UPDATE SET hostname = excluded.hostname, landlock_abi = excluded.landlock_abi,"
       " facts = excluded.facts, probed_at = excluded.probed_at, transport = excluded.transport,"
-      " signature = excluded.signature",
-      {m.id, m.hostname, int64_t{m.landlock_abi}, m.facts.dump(), m.probed_at_ms, m.transport.dump(), m.signature}));
+      " signature = excluded.signature, signed_at = excluded.signed_at",
+      {m.id, m.hostname, int64_t{m.landlock_abi}, m.facts.dump(), m.probed_at_ms, m.transport.dump(), m.signature,
+       m.signed_at_ms}));
   return {};
 }
 
 Result<std::vector<MachineRecord>> Store::machines() {
   auto r = TRY(exec_locked(
-      "SELECT id, hostname, landlock_abi, facts, probed_at, transport, signature FROM machines ORDER BY id"));
+      "SELECT id, hostname, landlock_abi, facts, probed_at, transport, signature, signed_at FROM machines ORDER BY id"));
   std::vector<MachineRecord> out;
   std::map<std::string, size_t> seen;
   for (const auto& row : r.rows) {
@@ -230,6 +233,7 @@ Result<std::vector<MachineRecord>> Store::machines() {
     m.facts = json(row[3], "facts");
     m.transport = json(row[5], "transport");
     m.signature = row[6].value_or("");
+    m.signed_at_ms = integer(row[7], "signed_at");
     if (auto [it, fresh] = seen.emplace(m.id, out.size()); !fresh) {
       why("another row has this id");
       if (out[it->second].malformed.empty()) out[it->second].malformed = "another row has this id";

@@ -42,6 +42,9 @@ struct MachineRecord {
   Json transport = Json::object();
   // The fleet key's Ed25519 signature over signed_text(), base64; empty: unsigned.
   std::string signature;
+  // When it was signed (covered by the signature): a reader that has seen a later signature for
+  // the same machine takes an earlier one as replayed.
+  int64_t signed_at_ms = 0;
   // What the signature covers: every other field, as canonical JSON.
   std::string signed_text() const;
   // Set by the reader when a column is not exactly what a writer writes (an integer with other

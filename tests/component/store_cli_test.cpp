@@ -209,6 +209,20 @@ TEST(StoreCli, MachineAddRecordsItsTransportSignedAndRefusesWhatSshWouldMisread)
   EXPECT_EQ(m["signature"], "verified");
   EXPECT_EQ(m["not_believed"]["reason"], "never_probed") << m;
   EXPECT_EQ(fx.run({"machine", "add", "b6", "--ssh", "ci@[fd00::7]"}).status, 0);
+  // An old signed row put back after a newer one was seen here is replayed, not believed.
+  std::string db = fx.state_dir() + "/airlock.db";
+  sqlite_exec(db, "CREATE TABLE saved AS SELECT transport, signature, signed_at FROM machines WHERE id = 'b6'");
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(fx.run({"machine", "add", "b6", "--ssh", "ci@[fd00::8]"}).status, 0);
+  ASSERT_EQ(fx.run({"machine", "list"}).status, 0);  // the newer signature is seen here
+  sqlite_exec(db, "UPDATE machines SET (transport, signature, signed_at) = (SELECT transport, signature, signed_at "
+                  "FROM saved) WHERE id = 'b6'");
+  Json replay = Json::parse(fx.run({"machine", "list", "--json"}).out);
+  for (const Json& row : replay["machines"])
+    if (row["id"] == "b6") {
+      EXPECT_EQ(row["not_believed"]["reason"], "replayed") << row;
+      EXPECT_EQ(row["transport"]["ssh"], "ci@[fd00::7]:22") << row;
+    }
   // The transport is covered by the signature: pointing the row elsewhere breaks it.
   sqlite_exec(fx.state_dir() + "/airlock.db", "UPDATE machines SET transport = '{\"ssh\":\"ci@evil:22\"}' WHERE id = 'build-1'");
   Json listed = Json::parse(fx.run({"machine", "list", "--json"}).out);  // not a temporary's member: GCC 12
@@ -242,12 +256,12 @@ TEST(StoreCli, MalformedRowsAreJudgedNotBelievedAndAMachineCanCheckWithThePublic
   std::string db = fx.state_dir() + "/airlock.db";
   std::string deep = std::string(100000, '[') + std::string(100000, ']');
   sqlite_exec(db, "INSERT INTO machines SELECT 'deep', hostname, landlock_abi, '" + deep + "', probed_at, transport, "
-                  "signature FROM machines LIMIT 1");
+                  "signature, signed_at FROM machines LIMIT 1");
   sqlite_exec(db, "INSERT INTO machines SELECT 'dup', hostname, landlock_abi, '{\"landlock_abi\":1,' || substr(facts, 2), "
-                  "probed_at, transport, signature FROM machines WHERE id NOT IN ('deep') LIMIT 1");
+                  "probed_at, transport, signature, signed_at FROM machines WHERE id NOT IN ('deep') LIMIT 1");
   sqlite_exec(db, "INSERT INTO machines SELECT 'abi', hostname, landlock_abi || 'abc', facts, probed_at, transport, "
-                  "signature FROM machines WHERE id NOT IN ('deep', 'dup') LIMIT 1");
-  sqlite_exec(db, "INSERT INTO machines VALUES ('fake' || char(0) || ' ok', 'h' || char(27) || '[2K', 1, 'null', 0, '{}', '')");
+                  "signature, signed_at FROM machines WHERE id NOT IN ('deep', 'dup') LIMIT 1");
+  sqlite_exec(db, "INSERT INTO machines VALUES ('fake' || char(0) || ' ok', 'h' || char(27) || '[2K', 1, 'null', 0, '{}', '', 0)");
   auto list = fx.run({"machine", "list", "--json"});
   ASSERT_EQ(list.status, 0) << list.err;
   std::map<std::string, std::string> reasons;
