@@ -441,6 +441,18 @@ int machine_add(Globals& g, const StoreOptionsCli& o) {
   }
   auto st = open_store(g);
   if (!st) return refuse(st.error(), g.json);
+  // A row that holds measured facts is not overwritten by an unmeasured one (this machine's own,
+  // or one probed already): its facts would be lost to a typo.
+  auto existing = (*st)->machines();
+  if (!existing) return refuse(existing.error(), g.json);
+  for (const auto& r : *existing)
+    if (r.id == o.machine && !r.facts.is_null())
+      return refuse(Error{Code::ConfigError,
+                          fmt::format("machine {} is recorded already with measured facts: adding it again would drop "
+                                      "them",
+                                      o.machine),
+                          {{"machine", o.machine}}},
+                    g.json);
   store::MachineRecord m;
   m.id = o.machine;
   m.facts = nullptr;

@@ -237,6 +237,14 @@ TEST(StoreCli, MachineAddRecordsItsTransportSignedAndRefusesWhatSshWouldMisread)
     EXPECT_NE(r.err.find("AIRLOCK_OPTION_INVALID"), std::string::npos) << target << ": " << r.err;
   }
   EXPECT_EQ(fx.run({"machine", "add", "bad name", "--ssh", "ci@host"}).status, 125);
+  // This machine's own row, probed, is not replaced by an unmeasured one.
+  ASSERT_EQ(fx.run({"machine", "probe"}).status, 0);
+  std::string self_id = Json::parse(fx.run({"machine", "probe", "--json"}).out)["id"];
+  auto over = fx.run({"machine", "add", self_id, "--ssh", "ci@host"});
+  EXPECT_EQ(over.status, 125) << over.out;
+  EXPECT_NE(over.err.find("measured facts"), std::string::npos) << over.err;
+  // An added, never probed one may be added again (its transport corrected).
+  EXPECT_EQ(fx.run({"machine", "add", "build-1", "--ssh", "ci@10.0.0.8"}).status, 0);
   ::chmod(identity.c_str(), 0644);
   auto open_key = fx.run({"machine", "add", "m2", "--ssh", "ci@host", "--identity", identity});
   EXPECT_EQ(open_key.status, 125);
