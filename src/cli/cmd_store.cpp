@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 
 #include "base/clock.h"
@@ -336,6 +337,16 @@ int machine_list(Globals& g) {
   if (!fleet) return refuse(fleet.error(), g.json);
   auto ms = (*st)->machines();
   if (!ms) return refuse(ms.error(), g.json);
+  // The marks are read, moved on and written under a lock: two listings at once must not write
+  // an older mark over a newer one.
+  UniqueFd seen_lock;
+  if (*fleet) {
+    if (auto d = fleet_dir_ready(*state); !d) return refuse(d.error(), g.json);
+    std::string lock = fleet_dir(*state) + "/seen.lock";
+    seen_lock = UniqueFd(::open(lock.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (!seen_lock || ::flock(seen_lock.get(), LOCK_EX) != 0)
+      return refuse(fail_errno(Code::IoError, "lock " + lock, errno).error(), g.json);
+  }
   auto seen = read_seen(*state);
   if (!seen) return refuse(seen.error(), g.json);
   Json was = *seen;
@@ -353,7 +364,6 @@ int machine_list(Globals& g) {
     rows.push_back(machine_row(m, j));
   }
   if (*seen != was) {
-    if (auto d = fleet_dir_ready(*state); !d) return refuse(d.error(), g.json);
     if (auto w = write_file_atomic(seen_path(*state), lossless_canonical_json(*seen), 0600); !w)
       return refuse(w.error(), g.json);
   }
