@@ -200,17 +200,24 @@ def main():
         ui = f"http://127.0.0.1:{port}/ui/"
         find = lambda css: driver.find_elements(By.CSS_SELECTOR, css)
 
-        def click_until(button, appears):
-            """Clicks `button` until `appears` shows (a row that just moved takes no click for a second)."""
+        def click_until(button, done):
+            """Clicks `button` until `done` (a selector that shows, or a check that holds): the
+            page redraws its rows every second or two, so a button found may be gone when clicked,
+            and a row that just moved takes no click for a second."""
+            check = done if callable(done) else lambda: find(done)
+
             def attempt():
-                if not find(appears) and find(button):
+                got = check()
+                if not got and find(button):
                     try:
                         find(button)[0].click()
                     except Exception:  # redrawn between find and click: try again
                         pass
                     time.sleep(0.2)
-                return find(appears)
-            return until(f"{appears} after clicking {button}", attempt)[0]
+                    got = check()
+                return got
+            got = until(f"{done} after clicking {button}", attempt)
+            return got[0] if isinstance(got, list) else got
 
         # No token yet: the login form. The agent's token is refused; the operator's lets in.
         driver.get(ui)
@@ -230,7 +237,8 @@ def main():
         until("the host's tiers", lambda: find('#executors tr[data-executor="namespaces"]'))
 
         # The session's timeline, then a refusal that appears without a reload.
-        find(f'#sessions tr[data-session="{sid}"] button.link')[0].click()
+        click_until(f'#sessions tr[data-session="{sid}"] button.link',
+                    lambda: driver.find_element(By.ID, "timeline-session").text == sid)
         until("session.open in the timeline", lambda: find('#timeline li[data-kind="session.open"]'))
         until("the chain verifies", lambda: "verifies" in driver.find_element(By.ID, "chain").text)
         driver.execute_script("window.__marker = 'no reload'")
@@ -275,13 +283,13 @@ def main():
         below = until("the second held call", lambda: find(f'#approvals tr[data-approval="{later}"]'))[0]
         expect(below.rect["y"] > top, "a new request was put above the one being read")
         expect(find(f'#approvals tr[data-approval="{request}"]')[0].rect["y"] == top, "the row being read moved")
-        confirm = click_until(f'button[data-answer="{request}"]', f'button[data-approve-confirm="{request}"]')
+        click_until(f'button[data-answer="{request}"]', f'button[data-approve-confirm="{request}"]')
         expect('Answer exactly this call: deploy {"version":"1.2"}' in
                find(f'#approvals tr[data-approval="{request}"]')[0].text, "the confirmation does not name the call")
-        confirm.click()
-        until("the approval answered", lambda: not find(f'#approvals tr[data-approval="{request}"]'))
-        click_until(f'button[data-answer="{later}"]', f'button[data-deny-confirm="{later}"]').click()
-        until("the denial answered", lambda: not find(f'#approvals tr[data-approval="{later}"]'))
+        click_until(f'button[data-approve-confirm="{request}"]',
+                    lambda: not find(f'#approvals tr[data-approval="{request}"]'))
+        click_until(f'button[data-answer="{later}"]', f'button[data-deny-confirm="{later}"]')
+        click_until(f'button[data-deny-confirm="{later}"]', lambda: not find(f'#approvals tr[data-approval="{later}"]'))
         status, answered = operator.call("GET", "/v1/approvals?all=1")
         by_id = {a["id"]: a["status"] for a in answered["approvals"]}
         expect(by_id.get(request) == "approved" and by_id.get(later) == "denied", f"{by_id}")
@@ -303,7 +311,8 @@ def main():
         # The kill switch on a running tool: confirmed, the tool's process is gone from the host.
         driver.get(ui)  # the token is still in this tab's session storage
         until("the console again", lambda: find(f'#sessions tr[data-session="{sid}"]'))
-        find(f'#sessions tr[data-session="{sid}"] button.link')[0].click()
+        click_until(f'#sessions tr[data-session="{sid}"] button.link',
+                    lambda: driver.find_element(By.ID, "timeline-session").text == sid)
         long_run = {}
 
         def run_long():
@@ -318,7 +327,8 @@ def main():
         if args.screenshot:
             driver.save_screenshot(args.screenshot)
             print("screenshot:", args.screenshot)
-        click_until(f'button[data-kill="{sid}"]', f'button[data-kill-confirm="{sid}"]').click()
+        click_until(f'button[data-kill="{sid}"]', f'button[data-kill-confirm="{sid}"]')
+        click_until(f'button[data-kill-confirm="{sid}"]', lambda: not find(f'#sessions tr[data-session="{sid}"]'))
         runner.join(WAIT)
         expect(not runner.is_alive(), "the running tool's request never answered")
         status, body = long_run["reply"]
