@@ -80,11 +80,17 @@ def processes(argv):
     return found
 
 
+RETRY_ON = ()  # set to Selenium's stale-element error once Selenium is imported
+
+
 def until(what, check, seconds=WAIT):
     """Polls check() until it returns something true; fails the test naming `what` otherwise."""
     deadline = time.monotonic() + seconds
     while True:
-        got = check()
+        try:
+            got = check()
+        except RETRY_ON:  # an element redrawn while it was read: read again
+            got = None
         if got:
             return got
         if time.monotonic() > deadline:
@@ -136,6 +142,9 @@ def main():
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
+    from selenium.common.exceptions import StaleElementReferenceException
+    global RETRY_ON
+    RETRY_ON = (StaleElementReferenceException,)
 
     tmp = tempfile.mkdtemp(prefix="airlock-console-")
     server = driver = attacker = None
@@ -199,6 +208,11 @@ def main():
         driver.set_script_timeout(WAIT)
         ui = f"http://127.0.0.1:{port}/ui/"
         find = lambda css: driver.find_elements(By.CSS_SELECTOR, css)
+        # The page redraws rows every second or two: read text in one script turn, never through
+        # an element found earlier, which may be stale by the time it is read.
+        texts = lambda css: driver.execute_script(
+            "return Array.from(document.querySelectorAll(arguments[0]), e => e.innerText)", css)
+        text = lambda css: (texts(css) or [""])[0]
 
         def click_until(button, done):
             """Clicks `button` until `done` (a selector that shows, or a check that holds): the
@@ -238,29 +252,30 @@ def main():
 
         # The session's timeline, then a refusal that appears without a reload.
         click_until(f'#sessions tr[data-session="{sid}"] button.link',
-                    lambda: driver.find_element(By.ID, "timeline-session").text == sid)
+                    lambda: text("#timeline-session") == sid)
         until("session.open in the timeline", lambda: find('#timeline li[data-kind="session.open"]'))
-        until("the chain verifies", lambda: "verifies" in driver.find_element(By.ID, "chain").text)
+        until("the chain verifies", lambda: "verifies" in text("#chain"))
         driver.execute_script("window.__marker = 'no reload'")
         t0 = time.monotonic()
         status, _ = agent.call("POST", base + "/read_file", {"path": "../../etc/passwd"})
         expect(status == 403, f"the refused read answered {status}")
         refused = until("the refused read in the timeline",
-                        lambda: [li for li in find("#timeline li.refused") if "AIRLOCK_PATH_DENIED" in li.text])
+                        lambda: [t for t in texts("#timeline li.refused") if "AIRLOCK_PATH_DENIED" in t])
         print(f"a refused action appeared in the console {time.monotonic() - t0:.3f} s after it was answered")
-        expect("../../etc/passwd" in refused[0].text, refused[0].text)
+        expect("../../etc/passwd" in refused[0], refused[0])
         expect(driver.execute_script("return window.__marker") == "no reload", "the page reloaded")
 
         # A tool's exit and output tail; markup in an argv and an output shown as text, run as nothing.
         script = f'printf "%s\\n" \'{XSS_IMG}\'; echo \'{XSS_SCRIPT}\' >&2; exit 3'
         status, ran = agent.call("POST", base + "/run_tool", {"tool": "sh", "args": [script]})
         expect(status == 200, f"run_tool: {status} {ran}")
-        li = until("the tool run in the timeline", lambda: find('#timeline li[data-kind="run_tool"]'))[0]
-        until("its output tail", lambda: li.find_elements(By.CSS_SELECTOR, 'pre[data-stream="stdout"]'))
-        expect(XSS_IMG in li.find_element(By.CSS_SELECTOR, ".detail").text, li.text)
-        expect(li.find_element(By.CSS_SELECTOR, 'pre[data-stream="stdout"]').text.strip() == XSS_IMG, li.text)
-        expect(li.find_element(By.CSS_SELECTOR, 'pre[data-stream="stderr"]').text.strip() == XSS_SCRIPT, li.text)
-        expect("exit 3" in li.text, li.text)
+        ran_li = '#timeline li[data-kind="run_tool"]'
+        until("the tool run's output tail in the timeline", lambda: texts(ran_li + ' pre[data-stream="stdout"]'))
+        whole = text(ran_li)
+        expect(XSS_IMG in text(ran_li + " .detail"), whole)
+        expect(text(ran_li + ' pre[data-stream="stdout"]').strip() == XSS_IMG, whole)
+        expect(text(ran_li + ' pre[data-stream="stderr"]').strip() == XSS_SCRIPT, whole)
+        expect("exit 3" in whole, whole)
         expect(find("#timeline img") == [] and find("#timeline script") == [], "markup from the agent became elements")
         expect(driver.execute_script("return window.__pwned === undefined"), "the agent's script ran")
 
@@ -273,19 +288,22 @@ def main():
         status, held = agent.call("POST", held_base + "/run_tool", {"tool": "deploy", "args": {"version": "1.2"}})
         expect(status == 403 and held["error"]["code"] == "AIRLOCK_APPROVAL_REQUIRED", f"{status} {held}")
         request = held["error"]["facts"]["approval_id"]
-        row = until("the pending approval", lambda: find(f'#approvals tr[data-approval="{request}"]'))[0]
-        expect("deploy" in row.text and '"version": "1.2"' in row.text, row.text)
+        row = f'#approvals tr[data-approval="{request}"]'
+        row_text = until("the pending approval", lambda: texts(row))[0]
+        expect("deploy" in row_text and '"version": "1.2"' in row_text, row_text)
         # The agent's next held call goes below: the row the operator is reading does not move.
-        top = row.rect["y"]
+        top_of = lambda css: driver.execute_script(
+            "const e = document.querySelector(arguments[0]); return e && e.getBoundingClientRect().top", css)
+        top = top_of(row)
         status, other = agent.call("POST", held_base + "/run_tool", {"tool": "deploy", "args": {"version": "6.6.6"}})
         expect(status == 403, f"{status} {other}")
         later = other["error"]["facts"]["approval_id"]
-        below = until("the second held call", lambda: find(f'#approvals tr[data-approval="{later}"]'))[0]
-        expect(below.rect["y"] > top, "a new request was put above the one being read")
-        expect(find(f'#approvals tr[data-approval="{request}"]')[0].rect["y"] == top, "the row being read moved")
+        until("the second held call", lambda: find(f'#approvals tr[data-approval="{later}"]'))
+        expect(top_of(f'#approvals tr[data-approval="{later}"]') > top, "a new request was put above the one being read")
+        expect(top_of(row) == top, "the row being read moved")
         click_until(f'button[data-answer="{request}"]', f'button[data-approve-confirm="{request}"]')
         expect('Answer exactly this call: deploy {"version":"1.2"}' in
-               find(f'#approvals tr[data-approval="{request}"]')[0].text, "the confirmation does not name the call")
+               text(row), "the confirmation does not name the call")
         click_until(f'button[data-approve-confirm="{request}"]',
                     lambda: not find(f'#approvals tr[data-approval="{request}"]'))
         click_until(f'button[data-answer="{later}"]', f'button[data-deny-confirm="{later}"]')
@@ -312,7 +330,7 @@ def main():
         driver.get(ui)  # the token is still in this tab's session storage
         until("the console again", lambda: find(f'#sessions tr[data-session="{sid}"]'))
         click_until(f'#sessions tr[data-session="{sid}"] button.link',
-                    lambda: driver.find_element(By.ID, "timeline-session").text == sid)
+                    lambda: text("#timeline-session") == sid)
         long_run = {}
 
         def run_long():
@@ -322,8 +340,7 @@ def main():
         runner.start()
         until("the long tool running on the host", lambda: processes(["/bin/sleep", LONG_SLEEP]))
         until("the console showing it running",
-              lambda: "run_tool for" in driver.find_element(
-                  By.CSS_SELECTOR, f'#sessions tr[data-session="{sid}"] td[data-field="running"]').text)
+              lambda: "run_tool for" in text(f'#sessions tr[data-session="{sid}"] td[data-field="running"]'))
         if args.screenshot:
             driver.save_screenshot(args.screenshot)
             print("screenshot:", args.screenshot)
@@ -335,14 +352,14 @@ def main():
         expect(status == 409 and body["error"]["code"] == "AIRLOCK_SESSION_KILLED", f"{status} {body}")
         until("the tool's processes gone from the host", lambda: not processes(["/bin/sleep", LONG_SLEEP]))
         ended = until("the session listed as killed",
-                      lambda: [r for r in find(f'#ended tr[data-session="{sid}"]') if "killed" in r.text])
-        expect("operator console" in ended[0].text, ended[0].text)
-        until("the console showing nothing running in it", lambda: find(
-            f'#ended tr[data-session="{sid}"] td[data-field="running"]')[0].text == "nothing running")
+                      lambda: [t for t in texts(f'#ended tr[data-session="{sid}"]') if "killed" in t])
+        expect("operator console" in ended[0], ended[0])
+        until("the console showing nothing running in it", lambda: text(
+            f'#ended tr[data-session="{sid}"] td[data-field="running"]') == "nothing running")
         expect(not find(f'#sessions tr[data-session="{sid}"]'), "the killed session is still listed as open")
-        until("the timeline's close", lambda: [li for li in find('#timeline li[data-kind="session.close"]')
-                                               if "killed" in li.text])
-        until("the timeline marked killed", lambda: "killed" in driver.find_element(By.ID, "timeline-state").text)
+        until("the timeline's close", lambda: [t for t in texts('#timeline li[data-kind="session.close"]')
+                                               if "killed" in t])
+        until("the timeline marked killed", lambda: "killed" in text("#timeline-state"))
         print("PASS: the console showed, refused, approved and killed as it should")
         return 0
     finally:
