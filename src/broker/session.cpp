@@ -132,6 +132,7 @@ Result<std::unique_ptr<Session>> Session::open(const policy::TaskPolicy& pol, co
   record["tier"] = box->plan.tier();
   record["landlock_abi"] = facts.landlock_abi;
   record["enforced"] = exec::to_json(box->executor->enforced());
+  record["sandboxes_built_ahead"] = opts.keep_warm;
   record["view"] = {{"path", box->dirs.view}, {"copied", box->view.to_json()}};
   TRY(s->receipts_.append("session.open", std::move(record)));
 
@@ -140,6 +141,7 @@ Result<std::unique_ptr<Session>> Session::open(const policy::TaskPolicy& pol, co
   s->dirs_ = std::exchange(box->dirs, {});
   s->manifest_ = std::move(box->view.manifest);
   s->executor_ = std::move(box->executor);
+  if (opts.keep_warm) s->executor_->keep_warm(true);
   s->guard_ = std::move(*guard);
   s->opened_at_ = s->clock_();
   s->refusal_window_ = s->opened_at_;

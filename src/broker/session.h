@@ -61,6 +61,10 @@ struct SessionOptions {
   // Fresh credentials for each json-protocol dispatch (`--credentials-command`), handed to that
   // call alone as `airlock tool call` hands them; none when absent. The operator's, never a policy's.
   std::optional<exec::CredentialProvider> credentials;
+  // Build each next command's sandbox ahead while the session waits (exec::Executor::keep_warm):
+  // for sessions that run many commands (`airlock serve`, `airlock mcp`, `airlock session`),
+  // never for `airlock run`'s one.
+  bool keep_warm = false;
 };
 
 // Refusals before an action is admitted (rate limit, killed, closed, budget, malformed

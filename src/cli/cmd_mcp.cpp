@@ -92,6 +92,7 @@ int mcp_verb(Globals& g, McpOptions& o) {
 
   broker::SessionOptions so(start->state_dir, start->profile, o.workspace);
   so.vm_pool = o.vm_pool;
+  so.keep_warm = true;  // tool call after tool call: each one's sandbox waits, built
   o.apply(so);
   auto session = broker::Session::open(start->policy, start->facts, so);
   if (!session) return serve_unavailable(session.error(), mask);

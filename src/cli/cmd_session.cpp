@@ -37,6 +37,7 @@ int session_verb(Globals& g, SessionVerbOptions& o) {
   }
   store::Seat& seat = *held->seat;
   broker::SessionOptions so(start->state_dir, start->profile, o.workspace);
+  so.keep_warm = true;  // request after request: each command's sandbox waits, built
   o.apply(so);
   auto session = broker::Session::open(start->policy, start->facts, so);
   if (!session) {

@@ -238,6 +238,9 @@ ScenarioResult run_one(Breach b, TierContext& t) {
   if (!args) return not_run(args.error());
 
   broker::SessionOptions so{t.opts.state_dir, t.opts.profile, *ws};
+  // As `airlock serve` runs them: the probe's sandbox is built ahead, while the session waits
+  // (the cold build is what `airlock run` uses, which the confined-run tests cover).
+  so.keep_warm = true;
   if (door) {
     so.resolver = t.canaries.resolver();
     forget_door_traffic(t.canaries);

@@ -25,7 +25,8 @@ Json RunOutcome::to_json() const {
           {"max_rss_kb", max_rss_kb},
           {"supervisor_limits_changed", supervisor_limits_changed},
           {"teardown_ms", teardown_ms},
-          {"teardown_verified", teardown_verified}};
+          {"teardown_verified", teardown_verified},
+          {"built_ahead", built_ahead}};
 }
 
 std::string workspace_inside(const std::string& workspace) {

@@ -54,6 +54,9 @@ struct RunOutcome {
   // Teardown, verified: the sandbox's cgroups empty and removed, nothing of it mounted on the host.
   double teardown_ms = 0;
   bool teardown_verified = false;
+  // The sandbox was built ahead, while the session waited (Executor::keep_warm), rather than for
+  // this command once it came: the same steps, at another time.
+  bool built_ahead = false;
   Json to_json() const;
 };
 
@@ -75,6 +78,12 @@ class Executor {
   // processes, cpu_us (each null where this tier does not count it); null when nothing runs.
   // Safe from another thread while run() is in progress.
   virtual Json usage_now() { return nullptr; }
+  // Builds each next command's sandbox ahead, in the background, while the session waits for its
+  // next command: everything but the command (the namespaces tier: cgroup, namespaces, root,
+  // loopback, door), each sandbox used for exactly one command and then destroyed. The same
+  // steps as a sandbox built on demand; a tier that cannot build ahead ignores this. Off by
+  // default: a caller that runs one command would only build a second sandbox for nothing.
+  virtual void keep_warm(bool) {}
 };
 
 // Serves a plan's network door: given the listening socket made inside the sandbox's network

@@ -12,9 +12,13 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
 #include <iterator>
 #include <mutex>
 #include <optional>
+#include <thread>
 #include <variant>
 
 #include "base/fs.h"
@@ -57,12 +61,81 @@ Result<Steps> steps_of(const plan::TierPlan& tier) {
   return s;
 }
 
+// The one thread that builds sandboxes ahead for every executor of this process. It never ends:
+// a supervisor's parent-death signal follows the thread that cloned it, so a sandbox built by a
+// thread that ended would die with it.
+class Warmer {
+ public:
+  static Warmer& get() {
+    static Warmer* w = new Warmer;  // never destroyed: its thread outlives static destruction
+    return *w;
+  }
+  void post(std::function<void()> job) {
+    std::lock_guard lock(mu_);
+    jobs_.push_back(std::move(job));
+    cv_.notify_one();
+  }
+
+ private:
+  Warmer() {
+    std::thread([this] {
+      for (;;) {
+        std::function<void()> job;
+        {
+          std::unique_lock lock(mu_);
+          cv_.wait(lock, [&] { return !jobs_.empty(); });
+          job = std::move(jobs_.front());
+          jobs_.pop_front();
+        }
+        job();
+      }
+    }).detach();
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+};
+
+// One sandbox: its cgroup, the door's channel and the launched supervisor, torn down together.
+struct Sandbox {
+  linux::PreparedCgroup cg;
+  linux::DoorChannel door;
+  linux::Launched launched;
+};
+
+// Kills a sandbox that will not run (or has run) and removes its cgroup.
+Result<void> discard(std::optional<Sandbox> sb) {
+  if (!sb) return {};
+  { linux::Launched gone = std::move(sb->launched); }  // the supervisor killed and reaped; its init follows
+  return sb->cg.release();
+}
+
 class ProcessExecutor final : public Executor {
  public:
   ProcessExecutor(const plan::ExecutionPlan& plan, SessionDirs dirs, std::string session_id, std::string workspace,
                   DoorStarter door)
       : plan_(plan), dirs_(std::move(dirs)), session_id_(std::move(session_id)), workspace_(std::move(workspace)),
         door_(std::move(door)) {}
+
+  ~ProcessExecutor() override {
+    std::optional<Sandbox> warm;
+    {
+      std::unique_lock lock(warm_mu_);
+      keep_warm_ = false;
+      warm_cv_.wait(lock, [&] { return !warming_; });
+      warm = std::move(warm_);
+      warm_.reset();
+    }
+    (void)discard(std::move(warm));
+  }
+
+  void keep_warm(bool on) override {
+    {
+      std::lock_guard lock(warm_mu_);
+      keep_warm_ = on && steps_.sandbox;
+    }
+    if (on) build_ahead();
+  }
 
   Result<void> prepare() {
     steps_ = TRY(steps_of(plan_.confinement));
@@ -114,7 +187,7 @@ class ProcessExecutor final : public Executor {
 
   Result<RunOutcome> run(const Command& cmd) override {
     if (cmd.argv.empty()) return fail(Code::PolicyInvalid, "no command to run");
-    linux::LaunchSpec spec;
+    linux::LaunchSpec spec = session_spec();
     spec.path = TRY(resolve_program(cmd.argv[0], dirs_.view));
     spec.argv = cmd.argv;
     spec.cwd = TRY(visible_path(cmd.cwd));
@@ -124,21 +197,8 @@ class ProcessExecutor final : public Executor {
       std::string_view name = std::string_view(kv).substr(0, kv.find('='));
       return std::find(cmd.scrub_env.begin(), cmd.scrub_env.end(), name) != cmd.scrub_env.end();
     });
-    if (steps_.sandbox) {
-      spec.mounts = &mounts_;
-      spec.id_maps = &id_maps_;
-      spec.hostname = steps_.sandbox->namespaces.hostname;
-    }
-    spec.drop_capabilities = plan_.drops_capabilities();
-    spec.rlimits = &rlimits_;
-    spec.landlock_ruleset = landlock_.ruleset.get();
-    spec.landlock_own_proc = !steps_.sandbox;
-    spec.seccomp = seccomp_ ? &seccomp_->fprog : nullptr;
-    spec.no_new_privs = confined();
-    spec.wall_timeout_ms = plan_.limits.wall_timeout_ms;
     if (cmd.timeout_ms && (*cmd.timeout_ms < spec.wall_timeout_ms || spec.wall_timeout_ms == 0))
       spec.wall_timeout_ms = *cmd.timeout_ms;
-    spec.kill_grace_ms = plan_.limits.kill_grace_ms;
     spec.stdin_fd = cmd.stdin_fd;
     spec.stdout_fd = cmd.stdout_fd;
     spec.stderr_fd = cmd.stderr_fd;
@@ -154,27 +214,10 @@ class ProcessExecutor final : public Executor {
       }
     }
 
-    // The namespaces tier limits the sandbox as a whole; root on the Landlock tier, where
-    // RLIMIT_NPROC does not bind, gets a pids cgroup per run.
-    linux::PreparedCgroup cg;
-    std::string cg_name = "airlock-" + session_id_ + "-" + std::to_string(++runs_);
-    if (steps_.sandbox) {
-      plan::CgroupPlan c = steps_.sandbox->cgroup;
-      c.pids_max += 2;  // the supervisor and the namespace's init
-      cg = TRY(linux::prepare_sandbox_cgroup(c, cg_name));
-    } else if (plan_.limits.process_mechanism != plan::ProcessLimitMechanism::RlimitNproc) {
-      cg = TRY(linux::prepare_pids_cgroup(plan_.limits.process_mechanism, cg_name,
-                                          plan_.limits.max_processes + 1 /* the supervisor */));
-    }
-    for (size_t i = 0; i < cg.procs.size() && i < spec.cgroup_procs.size(); ++i) spec.cgroup_procs[i] = cg.procs[i].get();
-
-    linux::DoorChannel door_channel;
-    if (steps_.door) {
-      door_channel = TRY(linux::prepare_door_channel());
-      spec.door_channel = door_channel.inside.get();
-      spec.door_address = steps_.door->address;
-      spec.door_port = static_cast<uint16_t>(steps_.door->port);
-    }
+    ++runs_;
+    // The sandbox built ahead for this command, if one waits; else one built now.
+    std::optional<Sandbox> sb = take_warm();
+    bool built_ahead = sb.has_value();
 
     {
       // Output cannot exist before the launch, so no stop_run() for this run can come earlier.
@@ -186,8 +229,16 @@ class ProcessExecutor final : public Executor {
                                                    spec.stdout_fd < 0 ? 1 : spec.stdout_fd,
                                                    spec.stderr_fd < 0 ? 2 : spec.stderr_fd});
     auto t0 = std::chrono::steady_clock::now();
-    linux::Launched launched = TRY(linux::launch(spec));
-    door_channel.inside.reset();  // the init's now: EOF on ours if it ends before sending
+    if (built_ahead) {
+      if (auto started = linux::start_warm(sb->launched, spec); !started) {
+        (void)discard(std::move(sb));
+        return std::unexpected(started.error());
+      }
+    } else {
+      sb = TRY(launch_sandbox(spec));
+    }
+    linux::Launched& launched = sb->launched;
+    linux::PreparedCgroup& cg = sb->cg;
     {
       std::lock_guard lock(mu_);
       running_ = &launched;
@@ -199,7 +250,7 @@ class ProcessExecutor final : public Executor {
     std::shared_ptr<void> door_serving;
     std::optional<Error> door_failed;
     if (steps_.door) {
-      auto listener = linux::receive_door_listener(door_channel.outside.get());
+      auto listener = linux::receive_door_listener(sb->door.outside.get());
       if (listener) {
         auto served = door_(std::move(*listener));
         if (served)
@@ -260,13 +311,25 @@ class ProcessExecutor final : public Executor {
     out.supervisor_limits_changed = linux::rlimit_names(rep->supervisor_limits_changed);
     out.teardown_ms = teardown_ms;
     out.teardown_verified = true;
+    out.built_ahead = built_ahead;
+    build_ahead();
     return out;
   }
 
   void stop() override {
-    std::lock_guard lock(mu_);
-    stop_requested_ = true;
-    if (running_) (void)linux::stop(*running_);
+    {
+      std::lock_guard lock(mu_);
+      stop_requested_ = true;
+      if (running_) (void)linux::stop(*running_);
+    }
+    std::optional<Sandbox> warm;
+    {
+      std::lock_guard lock(warm_mu_);
+      keep_warm_ = false;
+      warm = std::move(warm_);
+      warm_.reset();
+    }
+    (void)discard(std::move(warm));
   }
 
   void stop_run() override {
@@ -284,6 +347,107 @@ class ProcessExecutor final : public Executor {
   }
 
  private:
+  // What every sandbox of this session is given, whichever command it runs.
+  linux::LaunchSpec session_spec() const {
+    linux::LaunchSpec spec;
+    if (steps_.sandbox) {
+      spec.mounts = &mounts_;
+      spec.id_maps = &id_maps_;
+      spec.hostname = steps_.sandbox->namespaces.hostname;
+    }
+    spec.drop_capabilities = plan_.drops_capabilities();
+    spec.rlimits = &rlimits_;
+    spec.landlock_ruleset = landlock_.ruleset.get();
+    spec.landlock_own_proc = !steps_.sandbox;
+    spec.seccomp = seccomp_ ? &seccomp_->fprog : nullptr;
+    spec.no_new_privs = confined();
+    spec.wall_timeout_ms = plan_.limits.wall_timeout_ms;
+    spec.kill_grace_ms = plan_.limits.kill_grace_ms;
+    if (steps_.door) {
+      spec.door_address = steps_.door->address;
+      spec.door_port = static_cast<uint16_t>(steps_.door->port);
+    }
+    return spec;
+  }
+
+  // Makes a sandbox's cgroup and door channel and launches it: `spec` with the command (built on
+  // demand) or `spec.warm` (built ahead; the command comes with start_warm).
+  Result<Sandbox> launch_sandbox(linux::LaunchSpec& spec) {
+    Sandbox sb;
+    // The namespaces tier limits the sandbox as a whole; root on the Landlock tier, where
+    // RLIMIT_NPROC does not bind, gets a pids cgroup per run.
+    std::string cg_name = fmt::format("airlock-{}-{}", session_id_, ++sandboxes_);
+    if (steps_.sandbox) {
+      plan::CgroupPlan c = steps_.sandbox->cgroup;
+      c.pids_max += 2;  // the supervisor and the namespace's init
+      sb.cg = TRY(linux::prepare_sandbox_cgroup(c, cg_name));
+    } else if (plan_.limits.process_mechanism != plan::ProcessLimitMechanism::RlimitNproc) {
+      sb.cg = TRY(linux::prepare_pids_cgroup(plan_.limits.process_mechanism, cg_name,
+                                             plan_.limits.max_processes + 1 /* the supervisor */));
+    }
+    for (size_t i = 0; i < sb.cg.procs.size() && i < spec.cgroup_procs.size(); ++i)
+      spec.cgroup_procs[i] = sb.cg.procs[i].get();
+    if (steps_.door) {
+      auto channel = linux::prepare_door_channel();
+      if (!channel) {
+        (void)sb.cg.release();
+        return std::unexpected(channel.error());
+      }
+      sb.door = std::move(*channel);
+      spec.door_channel = sb.door.inside.get();
+    }
+    auto launched = linux::launch(spec);
+    sb.door.inside.reset();  // the init's now: EOF on ours if it ends before sending
+    if (!launched) {
+      (void)sb.cg.release();
+      return std::unexpected(launched.error());
+    }
+    sb.launched = std::move(*launched);
+    return sb;
+  }
+
+  // The sandbox built ahead, once its build has finished; none when none was asked for, its
+  // build failed (the command then builds its own, and meets the same failure by name) or it
+  // is gone.
+  std::optional<Sandbox> take_warm() {
+    std::optional<Sandbox> sb;
+    {
+      std::unique_lock lock(warm_mu_);
+      warm_cv_.wait(lock, [&] { return !warming_; });
+      sb = std::move(warm_);
+      warm_.reset();
+    }
+    if (sb && !linux::waiting(sb->launched)) {
+      (void)discard(std::move(sb));
+      return std::nullopt;
+    }
+    return sb;
+  }
+
+  // Builds the next command's sandbox on the warmer's thread, when asked to keep one warm.
+  void build_ahead() {
+    {
+      std::lock_guard lock(warm_mu_);
+      if (!keep_warm_ || warming_ || warm_) return;
+      warming_ = true;
+    }
+    Warmer::get().post([this] {
+      linux::LaunchSpec spec = session_spec();
+      spec.warm = true;
+      auto built = launch_sandbox(spec);
+      std::optional<Sandbox> unwanted;
+      std::lock_guard lock(warm_mu_);
+      if (built && keep_warm_)
+        warm_ = std::move(*built);
+      else if (built)
+        unwanted = std::move(*built);
+      if (unwanted) (void)discard(std::move(unwanted));  // stopped meanwhile; still under the lock, so
+                                                         // the destructor waits for it
+      warming_ = false;
+      warm_cv_.notify_all();
+    });
+  }
+
   bool confined() const { return !std::holds_alternative<plan::HostTierPlan>(plan_.confinement); }
 
   // Whether anything is mounted at or below `path` in our (the host's) mount namespace.
@@ -322,6 +486,12 @@ class ProcessExecutor final : public Executor {
   const linux::PreparedCgroup* running_cg_ = nullptr;  // the running command's, while running_ is
   bool stop_requested_ = false;
   bool run_stop_requested_ = false;  // stop_run(): this run only
+  std::atomic<int> sandboxes_ = 0;  // names each sandbox's cgroup
+  // The sandbox built ahead (keep_warm): at most one, waiting for the next command.
+  std::mutex warm_mu_;
+  std::condition_variable warm_cv_;
+  bool keep_warm_ = false, warming_ = false;
+  std::optional<Sandbox> warm_;
 };
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -72,6 +73,125 @@ pid_t clone_vfork(int* pidfd, int (*body)(void*), void* arg) noexcept {
   return pid;
 }
 
+// The command's own part of a launch, as the child reads it: C strings and descriptors. A cold
+// launch points it into the parent's LaunchSpec (copied with the process); a warm sandbox
+// receives it into a mapping of its own (receive_command).
+struct CommandArgs {
+  const char* path = "";
+  char* const* argv = nullptr;
+  char* const* envp = nullptr;
+  const char* cwd = "";
+  char* const* make_dirs = nullptr;  // null-terminated
+  int stdin_fd = -1, stdout_fd = -1, stderr_fd = -1, fd3 = -1;
+};
+
+// What start_warm sends: the supervisor's start, then the init's command (a header with the
+// descriptors attached, then the strings: path, cwd, argv, env, make_dirs, each ending in NUL).
+struct WarmGo {
+  uint64_t wall_timeout_ms, kill_grace_ms;
+};
+struct WarmHeader {
+  uint32_t magic;
+  uint32_t argc, envc, ndirs;
+  uint32_t fd_mask;  // bit i: descriptor i (stdin, stdout, stderr, fd3) is attached, in that order
+  uint32_t reserved;
+  uint64_t bytes;
+};
+constexpr uint32_t kWarmMagic = 0x61776d31;  // "awm1"
+constexpr uint64_t kMaxCommandBytes = 64ull << 20;
+
+ssize_t read_full(int fd, void* buf, size_t n) noexcept {
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = ::read(fd, static_cast<char*>(buf) + got, n - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return -1;
+    if (r == 0) break;
+    got += static_cast<size_t>(r);
+  }
+  return static_cast<ssize_t>(got);
+}
+
+// The init's side of start_warm: fills `c` with pointers into a mapping of its own. Returns 0,
+// -1 when the parent closed without sending (the sandbox was discarded), or an errno.
+int receive_command(int sock, CommandArgs& c) noexcept {
+  WarmHeader h{};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
+  iovec iov{&h, sizeof h};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t n;
+  do {
+    n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+  } while (n < 0 && errno == EINTR);
+  if (n == 0) return -1;
+  if (n < 0) return errno;
+  int fds[4] = {-1, -1, -1, -1};
+  int nfds = 0;
+  for (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm))
+    if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+      size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < k; ++i) {
+        int fd;
+        std::memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
+        if (nfds < 4) {
+          // Well above the four the command's descriptors become, so no dup2 there overwrites
+          // another of them.
+          fds[nfds] = ::fcntl(fd, F_DUPFD_CLOEXEC, 64);
+          if (fds[nfds] < 0) return errno;
+          ++nfds;
+        }
+        ::close(fd);
+      }
+    }
+  if (n != static_cast<ssize_t>(sizeof h) || (msg.msg_flags & MSG_CTRUNC) || h.magic != kWarmMagic ||
+      __builtin_popcount(h.fd_mask & 15) != nfds || h.bytes == 0 || h.bytes > kMaxCommandBytes ||
+      h.argc == 0 || uint64_t{h.argc} + h.envc + h.ndirs + 2 > h.bytes)
+    return EPROTO;
+  size_t pointers = (size_t{h.argc} + 1 + h.envc + 1 + h.ndirs + 1) * sizeof(char*);
+  size_t size = pointers + h.bytes;
+  void* map = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (map == MAP_FAILED) return errno;
+  char** ptrs = static_cast<char**>(map);
+  char* body = static_cast<char*>(map) + pointers;
+  if (read_full(sock, body, h.bytes) != static_cast<ssize_t>(h.bytes)) return EPROTO;
+  if (body[h.bytes - 1] != '\0') return EPROTO;
+  // Split: exactly 2 + argc + envc + ndirs strings.
+  char* strings[2];
+  size_t want = 2 + size_t{h.argc} + h.envc + h.ndirs, at = 0, k = 0;
+  char** argv = ptrs;
+  char** envp = argv + h.argc + 1;
+  char** dirs = envp + h.envc + 1;
+  while (at < h.bytes) {
+    char* str = body + at;
+    if (k >= want) return EPROTO;
+    if (k < 2)
+      strings[k] = str;
+    else if (k < 2 + size_t{h.argc})
+      argv[k - 2] = str;
+    else if (k < 2 + size_t{h.argc} + h.envc)
+      envp[k - 2 - h.argc] = str;
+    else
+      dirs[k - 2 - h.argc - h.envc] = str;
+    ++k;
+    at += std::strlen(str) + 1;
+  }
+  if (k != want) return EPROTO;
+  argv[h.argc] = envp[h.envc] = dirs[h.ndirs] = nullptr;
+  c.path = strings[0];
+  c.cwd = strings[1];
+  c.argv = argv;
+  c.envp = envp;
+  c.make_dirs = dirs;
+  int* slot[4] = {&c.stdin_fd, &c.stdout_fd, &c.stderr_fd, &c.fd3};
+  for (int i = 0, next = 0; i < 4; ++i)
+    if (h.fd_mask & (1u << i)) *slot[i] = fds[next++];
+  return 0;
+}
+
 [[noreturn]] void report_and_exit(int fd, Step step, int err) noexcept {
   SetupFailure f{step, err};
   (void)!::write(fd, &f, sizeof f);
@@ -79,8 +199,8 @@ pid_t clone_vfork(int* pidfd, int (*body)(void*), void* arg) noexcept {
 }
 
 // The confined command: runs in the supervisor's child, ends in execve.
-[[noreturn]] void run_command(const LaunchSpec& s, char* const* argv, char* const* envp, int errfd,
-                              const sigset_t& old_mask, pid_t parent) noexcept {
+[[noreturn]] void run_command(const LaunchSpec& s, const CommandArgs& c, int errfd, const sigset_t& old_mask,
+                              pid_t parent) noexcept {
   // A command starts with no signal blocked or ignored, whatever airlock itself blocks (the CLI
   // blocks SIGTERM for its own signal thread; an ignored signal would survive exec).
   (void)old_mask;
@@ -94,11 +214,11 @@ pid_t clone_vfork(int* pidfd, int (*body)(void*), void* arg) noexcept {
   if (::getppid() != parent) ::_exit(127);
   // Its own process group, so a stop or the deadline can signal the command's whole group.
   if (::setpgid(0, 0) < 0) report_and_exit(errfd, Step::NewSession, errno);
-  if (!s.cwd.empty() && ::chdir(s.cwd.c_str()) < 0) report_and_exit(errfd, Step::Chdir, errno);
+  if (c.cwd[0] && ::chdir(c.cwd) < 0) report_and_exit(errfd, Step::Chdir, errno);
   // Descriptor 3 is about to receive the passed descriptor: what the later steps still use
   // moves off it first.
   int ruleset = s.landlock_ruleset;
-  if (s.fd3 >= 0 && s.fd3 != 3) {
+  if (c.fd3 >= 0 && c.fd3 != 3) {
     if (errfd == 3) {
       errfd = ::fcntl(3, F_DUPFD_CLOEXEC, 4);
       if (errfd < 0) ::_exit(127);  // no pipe left to report on; the supervisor sees no exec
@@ -108,7 +228,7 @@ pid_t clone_vfork(int* pidfd, int (*body)(void*), void* arg) noexcept {
       if (ruleset < 0) report_and_exit(errfd, Step::Landlock, errno);
     }
   }
-  if (int e = apply_fds(s.stdin_fd, s.stdout_fd, s.stderr_fd, s.fd3)) report_and_exit(errfd, Step::Fds, e);
+  if (int e = apply_fds(c.stdin_fd, c.stdout_fd, c.stderr_fd, c.fd3)) report_and_exit(errfd, Step::Fds, e);
   if (s.rlimits)
     if (int e = apply_rlimits(*s.rlimits)) report_and_exit(errfd, Step::Rlimits, e);
   if (s.drop_capabilities)
@@ -122,9 +242,9 @@ pid_t clone_vfork(int* pidfd, int (*body)(void*), void* arg) noexcept {
   if (s.seccomp)
     if (int e = apply_seccomp(s.seccomp)) report_and_exit(errfd, Step::Seccomp, e);
   // After every confinement step: made by the confined process, under the jail's own rules.
-  for (const auto& d : s.make_dirs)
-    if (::mkdir(d.c_str(), 0700) < 0) report_and_exit(errfd, Step::Tmpdir, errno);
-  ::execve(s.path.c_str(), argv, envp);
+  for (char* const* d = c.make_dirs; d && *d; ++d)
+    if (::mkdir(*d, 0700) < 0) report_and_exit(errfd, Step::Tmpdir, errno);
+  ::execve(c.path, c.argv, c.envp);
   report_and_exit(errfd, Step::Exec, errno);
 }
 
@@ -132,8 +252,7 @@ pid_t clone_vfork(int* pidfd, int (*body)(void*), void* arg) noexcept {
 // run_command's arguments.
 struct CommandStart {
   const LaunchSpec* spec;
-  char* const* argv;
-  char* const* envp;
+  const CommandArgs* args;
   int errfd;
   const sigset_t* old_mask;
   int close_first[3];
@@ -144,7 +263,7 @@ int command_body(void* arg) noexcept {
   auto* c = static_cast<const CommandStart*>(arg);
   for (int fd : c->close_first)
     if (fd >= 0) ::close(fd);
-  run_command(*c->spec, c->argv, c->envp, c->errfd, *c->old_mask, c->parent);
+  run_command(*c->spec, *c->args, c->errfd, *c->old_mask, c->parent);
 }
 
 struct CommandStatus {
@@ -157,7 +276,7 @@ struct CommandStatus {
 // The namespace's init: PID 1 of the new pid namespace. Builds the root, starts the command,
 // forwards stop signals to it and reaps everything; when the command ends it reports the
 // command's status and exits, and the kernel kills whatever is left in the namespace.
-[[noreturn]] void run_init(const LaunchSpec& s, char* const* argv, char* const* envp, int errfd, int gofd,
+[[noreturn]] void run_init(const LaunchSpec& s, const CommandArgs& cold, int command_fd, int errfd, int gofd,
                            int statusfd, const sigset_t& old_mask) noexcept {
   char go = 0;
   ssize_t n;
@@ -183,6 +302,16 @@ struct CommandStatus {
     if (int e = apply_landlock_read_rule(s.landlock_ruleset, "/proc")) report_and_exit(errfd, Step::Landlock, e);
     if (int e = apply_landlock_read_rule(s.landlock_ruleset, "/", true)) report_and_exit(errfd, Step::Landlock, e);
   }
+  // A warm sandbox is built: it waits here for its one command.
+  CommandArgs warm;
+  const CommandArgs* args = &cold;
+  if (command_fd >= 0) {
+    int e = receive_command(command_fd, warm);
+    if (e < 0) ::_exit(0);  // discarded unused
+    if (e) report_and_exit(errfd, Step::Init, e);
+    ::close(command_fd);
+    args = &warm;
+  }
   sigset_t all;
   sigemptyset(&all);
   sigaddset(&all, SIGTERM);
@@ -193,7 +322,7 @@ struct CommandStatus {
   int sfd = ::signalfd(-1, &all, SFD_CLOEXEC);
   if (sfd < 0) report_and_exit(errfd, Step::Init, errno);
   int cmd_pidfd = -1;
-  CommandStart start{&s, argv, envp, errfd, &old_mask, {sfd, statusfd, -1}};
+  CommandStart start{&s, args, errfd, &old_mask, {sfd, statusfd, -1}};
   pid_t cmd = clone_vfork(&cmd_pidfd, command_body, &start);
   if (cmd < 0) report_and_exit(errfd, Step::CloneCommand, errno);
   ::close(errfd);  // from here only the command holds it, until its exec succeeds
@@ -268,8 +397,8 @@ void signal_group(pid_t command, int sig) noexcept {
   ::kill(command, sig);
 }
 
-[[noreturn]] void run_supervisor(const LaunchSpec& s, char* const* argv, char* const* envp,
-                                 int report_fd) noexcept {
+[[noreturn]] void run_supervisor(const LaunchSpec& s, const CommandArgs& args, int report_fd, int go_fd,
+                                 int command_fd) noexcept {
   SupervisorReport rep{};
   auto finish = [&](Step step, int err) {
     rep.setup_failed = 1;
@@ -287,8 +416,9 @@ void signal_group(pid_t command, int sig) noexcept {
   if (::getppid() != airlock_pid) ::_exit(0);  // airlock died before the prctl: nobody to report to
   // Nothing of airlock's but what this run needs: a daemon starts supervisors for many runs at
   // once, and one holding another run's pipe would keep that run's reader from its end of file.
-  int keep[] = {report_fd,    s.landlock_ruleset, s.door_channel,    s.stdin_fd,        s.stdout_fd,
-                s.stderr_fd,  s.fd3,              s.cgroup_procs[0], s.cgroup_procs[1], s.cgroup_procs[2]};
+  int keep[] = {report_fd,   s.landlock_ruleset, s.door_channel,    s.stdin_fd,        s.stdout_fd,
+                s.stderr_fd, s.fd3,              s.cgroup_procs[0], s.cgroup_procs[1], s.cgroup_procs[2],
+                go_fd,       command_fd};
   if (int e = close_all_but(keep, std::size(keep))) finish(Step::Fds, e);
   // Join the cgroup before the command exists, so nothing it starts escapes the count.
   for (int fd : s.cgroup_procs)
@@ -311,6 +441,7 @@ void signal_group(pid_t command, int sig) noexcept {
   int errpipe[2];
   if (::pipe2(errpipe, O_CLOEXEC) < 0) finish(Step::CloneCommand, errno);
   int64_t started = monotonic_ms();
+  uint64_t wall_timeout_ms = s.wall_timeout_ms, kill_grace_ms = s.kill_grace_ms;
   // Our own limits as they are before the command exists: the report says if any moved while it
   // ran (a command that reaches them could starve the wall clock of descriptors or CPU).
   rlimit own_limits[RLIMIT_NLIMITS];
@@ -331,7 +462,8 @@ void signal_group(pid_t command, int sig) noexcept {
       ::close(report_fd);
       ::close(gopipe[1]);
       ::close(statuspipe[0]);
-      run_init(s, argv, envp, errpipe[1], gopipe[0], statuspipe[1], old_mask);
+      if (go_fd >= 0) ::close(go_fd);
+      run_init(s, args, command_fd, errpipe[1], gopipe[0], statuspipe[1], old_mask);
     }
     ::close(gopipe[0]);
     ::close(statuspipe[1]);
@@ -344,9 +476,24 @@ void signal_group(pid_t command, int sig) noexcept {
     }
     (void)!::write(gopipe[1], "g", 1);
     ::close(gopipe[1]);
+    if (s.warm) {
+      // Built: wait for the command's start, and time it from there. Closed unused, the sandbox
+      // is discarded: nothing to report, nobody reads it.
+      ::close(command_fd);
+      WarmGo g{};
+      if (read_full(go_fd, &g, sizeof g) != static_cast<ssize_t>(sizeof g)) {
+        ::kill(cmd, SIGKILL);
+        ::waitid(P_PIDFD, static_cast<id_t>(cmd_pidfd), nullptr, WEXITED);
+        ::_exit(0);
+      }
+      ::close(go_fd);
+      started = monotonic_ms();
+      wall_timeout_ms = g.wall_timeout_ms;
+      kill_grace_ms = g.kill_grace_ms;
+    }
   } else {
     if (s.door_channel >= 0) ::close(s.door_channel);  // no namespace, no door
-    CommandStart start{&s, argv, envp, errpipe[1], &old_mask, {errpipe[0], report_fd, sfd}};
+    CommandStart start{&s, &args, errpipe[1], &old_mask, {errpipe[0], report_fd, sfd}};
     cmd = clone_vfork(&cmd_pidfd, command_body, &start);
     if (cmd < 0) finish(Step::CloneCommand, errno);
   }
@@ -363,7 +510,7 @@ void signal_group(pid_t command, int sig) noexcept {
   }
 
   // Wait for the command, the deadline or a stop request, whichever comes first.
-  int64_t deadline = s.wall_timeout_ms ? started + static_cast<int64_t>(s.wall_timeout_ms) : -1;
+  int64_t deadline = wall_timeout_ms ? started + static_cast<int64_t>(wall_timeout_ms) : -1;
   int64_t kill_at = -1;
   bool terminating = false, orphaned = false;
   siginfo_t info{};
@@ -405,7 +552,7 @@ void signal_group(pid_t command, int sig) noexcept {
       if (deadline_passed && !rep.stopped) rep.timed_out = 1;
       terminating = true;
       signal_group(cmd, SIGTERM);
-      kill_at = monotonic_ms() + static_cast<int64_t>(s.kill_grace_ms);
+      kill_at = monotonic_ms() + static_cast<int64_t>(kill_grace_ms);
       continue;
     }
     if (terminating && monotonic_ms() >= kill_at) {
@@ -453,20 +600,125 @@ std::vector<char*> c_strings(const std::vector<std::string>& v) {
 }  // namespace
 
 Result<Launched> launch(const LaunchSpec& spec) {
+  if (spec.warm && !spec.mounts) return fail(Code::InternalError, "only a sandbox with a root of its own is built ahead");
   std::vector<char*> argv = c_strings(spec.argv);
   std::vector<char*> envp = c_strings(spec.env);
+  std::vector<char*> dirs = c_strings(spec.make_dirs);
+  CommandArgs args{spec.path.c_str(), argv.data(), envp.data(), spec.cwd.c_str(), dirs.data(),
+                   spec.stdin_fd,     spec.stdout_fd, spec.stderr_fd, spec.fd3};
   int rp[2];
   if (::pipe2(rp, O_CLOEXEC) < 0) return fail_errno(Code::ExecutorUnavailable, "pipe2", errno);
   UniqueFd report_read(rp[0]), report_write(rp[1]);
+  // A warm sandbox's two channels: sockets, so a write to a sandbox that is gone fails with
+  // EPIPE (MSG_NOSIGNAL) instead of raising SIGPIPE in airlock.
+  UniqueFd go_ours, go_theirs, command_ours, command_theirs;
+  if (spec.warm) {
+    int a[2], b[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, a) < 0)
+      return fail_errno(Code::ExecutorUnavailable, "socketpair", errno);
+    go_ours.reset(a[0]);
+    go_theirs.reset(a[1]);
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, b) < 0)
+      return fail_errno(Code::ExecutorUnavailable, "socketpair", errno);
+    command_ours.reset(b[0]);
+    command_theirs.reset(b[1]);
+  }
   int pidfd = -1;
   pid_t pid = clone_with_pidfd(&pidfd);
   if (pid < 0) return fail_errno(Code::ExecutorUnavailable, "clone3", errno);
   if (pid == 0) {
     ::close(rp[0]);
-    run_supervisor(spec, argv.data(), envp.data(), rp[1]);
+    run_supervisor(spec, args, rp[1], go_theirs.get(), command_theirs.get());
   }
   report_write.reset();
-  return Launched{ChildProcess(pid, UniqueFd(pidfd)), std::move(report_read)};
+  return Launched{ChildProcess(pid, UniqueFd(pidfd)), std::move(report_read), std::move(go_ours),
+                  std::move(command_ours)};
+}
+
+namespace {
+
+Result<void> send_all(int fd, const void* data, size_t n) {
+  size_t sent = 0;
+  while (sent < n) {
+    ssize_t r = ::send(fd, static_cast<const char*>(data) + sent, n - sent, MSG_NOSIGNAL);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return fail_errno(Code::ExecutorUnavailable, "send to the sandbox built ahead", errno);
+    sent += static_cast<size_t>(r);
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<void> start_warm(Launched& l, const LaunchSpec& spec) {
+  if (!l.go || !l.command) return fail(Code::InternalError, "start_warm on a sandbox that was not built ahead");
+  if (spec.argv.empty()) return fail(Code::PolicyInvalid, "no command to run");
+  std::string body;
+  auto put = [&](const std::string& v) {
+    body += v;
+    body += '\0';
+  };
+  for (const auto* v : {&spec.path, &spec.cwd})
+    if (v->find('\0') != std::string::npos) return fail(Code::PolicyInvalid, "a NUL byte in the command's path or cwd");
+  put(spec.path);
+  put(spec.cwd);
+  for (const auto* list : {&spec.argv, &spec.env, &spec.make_dirs})
+    for (const auto& v : *list) {
+      if (v.find('\0') != std::string::npos) return fail(Code::PolicyInvalid, "a NUL byte in the command's arguments");
+      put(v);
+    }
+  if (body.size() > kMaxCommandBytes) return fail(Code::PolicyInvalid, "the command and its environment are too large");
+  WarmHeader h{kWarmMagic, static_cast<uint32_t>(spec.argv.size()), static_cast<uint32_t>(spec.env.size()),
+               static_cast<uint32_t>(spec.make_dirs.size()), 0, 0, body.size()};
+  int fds[4], nfds = 0;
+  const int wanted[4] = {spec.stdin_fd, spec.stdout_fd, spec.stderr_fd, spec.fd3};
+  for (int i = 0; i < 4; ++i)
+    if (wanted[i] >= 0) {
+      h.fd_mask |= 1u << i;
+      fds[nfds++] = wanted[i];
+    }
+  // The wall clock first; then the command. A supervisor that is gone fails the first send.
+  WarmGo g{spec.wall_timeout_ms, spec.kill_grace_ms};
+  auto lost = [&](const Error& e) -> Result<void> {
+    (void)l.supervisor.signal(SIGKILL);
+    return fail(Code::ExecutorUnavailable, "the sandbox built ahead was lost before its command: " + e.message);
+  };
+  if (auto r = send_all(l.go.get(), &g, sizeof g); !r) return lost(r.error());
+  l.go.reset();
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)] = {};
+  iovec iov{&h, sizeof h};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  if (nfds) {
+    msg.msg_control = control;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+    cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+    std::memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
+  }
+  ssize_t n;
+  do {
+    n = ::sendmsg(l.command.get(), &msg, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  // An init that is gone (EPIPE) failed a setup step: its supervisor reports which. Anything else
+  // leaves the init waiting for the rest, so the sandbox is ended here.
+  if (n < 0 && errno != EPIPE && errno != ECONNRESET) return lost(fail_errno(Code::ExecutorUnavailable, "sendmsg", errno).error());
+  if (n >= 0 && n != static_cast<ssize_t>(sizeof h)) return lost(Error{Code::ExecutorUnavailable, "a short send", {}});
+  if (n >= 0)
+    if (auto r = send_all(l.command.get(), body.data(), body.size());
+        !r && r.error().facts.value("errno", 0) != EPIPE && r.error().facts.value("errno", 0) != ECONNRESET)
+      return lost(r.error());
+  l.command.reset();
+  return {};
+}
+
+bool waiting(const Launched& l) {
+  if (!l.go || !l.supervisor.running()) return false;
+  pollfd p{l.supervisor.pidfd(), POLLIN, 0};
+  return ::poll(&p, 1, 0) == 0;
 }
 
 Result<SupervisorReport> wait_report(Launched& l) {

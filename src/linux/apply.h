@@ -67,6 +67,12 @@ struct LaunchSpec {
   // Made (mode 0700) by the command itself once confined, just before exec, in order: directories
   // (its TMPDIR, its HOME) that exist only inside the jail's own view of the scratch directory.
   std::vector<std::string> make_dirs;
+  // The namespaces tier only: build the sandbox ahead of its command. launch() then runs every
+  // step up to the command (supervisor, cgroup, namespaces, root, loopback, door) and the sandbox
+  // waits; start_warm() hands it exactly one command. The command's own fields (path, argv, env,
+  // cwd, the four descriptors, make_dirs, wall_timeout_ms, kill_grace_ms) are then read from
+  // start_warm's spec, never from this one, and the wall clock starts there.
+  bool warm = false;
 };
 
 // The supervisor's one report. Fixed size: written with one write(2).
@@ -89,10 +95,20 @@ struct SupervisorReport {
 struct Launched {
   ChildProcess supervisor;
   UniqueFd report;  // read end of the report pipe
+  // A warm sandbox's: the supervisor's start (its wall clock) and the init's end for the command.
+  // Closing them unused discards the sandbox: the supervisor kills the init and exits.
+  UniqueFd go, command;
 };
 
 // Starts the supervisor, which starts the command. Parent side.
 Result<Launched> launch(const LaunchSpec& spec);
+// Hands a warm sandbox (launched from a spec with `warm` set) its one command: `spec`'s command
+// fields; the rest of `spec` is ignored (the sandbox has it from its launch). Then wait_report as
+// for any launch. A sandbox whose supervisor is gone is AIRLOCK_EXECUTOR_UNAVAILABLE; one whose
+// setup failed reports that failure, as a cold launch does.
+Result<void> start_warm(Launched& launched, const LaunchSpec& spec);
+// Whether a warm sandbox still waits for its command: its supervisor has not ended.
+bool waiting(const Launched& launched);
 // Waits for the supervisor's report and reaps it.
 Result<SupervisorReport> wait_report(Launched& launched);
 // Asks the supervisor to stop the command and every descendant (SIGTERM, grace, SIGKILL).

@@ -568,6 +568,7 @@ struct Server::Impl {
     plan::HostFacts facts = exec::facts_for(pol, *host);
     broker::SessionOptions so(opts.state_dir, opts.profile);
     so.vm_pool = opts.vm_pool;
+    so.keep_warm = true;  // a session runs command after command: each one's sandbox waits, built
     so.credentials = opts.credentials;
     so.max_receipt_bytes = opts.max_session_receipt_bytes;
     if (req.has_param("run_id")) so.run_id = req.get_param_value("run_id");  // resumes that run's tool calls

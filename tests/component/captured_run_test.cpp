@@ -1,12 +1,19 @@
 // run_captured over every executor this build applies (landlock, namespaces, and host in the
 // development profile), in process as the test's own identity: stdin in, stdout out, stderr's
-// tail, the output cap, the per-command working directory and descriptor 3.
+// tail, the output cap, the per-command working directory and descriptor 3. The namespaces tier
+// runs them twice: each sandbox built when its command comes, and each built ahead
+// (Executor::keep_warm, as `airlock serve` runs them); BuiltAhead.* checks what building ahead
+// must not change.
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <thread>
 
+#include "base/child_process.h"
 #include "base/fs.h"
 #include "cli_support.h"
 #include "exec/captured_run.h"
@@ -16,11 +23,14 @@
 namespace airlock::testing {
 namespace {
 
+// "TIER" or "TIER_built_ahead".
 class CapturedRun : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
+    std::string tier = GetParam().substr(0, GetParam().find('_'));
+    built_ahead_ = GetParam().ends_with("_built_ahead");
     auto pol = policy::parse_layer_text(
-        R"({"schema_version": "airlock.task_policy.v1", "executor": ")" + GetParam() +
+        R"({"schema_version": "airlock.task_policy.v1", "executor": ")" + tier +
             R"(", "limits": {"memory_mb": 512, "command_timeout_seconds": 30}})",
         policy::builtin_default(), "test");
     ASSERT_TRUE(pol) << pol.error().message;
@@ -31,6 +41,16 @@ class CapturedRun : public ::testing::TestWithParam<std::string> {
       GTEST_SKIP() << "the " << GetParam() << " tier is unavailable here: " << ex.error().message;
     }
     ex_.emplace(std::move(*ex));
+    if (built_ahead_) ex_->executor->keep_warm(true);
+  }
+  void TearDown() override {
+    // Whatever ran, each run's sandbox was the kind this case asks for.
+    for (bool b : built_) EXPECT_EQ(b, built_ahead_) << "a run's sandbox was not built as this case asks";
+  }
+  Result<exec::CapturedRun> run(const exec::Command& c, const std::string& input, size_t cap) {
+    auto r = exec::run_captured(*ex_->executor, c, input, cap);
+    if (r) built_.push_back(r->outcome.built_ahead);
+    return r;
   }
   exec::Command sh(const std::string& script) {
     exec::Command c;
@@ -39,12 +59,14 @@ class CapturedRun : public ::testing::TestWithParam<std::string> {
   }
   TempDir state_;
   std::optional<exec::OwnedExecutor> ex_;
+  bool built_ahead_ = false;
+  std::vector<bool> built_;
 };
 
 TEST_P(CapturedRun, StdinArrivesWholeAndStdoutIsCaptured) {
   std::string input(200000, 'x');  // more than a pipe holds: stdin must not depend on one
   input += "\nend";
-  auto r = exec::run_captured(*ex_->executor, sh("wc -c; echo to-stderr >&2"), input, 1 << 20);
+  auto r = run(sh("wc -c; echo to-stderr >&2"), input, 1 << 20);
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_EQ(r->outcome.status.shell_status(), 0);
   EXPECT_EQ(r->out, std::to_string(input.size()) + "\n");
@@ -53,7 +75,7 @@ TEST_P(CapturedRun, StdinArrivesWholeAndStdoutIsCaptured) {
 }
 
 TEST_P(CapturedRun, StderrKeepsOnlyItsTail) {
-  auto r = exec::run_captured(*ex_->executor, sh("i=0; while [ $i -lt 2000 ]; do echo line$i >&2; i=$((i+1)); done; exit 3"),
+  auto r = run(sh("i=0; while [ $i -lt 2000 ]; do echo line$i >&2; i=$((i+1)); done; exit 3"),
                               "", 1 << 20);
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_EQ(r->outcome.status.shell_status(), 3);
@@ -63,13 +85,13 @@ TEST_P(CapturedRun, StderrKeepsOnlyItsTail) {
 }
 
 TEST_P(CapturedRun, AFloodIsStoppedAndTheNextRunIsNotAffected) {
-  auto r = exec::run_captured(*ex_->executor, sh("exec cat /dev/zero"), "", 64 * 1024);
+  auto r = run(sh("exec cat /dev/zero"), "", 64 * 1024);
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_TRUE(r->output_limited);
   EXPECT_TRUE(r->outcome.stopped);
   EXPECT_EQ(r->out.size(), 64u * 1024);
   // stop_run() stopped that run only: the executor still runs the next command.
-  auto next = exec::run_captured(*ex_->executor, sh("echo still-here"), "", 1024);
+  auto next = run(sh("echo still-here"), "", 1024);
   ASSERT_TRUE(next) << next.error().message;
   EXPECT_FALSE(next->outcome.stopped);
   EXPECT_EQ(next->out, "still-here\n");
@@ -80,11 +102,11 @@ TEST_P(CapturedRun, RunsInTheGivenWorkingDirectoryWhereverTheTierShowsIt) {
   ASSERT_TRUE(make_dirs(host_dir, 0777));
   exec::Command c = sh("echo made > here.txt && pwd && echo $PWD");
   c.cwd = host_dir;
-  auto r = exec::run_captured(*ex_->executor, c, "", 4096);
+  auto r = run(c, "", 4096);
   ASSERT_TRUE(r) << r.error().message;
   ASSERT_EQ(r->outcome.status.shell_status(), 0) << r->err_tail;
   EXPECT_EQ(read_text(host_dir + "/here.txt"), "made\n");
-  std::string inside = GetParam() == "namespaces" ? "/tmp/call-1" : host_dir;
+  std::string inside = GetParam().starts_with("namespaces") ? "/tmp/call-1" : host_dir;
   EXPECT_EQ(r->out, inside + "\n" + inside + "\n");
 }
 
@@ -92,7 +114,7 @@ TEST_P(CapturedRun, AWorkingDirectoryOutsideTheSessionIsRefused) {
   TempDir elsewhere;
   exec::Command c = sh("true");
   c.cwd = elsewhere.path();
-  auto r = exec::run_captured(*ex_->executor, c, "", 4096);
+  auto r = run(c, "", 4096);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, Code::PolicyInvalid);
 }
@@ -110,14 +132,128 @@ TEST_P(CapturedRun, APassedDescriptorArrivesAsThreeAndNothingElseLeaks) {
             "def is_open(fd):\n  try:\n    os.fstat(fd); return True\n  except OSError:\n    return False\n"
             "print(' '.join(str(fd) for fd in range(1024) if is_open(fd)))"};
   c.pass_fd = rd.get();
-  auto r = exec::run_captured(*ex_->executor, c, "", 4096);
+  auto r = run(c, "", 4096);
   ASSERT_TRUE(r) << r.error().message;
   ASSERT_EQ(r->outcome.status.shell_status(), 0) << r->err_tail;
   // 0-2 and 3: nothing of airlock's own.
   EXPECT_EQ(r->out, "secret-on-fd3\n0 1 2 3\n") << r->out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Tiers, CapturedRun, ::testing::Values("landlock", "namespaces", "host"),
+// Building ahead changes when a sandbox is built, never what it is: each command has a sandbox of
+// its own, its wall clock starts with the command, and nothing of a sandbox outlives the
+// executor or its stop.
+class BuiltAhead : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto pol = policy::parse_layer_text(
+        R"({"schema_version": "airlock.task_policy.v1", "executor": "namespaces",
+            "limits": {"memory_mb": 512, "command_timeout_seconds": 30}})",
+        policy::builtin_default(), "test");
+    ASSERT_TRUE(pol) << pol.error().message;
+    auto facts = linux::probe_host(plan::fact_needs(*pol, exec::built_tiers()));
+    auto ex = exec::open_owned_executor(*pol, facts, plan::Profile::Production, state_.path());
+    if (!ex) {
+      if (require_all_tiers()) FAIL() << "AIRLOCK_REQUIRE_ALL_TIERS=1 but: " << ex.error().message;
+      GTEST_SKIP() << "the namespaces tier is unavailable here: " << ex.error().message;
+    }
+    ex_.emplace(std::move(*ex));
+    ex_->executor->keep_warm(true);
+  }
+  Result<exec::CapturedRun> sh(const std::string& script, std::optional<uint64_t> timeout_ms = std::nullopt) {
+    exec::Command c;
+    c.argv = {"/bin/sh", "-c", script};
+    c.timeout_ms = timeout_ms;
+    return exec::run_captured(*ex_->executor, c, "", 4096);
+  }
+  // The processes in this session's cgroups, one list per cgroup directory found (every hierarchy).
+  std::vector<std::vector<int>> sandbox_cgroups() const {
+    std::vector<std::vector<int>> out;
+    for (const char* h : {"memory", "pids", "cpu", "unified"}) {
+      std::error_code ec;
+      for (auto it = std::filesystem::recursive_directory_iterator(std::string("/sys/fs/cgroup/") + h, ec);
+           !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+        if (it.depth() > 3) it.disable_recursion_pending();
+        if (!it->path().filename().string().starts_with("airlock-" + ex_->id + "-")) continue;
+        std::vector<int> pids;
+        std::ifstream procs(it->path() / "cgroup.procs");
+        for (int pid; procs >> pid;) pids.push_back(pid);
+        out.push_back(std::move(pids));
+      }
+    }
+    return out;
+  }
+  // Waits until the next command's sandbox stands built: a cgroup of ours holding its processes.
+  std::vector<int> sandbox_waiting() const {
+    for (int i = 0; i < 400; ++i) {
+      for (const auto& pids : sandbox_cgroups())
+        if (!pids.empty()) return pids;
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    return {};
+  }
+  void expect_gone(const std::vector<int>& pids) const {
+    EXPECT_TRUE(sandbox_cgroups().empty()) << "a sandbox's cgroup was left behind";
+    for (int pid : pids) {
+      auto st = process_stat(pid);
+      EXPECT_TRUE(!st || st->zombie) << "process " << pid << " of the sandbox built ahead still runs";
+    }
+  }
+  TempDir state_;
+  std::optional<exec::OwnedExecutor> ex_;
+};
+
+TEST_F(BuiltAhead, EachCommandHasASandboxOfItsOwn) {
+  for (int i = 0; i < 4; ++i) {
+    // A fresh pid namespace makes the command pid 2 (its init is 1); in a sandbox used before,
+    // it would be a later one. What the previous command left running is gone with its sandbox.
+    auto r = sh("echo $$; pgrep -c sleep || true; sleep 1000 & echo started");
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_TRUE(r->outcome.built_ahead) << "run " << i;
+    EXPECT_EQ(r->out, "2\n0\nstarted\n") << "run " << i;
+    EXPECT_EQ(r->outcome.descendants_killed, 1) << "run " << i;
+  }
+}
+
+TEST_F(BuiltAhead, TheWallClockStartsWithTheCommandNotWithItsSandbox) {
+  auto first = sh("true");
+  ASSERT_TRUE(first) << first.error().message;
+  ASSERT_FALSE(sandbox_waiting().empty()) << "no sandbox was built ahead";
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the sandbox waits longer than the limit
+  auto in_time = sh("sleep 0.2; echo done", 1000);
+  ASSERT_TRUE(in_time) << in_time.error().message;
+  EXPECT_TRUE(in_time->outcome.built_ahead);
+  EXPECT_FALSE(in_time->outcome.timed_out);
+  EXPECT_EQ(in_time->out, "done\n");
+  auto late = sh("sleep 30", 300);
+  ASSERT_TRUE(late) << late.error().message;
+  EXPECT_TRUE(late->outcome.built_ahead);
+  EXPECT_TRUE(late->outcome.timed_out);
+}
+
+TEST_F(BuiltAhead, NothingOfTheSandboxWaitingOutlivesItsExecutor) {
+  auto r = sh("true");
+  ASSERT_TRUE(r) << r.error().message;
+  auto pids = sandbox_waiting();
+  ASSERT_FALSE(pids.empty()) << "no sandbox was built ahead";
+  ex_.reset();
+  expect_gone(pids);
+}
+
+TEST_F(BuiltAhead, AStopDiscardsTheSandboxWaitingAndBuildsNoOther) {
+  auto pids = sandbox_waiting();  // built when the executor was asked to keep one warm
+  ASSERT_FALSE(pids.empty()) << "no sandbox was built ahead";
+  ex_->executor->stop();
+  expect_gone(pids);
+  auto r = sh("echo ran");
+  if (r) {
+    EXPECT_TRUE(r->outcome.stopped && !r->outcome.built_ahead) << r->out;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_TRUE(sandbox_cgroups().empty()) << "a stopped executor built another sandbox";
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiers, CapturedRun,
+                         ::testing::Values("landlock", "namespaces", "namespaces_built_ahead", "host"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace
