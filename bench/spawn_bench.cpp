@@ -4,7 +4,9 @@
 // COMMAND is split on spaces; `fork: ARGV...` runs it with fork+exec instead of posix_spawn (vfork).
 // `lib:POLICY ARGV...` runs ARGV through the library instead: one
 // executor prepared once under POLICY (as a C++ host holds it), then Executor::run per call;
-// `pool:POLICY ARGV...` the same with one microvm guest booted ahead (each guest serves one run).
+// `pool:POLICY ARGV...` the same with one microvm guest booted ahead (each guest serves one run);
+// `warm:POLICY ARGV...` the same with each run's sandbox built ahead (Executor::keep_warm, as
+// `airlock serve` runs a session's commands): built between runs, its cost is in the CPU column.
 // The first variant is the baseline the ratios refer to. Beside the wall time, each run's CPU time
 // (user + system) and minor page faults are measured: of the command and everything it waited for
 // (wait4's rusage), or for a library variant of this process and its reaped children.
@@ -201,9 +203,10 @@ int main(int argc, char** argv) {
     if (v.argv[0] == "fork:") {
       v.fork = true;
       v.argv.erase(v.argv.begin());
-    } else if (v.argv[0].starts_with("lib:") || v.argv[0].starts_with("pool:")) {
+    } else if (v.argv[0].starts_with("lib:") || v.argv[0].starts_with("pool:") || v.argv[0].starts_with("warm:")) {
       // pool: a microvm executor keeping one guest booted ahead (each used for one run).
       size_t vm_pool = v.argv[0].starts_with("pool:") ? 1 : 0;
+      bool built_ahead = v.argv[0].starts_with("warm:");
       std::string policy_file = v.argv[0].substr(v.argv[0].find(':') + 1);
       v.argv.erase(v.argv.begin());
       if (state_dir.empty()) {
@@ -215,9 +218,10 @@ int main(int argc, char** argv) {
         auto facts = exec::facts_for(pol, exec::HostProbe(state_dir));
         return exec::open_owned_executor(pol, facts, plan::Profile::Development, state_dir, std::nullopt, vm_pool);
       }();
-      if (opened)
+      if (opened) {
         v.lib.emplace(std::move(*opened));
-      else
+        if (built_ahead) v.lib->executor->keep_warm(true);
+      } else
         v.unavailable = std::string(to_name(opened.error().code)) + ": " + opened.error().message;
     }
     vs.push_back(std::move(v));
