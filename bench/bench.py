@@ -108,6 +108,8 @@ class Ctx:
                 sys.exit(f"bench: {self.build / b} is not built (make build)")
         self.airlock = str(self.work / "airlock")
         shutil.copy(self.build / "src" / "airlock", self.airlock)
+        shutil.copy(self.build / "src" / "airlock-serve", self.work / "airlock-serve")  # `airlock serve` runs it
+        self._servers = {}
         shutil.copy(self.build / "spawn_bench", self.work / "spawn_bench")
         self.state = self.work / "state"
         self.state.mkdir()
@@ -142,7 +144,39 @@ class Ctx:
         self._peer_status = {p.name: "left out (--no-peers)" for p in self.peers} if args.no_peers else {}
 
     def close(self):
+        for proc, _ in self._servers.values():
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
         shutil.rmtree(self.work, ignore_errors=True)
+
+    def served(self, tier, cmd):
+        """spawn_bench's serve variant: a run_tool request running `cmd` in a session of a running
+        `airlock serve` (started once, its own state directory), or (None, why not)."""
+        key = "serve"
+        if key not in self._servers:
+            state = self.work / "serve-state"
+            state.mkdir()
+            sock = self.work / "serve.sock"
+            proc = subprocess.Popen([self.airlock, "--profile", "development", "--state-dir", str(state), "serve",
+                                     "--socket", str(sock)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            line = proc.stdout.readline()
+            self._servers[key] = (proc, str(sock) if line else None)
+            if not line:
+                self._servers[key] = (proc, None)
+                return None, "airlock serve did not start: " + proc.stderr.read()[:300]
+        proc, sock = self._servers[key]
+        if not sock:
+            return None, "airlock serve did not start"
+        name = f"{tier}-{abs(hash(tuple(cmd))) % 10**8}"
+        policy = self.work / f"serve-{name}.json"
+        policy.write_text(json.dumps({"schema_version": "airlock.task_policy.v1", "executor": tier,
+                                      "workspace": str(self.workspace),
+                                      "tools": [{"name": "cmd", "argv": list(cmd)}]}))
+        return [f"serve:{sock}:{policy}", "cmd"], ""
 
     def rounds(self, full):
         return max(3, full // 40) if self.quick else full
@@ -234,6 +268,18 @@ def spawn_variants(ctx, cmd, tiers, peers, runas=(), state=None):
                 unavailable.append((f"airlock-{tier}-{via}", kind, why))
             else:
                 variants.append((f"airlock-{tier}-{via}", kind, command))
+    if "namespaces" in tiers and not runas:
+        # The same tier with each sandbox built ahead: through the library, and as a client of
+        # `airlock serve` (request to exit status), as an agent's session runs its commands.
+        why = ctx.tier_refusal("namespaces", runas, state)
+        served, serve_why = ctx.served("namespaces", cmd) if not why else (None, why)
+        for name, kind, command, no in (
+                ("airlock-namespaces-warm", "airlock library", [f"warm:{ctx.policies['namespaces']}", *cmd], why),
+                ("airlock-namespaces-serve", "airlock serve", served, serve_why)):
+            if no:
+                unavailable.append((name, kind, no))
+            else:
+                variants.append((name, kind, command))
     for peer in peers:
         why = ctx.peer_status(peer)
         if why:
@@ -276,11 +322,18 @@ def spawn_section(ctx, name, cmd, title):
                                   "airlock-namespaces-cli", 1.0, by.get("bwrap"), inclusive=True))
     s.targets.append(cpu_target(f"Namespaces tier via the CLI: at most 2x bubblewrap's CPU time ({' '.join(cmd)})",
                                 "airlock-namespaces-cli", 2.0, by.get("bwrap")))
+    s.targets.append(ratio_target(f"Namespaces tier, sandboxes built ahead, through `airlock serve` (request to exit "
+                                  f"status): at most 0.5x bubblewrap's wall time ({' '.join(cmd)})",
+                                  "airlock-namespaces-serve", 0.5, by.get("bwrap"), inclusive=True))
     s.notes.append("plain: spawn_bench's own posix_spawn+waitpid of the command (vfork: no page tables copied); "
                    "plain-fork: fork+exec+waitpid, a copy of spawn_bench's process as the supervisor is a copy of "
                    "its host's. *-cli: a whole `airlock run` "
                    "(policy, plan, session view, receipts, store seat, supervisor, teardown). *-lib: "
-                   "Executor::run on an executor opened once, as a C++ host holds it. Peers: bench/README.md "
+                   "Executor::run on an executor opened once, as a C++ host holds it. -warm: the same with each "
+                   "run's sandbox built ahead (Executor::keep_warm), between runs. -serve: a client's run_tool "
+                   "request to a running `airlock serve` over its unix socket, in one session whose sandboxes are "
+                   "built ahead, timed to the answer with the exit status (its CPU: the server's and its "
+                   "sandboxes', per run on average). Peers: bench/README.md "
                    "gives each command line and what it confines.")
     return s
 
@@ -871,8 +924,8 @@ def markdown(s):
     return "\n".join(lines)
 
 
-COLORS = {"baseline": "#7f7f7f", "airlock CLI": "#1f77b4", "airlock library": "#2ca02c", "peer": "#d62728",
-          "airlock": "#1f77b4"}
+COLORS = {"baseline": "#7f7f7f", "airlock CLI": "#1f77b4", "airlock library": "#2ca02c", "airlock serve": "#17becf",
+          "peer": "#d62728", "airlock": "#1f77b4"}
 
 
 def chart(s, path):

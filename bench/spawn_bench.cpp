@@ -7,11 +7,17 @@
 // `pool:POLICY ARGV...` the same with one microvm guest booted ahead (each guest serves one run);
 // `warm:POLICY ARGV...` the same with each run's sandbox built ahead (Executor::keep_warm, as
 // `airlock serve` runs a session's commands): built between runs, its cost is in the CPU column.
+// `serve:SOCKET:POLICY TOOL` times a client's run_tool request to a running `airlock serve` on its
+// unix socket SOCKET, in one session opened under POLICY (a JSON file), until its answer with the
+// exit status; CPU there is the server's own and its reaped sandboxes' (/proc/PID/stat, in clock
+// ticks, so spread evenly over the runs: the total over all runs divided by their number).
 // The first variant is the baseline the ratios refer to. Beside the wall time, each run's CPU time
 // (user + system) and minor page faults are measured: of the command and everything it waited for
 // (wait4's rusage), or for a library variant of this process and its reaped children.
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,6 +26,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -31,6 +39,7 @@
 #include "exec/vm_image.h"
 #include "linux/probe.h"
 #include "policy/task_policy.h"
+#include "server/client.h"
 
 extern char** environ;
 
@@ -42,6 +51,11 @@ struct Variant {
   std::string name;
   std::vector<std::string> argv;
   std::optional<exec::OwnedExecutor> lib;  // set for a library variant
+  // A serve variant: the client, the session's run_tool path and body, the server's pid.
+  std::unique_ptr<server::HttpClient> client;
+  std::string run_path, run_body;
+  pid_t server = -1;
+  double server_ticks0 = 0;
   bool fork = false;                       // fork+exec instead of posix_spawn
   std::string unavailable;                 // why it did not run (a library executor that did not open)
   std::vector<double> ms;
@@ -158,7 +172,75 @@ double run_fork(Variant& v) {
   return reap(v, pid, t0);
 }
 
-double run_once(Variant& v) { return v.lib ? run_lib(v) : v.fork ? run_fork(v) : run_exec(v); }
+// /proc/PID/stat: {CPU clock ticks of the process and its reaped children, minor faults of both}.
+std::pair<double, double> server_usage(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t close = text.rfind(')');
+  if (close == std::string::npos) return {0, 0};
+  std::istringstream f(text.substr(close + 2));
+  std::vector<std::string> field;  // field[0] is the state, field 3 of stat(5)
+  for (std::string w; f >> w;) field.push_back(w);
+  if (field.size() < 15) return {0, 0};
+  auto n = [&](size_t stat_field) { return std::stod(field[stat_field - 3]); };
+  return {n(14) + n(15) + n(16) + n(17), n(10) + n(11)};
+}
+
+double run_serve(Variant& v) {
+  auto [ticks0, faults0] = server_usage(v.server);
+  (void)ticks0;
+  auto t0 = std::chrono::steady_clock::now();
+  auto reply = v.client->request("POST", v.run_path, v.run_body);
+  double ms = elapsed_ms(t0);
+  v.faults.push_back(server_usage(v.server).second - faults0);
+  if (!reply || reply->status != 200) {
+    ++v.failures;
+    v.last_failure = reply ? fmt::format("HTTP {}: {}", reply->status, reply->body.substr(0, 300)) : reply.error().message;
+    return -1;
+  }
+  Json j = reply->json();
+  if (!j.is_object() || j.value("/outcome/status"_json_pointer, -1) != 0) {
+    ++v.failures;
+    v.last_failure = "not exit status 0: " + reply->body.substr(0, 300);
+  }
+  return ms;
+}
+
+// Opens the serve variant's session: POST /v1/sessions with the policy, the server's pid by
+// SO_PEERCRED. "" or why it cannot run.
+std::string open_served(Variant& v, const std::string& spec) {
+  size_t colon = spec.find(':', 6);
+  if (colon == std::string::npos || v.argv.size() != 1) return "expected serve:SOCKET:POLICY TOOL";
+  std::string socket = spec.substr(6, colon - 6), policy_file = spec.substr(colon + 1);
+  std::ifstream in(policy_file);
+  std::string policy((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (policy.empty()) return "cannot read " + policy_file;
+  server::Endpoint at;
+  at.unix_path = socket;
+  v.client = std::make_unique<server::HttpClient>(at);
+  auto opened = v.client->request("POST", "/v1/sessions", policy);
+  if (!opened) return opened.error().message;
+  if (opened->status != 201) return fmt::format("HTTP {}: {}", opened->status, opened->body.substr(0, 300));
+  std::string id = opened->json().value("session", "");
+  v.run_path = "/v1/sessions/" + id + "/run_tool";
+  v.run_body = Json{{"tool", v.argv[0]}}.dump();
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", socket.c_str());
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+    return "cannot tell the server's pid";
+  ::close(fd);
+  v.server = cred.pid;
+  return "";
+}
+
+double run_once(Variant& v) {
+  return v.client ? run_serve(v) : v.lib ? run_lib(v) : v.fork ? run_fork(v) : run_exec(v);
+}
 
 double pct(std::vector<double> v, double p) {
   if (v.empty()) return 0;
@@ -200,7 +282,11 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "spawn_bench: %s has no command\n", v.name.c_str());
       return 2;
     }
-    if (v.argv[0] == "fork:") {
+    if (v.argv[0].starts_with("serve:")) {
+      std::string spec = v.argv[0];
+      v.argv.erase(v.argv.begin());
+      v.unavailable = open_served(v, spec);
+    } else if (v.argv[0] == "fork:") {
       v.fork = true;
       v.argv.erase(v.argv.begin());
     } else if (v.argv[0].starts_with("lib:") || v.argv[0].starts_with("pool:") || v.argv[0].starts_with("warm:")) {
@@ -247,6 +333,7 @@ int main(int argc, char** argv) {
     if (budget_s > 0 && per_run_s > 0)
       v->runs = std::clamp(static_cast<size_t>(budget_s / per_run_s), std::min(min_runs, v->runs), v->runs);
     v->failures = 0;
+    if (v->client) v->server_ticks0 = server_usage(v->server).first;
     v->teardown_ms.clear();
     v->cpu_ms.clear();
     v->faults.clear();
@@ -257,6 +344,12 @@ int main(int argc, char** argv) {
       if ((r + 1) * v->runs / static_cast<size_t>(rounds) == r * v->runs / static_cast<size_t>(rounds)) continue;
       double ms = run_once(*v);
       if (ms >= 0) v->ms.push_back(ms);
+    }
+  // A serve variant's CPU: the server's ticks over all its runs, spread evenly (see the usage).
+  for (auto* v : live)
+    if (v->client && !v->ms.empty()) {
+      double ms = (server_usage(v->server).first - v->server_ticks0) * 1000.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+      v->cpu_ms.assign(v->ms.size(), ms / static_cast<double>(v->ms.size()));
     }
   double base = pct(vs[0].ms, 0.5);
   if (json) std::printf("[");

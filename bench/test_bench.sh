@@ -46,6 +46,8 @@ fi
 if [ "${AIRLOCK_REQUIRE_ALL_TIERS:-0}" = 1 ]; then
   row airlock-namespaces-cli 'airlock CLI'
   row airlock-namespaces-lib 'airlock library'
+  row airlock-namespaces-warm 'airlock library'
+  row airlock-namespaces-serve 'airlock serve'
   row airlock-namespaces 'airlock CLI'
 fi
 # Spawn rows carry their cause beside the effect: CPU ms and page faults per run.
