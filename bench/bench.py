@@ -175,7 +175,10 @@ class Ctx:
         policy = self.work / f"serve-{name}.json"
         policy.write_text(json.dumps({"schema_version": "airlock.task_policy.v1", "executor": tier,
                                       "workspace": str(self.workspace),
-                                      "tools": [{"name": "cmd", "argv": list(cmd)}]}))
+                                      "tools": [{"name": "cmd", "argv": list(cmd)}],
+                                      # every round's request, for as long as the benchmark runs
+                                      "limits": {"max_actions_per_minute": 1000000,
+                                                 "session_budget_seconds": 86400}}))
         return [f"serve:{sock}:{policy}", "cmd"], ""
 
     def rounds(self, full):
