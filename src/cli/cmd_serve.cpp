@@ -1,4 +1,6 @@
 // `airlock serve`: the HTTP API on a unix socket in the state directory, and optionally on loopback TCP.
+#include <sys/resource.h>
+
 #include <signal.h>
 
 #include <cstdio>
@@ -52,6 +54,14 @@ Result<int> serve(Globals& g, ServeOptions& o) {
     if (!o.token_file)
       return fail(Code::OptionInvalid, "--listen needs --token-file: the TCP listener admits only bearer tokens");
     token = TRY(server::read_token_file(*o.token_file));
+  }
+  // Each open session holds a handful of descriptors (its receipts, and the sandbox built ahead
+  // for its next command: channels, pidfd, cgroup files): the soft limit goes up to the hard one,
+  // so max_sessions is what bounds them, not a 1024 that systemd and shells default to. Every
+  // sandbox sets its command's own RLIMIT_NOFILE from the plan.
+  if (rlimit nofile{}; ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    (void)::setrlimit(RLIMIT_NOFILE, &nofile);
   }
   // Before any thread starts: every thread then leaves SIGINT/SIGTERM/SIGHUP to sigwait below.
   sigset_t mask = block_stop_signals();

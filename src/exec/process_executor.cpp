@@ -87,7 +87,10 @@ class Warmer {
           job = std::move(jobs_.front());
           jobs_.pop_front();
         }
-        job();
+        try {
+          job();
+        } catch (...) {  // a job reports its own failures; none may end the process
+        }
       }
     }).detach();
   }
@@ -103,10 +106,16 @@ struct Sandbox {
   linux::Launched launched;
 };
 
-// Kills a sandbox that will not run (or has run) and removes its cgroup.
+// Ends a sandbox that will not run its command and removes its cgroup. Its channels are closed
+// first: a waiting supervisor then kills and reaps its own init and exits, so no init is left
+// to whoever reaps orphans (airlock itself, when it is a container's pid 1 or a subreaper).
+// Only one that does not end soon is killed outright.
 Result<void> discard(std::optional<Sandbox> sb) {
   if (!sb) return {};
-  { linux::Launched gone = std::move(sb->launched); }  // the supervisor killed and reaped; its init follows
+  sb->launched.go.reset();
+  sb->launched.command.reset();
+  if (sb->launched.supervisor.running()) (void)sb->launched.supervisor.wait_for(std::chrono::milliseconds(2000));
+  { linux::Launched gone = std::move(sb->launched); }  // killed and reaped, if it still runs
   return sb->cg.release();
 }
 
@@ -229,14 +238,12 @@ class ProcessExecutor final : public Executor {
                                                    spec.stdout_fd < 0 ? 1 : spec.stdout_fd,
                                                    spec.stderr_fd < 0 ? 2 : spec.stderr_fd});
     auto t0 = std::chrono::steady_clock::now();
-    if (built_ahead) {
-      if (auto started = linux::start_warm(sb->launched, spec); !started) {
-        (void)discard(std::move(sb));
-        return std::unexpected(started.error());
-      }
-    } else {
-      sb = TRY(launch_sandbox(spec));
+    if (built_ahead && !linux::start_warm(sb->launched, spec)) {
+      // Lost before its command (its supervisor gone): the command gets one built now.
+      (void)discard(std::move(sb));
+      built_ahead = false;
     }
+    if (!built_ahead) sb = TRY(launch_sandbox(spec));
     linux::Launched& launched = sb->launched;
     linux::PreparedCgroup& cg = sb->cg;
     {
@@ -426,26 +433,36 @@ class ProcessExecutor final : public Executor {
 
   // Builds the next command's sandbox on the warmer's thread, when asked to keep one warm.
   void build_ahead() {
-    {
-      std::lock_guard lock(warm_mu_);
-      if (!keep_warm_ || warming_ || warm_) return;
-      warming_ = true;
-    }
-    Warmer::get().post([this] {
-      linux::LaunchSpec spec = session_spec();
-      spec.warm = true;
-      auto built = launch_sandbox(spec);
-      std::optional<Sandbox> unwanted;
-      std::lock_guard lock(warm_mu_);
-      if (built && keep_warm_)
-        warm_ = std::move(*built);
-      else if (built)
-        unwanted = std::move(*built);
-      if (unwanted) (void)discard(std::move(unwanted));  // stopped meanwhile; still under the lock, so
-                                                         // the destructor waits for it
+    std::unique_lock lock(warm_mu_);
+    if (!keep_warm_ || warming_ || warm_) return;
+    warming_ = true;
+    lock.unlock();
+    auto done = [this] {
+      std::lock_guard done_lock(warm_mu_);
       warming_ = false;
       warm_cv_.notify_all();
-    });
+    };
+    try {
+      Warmer::get().post([this, done] {
+        std::optional<Sandbox> unwanted;
+        try {
+          linux::LaunchSpec spec = session_spec();
+          spec.warm = true;
+          auto built = launch_sandbox(spec);
+          std::lock_guard job_lock(warm_mu_);
+          if (built && keep_warm_)
+            warm_ = std::move(*built);
+          else if (built)
+            unwanted = std::move(*built);  // stopped meanwhile
+        } catch (...) {  // no memory: no sandbox built ahead, the command builds its own
+        }
+        // Outside the lock, but before warming_ clears: the destructor still waits for it.
+        (void)discard(std::move(unwanted));
+        done();
+      });
+    } catch (...) {  // no thread or no memory for the job: none is built ahead
+      done();
+    }
   }
 
   bool confined() const { return !std::holds_alternative<plan::HostTierPlan>(plan_.confinement); }

@@ -480,6 +480,30 @@ void signal_group(pid_t command, int sig) noexcept {
       // Built: wait for the command's start, and time it from there. Closed unused, the sandbox
       // is discarded: nothing to report, nobody reads it.
       ::close(command_fd);
+      // While it waits, the init may end: a setup step failed (its record is in the error pipe,
+      // reported once the command comes, as a cold launch reports it), or something killed it
+      // (no record): the sandbox is lost, and this supervisor ends without a report, so the
+      // parent sees it gone and builds one on demand; never a command's status for a command
+      // that never ran.
+      for (;;) {
+        pollfd w[2] = {{go_fd, POLLIN, 0}, {cmd_pidfd, POLLIN, 0}};
+        if (::poll(w, 2, -1) < 0) {
+          if (errno == EINTR) continue;
+          break;
+        }
+        if (w[0].revents) break;
+        if (w[1].revents) {
+          pollfd e{errpipe[0], POLLIN, 0};
+          bool failed = ::poll(&e, 1, 0) == 1 && (e.revents & POLLIN);
+          if (!failed) {
+            ::waitid(P_PIDFD, static_cast<id_t>(cmd_pidfd), nullptr, WEXITED);
+            ::_exit(0);
+          }
+          pollfd go{go_fd, POLLIN, 0};
+          ::poll(&go, 1, -1);
+          break;
+        }
+      }
       WarmGo g{};
       if (read_full(go_fd, &g, sizeof g) != static_cast<ssize_t>(sizeof g)) {
         ::kill(cmd, SIGKILL);

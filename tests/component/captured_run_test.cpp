@@ -6,11 +6,16 @@
 // must not change.
 #include <gtest/gtest.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 #include <thread>
 
 #include "base/child_process.h"
@@ -250,6 +255,47 @@ TEST_F(BuiltAhead, AStopDiscardsTheSandboxWaitingAndBuildsNoOther) {
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_TRUE(sandbox_cgroups().empty()) << "a stopped executor built another sandbox";
+}
+
+TEST_F(BuiltAhead, ASandboxThatDiedWaitingIsReplacedNotReportedAsTheCommand) {
+  auto pids = sandbox_waiting();
+  ASSERT_EQ(pids.size(), 2u) << "expected the supervisor and the init waiting";
+  // The init is the one whose parent is the supervisor, not us.
+  pid_t init = -1, supervisor = -1;
+  for (int pid : pids) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    std::istringstream rest(text.substr(text.rfind(')') + 2));
+    std::string state;
+    int ppid = 0;
+    rest >> state >> ppid;
+    (ppid == ::getpid() ? supervisor : init) = pid;
+  }
+  ASSERT_GT(init, 0);
+  ASSERT_EQ(::kill(init, SIGKILL), 0);  // the OOM killer, or anything on the host
+  for (int i = 0; i < 400 && process_stat(supervisor) && !process_stat(supervisor)->zombie; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  auto r = sh("echo ran");
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_FALSE(r->outcome.built_ahead) << "the lost sandbox was used";
+  EXPECT_EQ(r->outcome.status.shell_status(), 0);
+  EXPECT_EQ(r->out, "ran\n");
+}
+
+TEST_F(BuiltAhead, ADiscardedSandboxLeavesNoOrphanToItsHostsReaper) {
+  // airlock as a container's pid 1, or under a subreaper: an init orphaned by a killed supervisor
+  // would become our zombie.
+  ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  auto pids = sandbox_waiting();
+  ASSERT_FALSE(pids.empty()) << "no sandbox was built ahead";
+  ex_.reset();
+  expect_gone(pids);
+  siginfo_t info{};
+  int r = ::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT);
+  EXPECT_TRUE(r < 0 || info.si_pid == 0) << "a sandbox's process was left to us to reap: " << info.si_pid;
+  while (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG) == 0 && info.si_pid != 0) {
+  }
+  ::prctl(PR_SET_CHILD_SUBREAPER, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiers, CapturedRun,

@@ -1,6 +1,8 @@
 // Test support: temp dirs, the airlock binary run as a chosen identity, file helpers.
 #include "cli_support.h"
 
+#include "exec/session_view.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -95,6 +97,9 @@ std::string own_v1_dir(const std::string& controller) {
 }  // namespace
 
 CliFixture::~CliFixture() {
+  // What an airlock the test killed left (its session's view, the cgroups of its sandbox, running
+  // or built ahead) is swept as the next airlock on this state directory would sweep it.
+  (void)exec::sweep_abandoned_sessions(state_);
   for (const auto& d : delegated_) {
     // Whatever airlock made inside is removed by airlock; remove our directory itself.
     std::error_code ec;
