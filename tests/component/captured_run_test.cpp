@@ -162,6 +162,7 @@ class BuiltAhead : public ::testing::Test {
       GTEST_SKIP() << "the namespaces tier is unavailable here: " << ex.error().message;
     }
     ex_.emplace(std::move(*ex));
+    id_ = ex_->id;  // kept: the checks after the executor is gone need it
     ex_->executor->keep_warm(true);
   }
   Result<exec::CapturedRun> sh(const std::string& script, std::optional<uint64_t> timeout_ms = std::nullopt) {
@@ -178,7 +179,7 @@ class BuiltAhead : public ::testing::Test {
       for (auto it = std::filesystem::recursive_directory_iterator(std::string("/sys/fs/cgroup/") + h, ec);
            !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
         if (it.depth() > 3) it.disable_recursion_pending();
-        if (!it->path().filename().string().starts_with("airlock-" + ex_->id + "-")) continue;
+        if (!it->path().filename().string().starts_with("airlock-" + id_ + "-")) continue;
         std::vector<int> pids;
         std::ifstream procs(it->path() / "cgroup.procs");
         for (int pid; procs >> pid;) pids.push_back(pid);
@@ -205,6 +206,7 @@ class BuiltAhead : public ::testing::Test {
   }
   TempDir state_;
   std::optional<exec::OwnedExecutor> ex_;
+  std::string id_;
 };
 
 TEST_F(BuiltAhead, EachCommandHasASandboxOfItsOwn) {
