@@ -271,14 +271,15 @@ def spawn_variants(ctx, cmd, tiers, peers, runas=(), state=None):
                 unavailable.append((f"airlock-{tier}-{via}", kind, why))
             else:
                 variants.append((f"airlock-{tier}-{via}", kind, command))
-    if "namespaces" in tiers and not runas:
-        # The same tier with each sandbox built ahead: through the library, and as a client of
-        # `airlock serve` (request to exit status), as an agent's session runs its commands.
-        why = ctx.tier_refusal("namespaces", runas, state)
-        served, serve_why = ctx.served("namespaces", cmd) if not why else (None, why)
-        for name, kind, command, no in (
-                ("airlock-namespaces-warm", "airlock library", [f"warm:{ctx.policies['namespaces']}", *cmd], why),
-                ("airlock-namespaces-serve", "airlock serve", served, serve_why)):
+    for tier in [t for t in ("landlock", "namespaces") if t in tiers and not runas]:
+        # The same tier with each sandbox built ahead: through the library, and (namespaces) as a
+        # client of `airlock serve` (request to exit status), as an agent's session runs its commands.
+        why = ctx.tier_refusal(tier, runas, state)
+        rows = [(f"airlock-{tier}-warm", "airlock library", [f"warm:{ctx.policies[tier]}", *cmd], why)]
+        if tier == "namespaces":
+            served, serve_why = ctx.served(tier, cmd) if not why else (None, why)
+            rows.append((f"airlock-{tier}-serve", "airlock serve", served, serve_why))
+        for name, kind, command, no in rows:
             if no:
                 unavailable.append((name, kind, no))
             else:

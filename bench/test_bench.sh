@@ -28,6 +28,7 @@ row plain baseline
 row plain-fork baseline
 row airlock-landlock-cli 'airlock CLI'
 row airlock-landlock-lib 'airlock library'
+row airlock-landlock-warm 'airlock library'
 row airlock-host-lib 'airlock library'
 row airlock-landlock 'airlock CLI'  # teardown and memory
 row 'session read_file \+ receipt' 'airlock library'

@@ -79,8 +79,8 @@ class Executor {
   // Safe from another thread while run() is in progress.
   virtual Json usage_now() { return nullptr; }
   // Builds each next command's sandbox ahead, in the background, while the session waits for its
-  // next command: everything but the command (the namespaces tier: cgroup, namespaces, root,
-  // loopback, door), each sandbox used for exactly one command and then destroyed. The same
+  // next command: everything but the command (the supervisor and its cgroup; on the namespaces
+  // tier also namespaces, root, loopback, door), each used for exactly one command and then destroyed. The same
   // steps as a sandbox built on demand; a tier that cannot build ahead ignores this. Off by
   // default: a caller that runs one command would only build a second sandbox for nothing.
   virtual void keep_warm(bool) {}

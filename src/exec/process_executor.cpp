@@ -141,7 +141,7 @@ class ProcessExecutor final : public Executor {
   void keep_warm(bool on) override {
     {
       std::lock_guard lock(warm_mu_);
-      keep_warm_ = on && steps_.sandbox;
+      keep_warm_ = on;
     }
     if (on) build_ahead();
   }

@@ -517,7 +517,23 @@ void signal_group(pid_t command, int sig) noexcept {
     }
   } else {
     if (s.door_channel >= 0) ::close(s.door_channel);  // no namespace, no door
-    CommandStart start{&s, &args, errpipe[1], &old_mask, {errpipe[0], report_fd, sfd}};
+    // Built ahead without a namespace: this supervisor waits for the clock and the command itself.
+    CommandArgs warm;
+    const CommandArgs* command = &args;
+    if (s.warm) {
+      WarmGo g{};
+      if (read_full(go_fd, &g, sizeof g) != static_cast<ssize_t>(sizeof g)) ::_exit(0);  // discarded
+      ::close(go_fd);
+      started = monotonic_ms();
+      wall_timeout_ms = g.wall_timeout_ms;
+      kill_grace_ms = g.kill_grace_ms;
+      int e = receive_command(command_fd, warm);
+      if (e < 0) ::_exit(0);
+      if (e) finish(Step::CloneCommand, e);
+      ::close(command_fd);
+      command = &warm;
+    }
+    CommandStart start{&s, command, errpipe[1], &old_mask, {errpipe[0], report_fd, sfd}};
     cmd = clone_vfork(&cmd_pidfd, command_body, &start);
     if (cmd < 0) finish(Step::CloneCommand, errno);
   }
@@ -624,7 +640,6 @@ std::vector<char*> c_strings(const std::vector<std::string>& v) {
 }  // namespace
 
 Result<Launched> launch(const LaunchSpec& spec) {
-  if (spec.warm && !spec.mounts) return fail(Code::InternalError, "only a sandbox with a root of its own is built ahead");
   std::vector<char*> argv = c_strings(spec.argv);
   std::vector<char*> envp = c_strings(spec.env);
   std::vector<char*> dirs = c_strings(spec.make_dirs);

@@ -67,9 +67,9 @@ struct LaunchSpec {
   // Made (mode 0700) by the command itself once confined, just before exec, in order: directories
   // (its TMPDIR, its HOME) that exist only inside the jail's own view of the scratch directory.
   std::vector<std::string> make_dirs;
-  // The namespaces tier only: build the sandbox ahead of its command. launch() then runs every
-  // step up to the command (supervisor, cgroup, namespaces, root, loopback, door) and the sandbox
-  // waits; start_warm() hands it exactly one command. The command's own fields (path, argv, env,
+  // Build the sandbox ahead of its command. launch() then runs every step up to the command
+  // (supervisor and cgroup; on the namespaces tier also namespaces, root, loopback and door) and
+  // the sandbox waits; start_warm() hands it exactly one command. The command's own fields (path, argv, env,
   // cwd, the four descriptors, make_dirs, wall_timeout_ms, kill_grace_ms) are then read from
   // start_warm's spec, never from this one, and the wall clock starts there.
   bool warm = false;

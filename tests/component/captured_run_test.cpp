@@ -301,7 +301,8 @@ TEST_F(BuiltAhead, ADiscardedSandboxLeavesNoOrphanToItsHostsReaper) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiers, CapturedRun,
-                         ::testing::Values("landlock", "namespaces", "namespaces_built_ahead", "host"),
+                         ::testing::Values("landlock", "landlock_built_ahead", "namespaces", "namespaces_built_ahead",
+                                           "host"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace
