@@ -277,6 +277,13 @@ class ProcessExecutor final : public Executor {
       running_ = nullptr;
       running_cg_ = nullptr;
     }
+    if (built_ahead && rep && rep->lost) {
+      // Its init was gone before the command reached it: the command never ran. Run it once
+      // more in a sandbox built now (never lost: only one built ahead can be).
+      (void)discard(std::move(sb));
+      --runs_;
+      return run(cmd);
+    }
     auto t_end = std::chrono::steady_clock::now();
     auto released = cg.release();
     bool mounts_gone = !steps_.sandbox || !mounted_on_host(dirs_.root + "/root");

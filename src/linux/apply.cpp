@@ -310,6 +310,8 @@ struct CommandStatus {
     if (e < 0) ::_exit(0);  // discarded unused
     if (e) report_and_exit(errfd, Step::Init, e);
     ::close(command_fd);
+    SetupFailure taken{Step::None, 0};
+    (void)!::write(errfd, &taken, sizeof taken);
     args = &warm;
   }
   sigset_t all;
@@ -482,9 +484,18 @@ void signal_group(pid_t command, int sig) noexcept {
       ::close(command_fd);
       // While it waits, the init may end: a setup step failed (its record is in the error pipe,
       // reported once the command comes, as a cold launch reports it), or something killed it
-      // (no record): the sandbox is lost, and this supervisor ends without a report, so the
-      // parent sees it gone and builds one on demand; never a command's status for a command
-      // that never ran.
+      // (no record): the sandbox is lost, reported as such, so the parent builds one on demand;
+      // never a command's status for a command that never ran.
+      auto init_lost = [&] {
+        pollfd dead{cmd_pidfd, POLLIN, 0}, e{errpipe[0], POLLIN, 0};
+        return ::poll(&dead, 1, 0) == 1 && !(::poll(&e, 1, 0) == 1 && (e.revents & POLLIN));
+      };
+      auto report_lost = [&] {
+        ::waitid(P_PIDFD, static_cast<id_t>(cmd_pidfd), nullptr, WEXITED);
+        rep.lost = 1;
+        (void)!::write(report_fd, &rep, sizeof rep);
+        ::_exit(0);
+      };
       for (;;) {
         pollfd w[2] = {{go_fd, POLLIN, 0}, {cmd_pidfd, POLLIN, 0}};
         if (::poll(w, 2, -1) < 0) {
@@ -493,12 +504,7 @@ void signal_group(pid_t command, int sig) noexcept {
         }
         if (w[0].revents) break;
         if (w[1].revents) {
-          pollfd e{errpipe[0], POLLIN, 0};
-          bool failed = ::poll(&e, 1, 0) == 1 && (e.revents & POLLIN);
-          if (!failed) {
-            ::waitid(P_PIDFD, static_cast<id_t>(cmd_pidfd), nullptr, WEXITED);
-            ::_exit(0);
-          }
+          if (init_lost()) report_lost();
           pollfd go{go_fd, POLLIN, 0};
           ::poll(&go, 1, -1);
           break;
@@ -511,6 +517,7 @@ void signal_group(pid_t command, int sig) noexcept {
         ::_exit(0);
       }
       ::close(go_fd);
+      if (init_lost()) report_lost();  // it ended while the clock was on its way
       started = monotonic_ms();
       wall_timeout_ms = g.wall_timeout_ms;
       kill_grace_ms = g.kill_grace_ms;
@@ -538,15 +545,29 @@ void signal_group(pid_t command, int sig) noexcept {
     if (cmd < 0) finish(Step::CloneCommand, errno);
   }
   ::close(errpipe[1]);
+  // A failed step's record, or end of file once the command's exec succeeded. A waiting init
+  // first writes that it took its command (step None): end of file without that means it died
+  // before the command reached it, and the command never ran.
   SetupFailure f{};
   ssize_t got;
-  do {
-    got = ::read(errpipe[0], &f, sizeof f);
-  } while (got < 0 && errno == EINTR);
+  bool taken = false;
+  for (;;) {
+    do {
+      got = ::read(errpipe[0], &f, sizeof f);
+    } while (got < 0 && errno == EINTR);
+    if (got != static_cast<ssize_t>(sizeof f) || f.step != Step::None) break;
+    taken = true;
+  }
   ::close(errpipe[0]);
   if (got == static_cast<ssize_t>(sizeof f)) {
     kill_all_descendants();
     finish(f.step, f.err);
+  }
+  if (s.warm && s.mounts && !taken) {
+    kill_all_descendants();
+    rep.lost = 1;
+    (void)!::write(report_fd, &rep, sizeof rep);
+    ::_exit(0);
   }
 
   // Wait for the command, the deadline or a stop request, whichever comes first.

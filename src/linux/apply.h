@@ -90,6 +90,9 @@ struct SupervisorReport {
   // Bit r set: the supervisor's own rlimit r differed at the end from what it was before the
   // command started. Nothing inside may reach it; a set bit is a breach.
   uint32_t supervisor_limits_changed = 0;
+  // A sandbox built ahead whose init ended before its command was handed over, with no setup
+  // step failed (something killed it): the command never ran, and nothing else in the report holds.
+  int32_t lost = 0;
 };
 
 struct Launched {
