@@ -194,7 +194,11 @@ class ProcessExecutor final : public Executor {
 
   const Enforced& enforced() const override { return enforced_; }
 
-  Result<RunOutcome> run(const Command& cmd) override {
+  Result<RunOutcome> run(const Command& cmd) override { return run(cmd, true); }
+
+  // `may_take_warm`: false for the one run again after a sandbox built ahead was lost, which is
+  // built on demand, so a command is never run a third time.
+  Result<RunOutcome> run(const Command& cmd, bool may_take_warm) {
     if (cmd.argv.empty()) return fail(Code::PolicyInvalid, "no command to run");
     linux::LaunchSpec spec = session_spec();
     spec.path = TRY(resolve_program(cmd.argv[0], dirs_.view));
@@ -225,7 +229,7 @@ class ProcessExecutor final : public Executor {
 
     ++runs_;
     // The sandbox built ahead for this command, if one waits; else one built now.
-    std::optional<Sandbox> sb = take_warm();
+    std::optional<Sandbox> sb = may_take_warm ? take_warm() : std::nullopt;
     bool built_ahead = sb.has_value();
 
     {
@@ -238,10 +242,14 @@ class ProcessExecutor final : public Executor {
                                                    spec.stdout_fd < 0 ? 1 : spec.stdout_fd,
                                                    spec.stderr_fd < 0 ? 2 : spec.stderr_fd});
     auto t0 = std::chrono::steady_clock::now();
-    if (built_ahead && !linux::start_warm(sb->launched, spec)) {
-      // Lost before its command (its supervisor gone): the command gets one built now.
-      (void)discard(std::move(sb));
-      built_ahead = false;
+    if (built_ahead) {
+      if (auto started = linux::start_warm(sb->launched, spec); !started) {
+        (void)discard(std::move(sb));
+        // A command it cannot carry is refused as it is; a sandbox lost before its command (its
+        // supervisor gone) is replaced by one built now.
+        if (started.error().code != Code::ExecutorUnavailable) return std::unexpected(started.error());
+        built_ahead = false;
+      }
     }
     if (!built_ahead) sb = TRY(launch_sandbox(spec));
     linux::Launched& launched = sb->launched;
@@ -278,11 +286,18 @@ class ProcessExecutor final : public Executor {
       running_cg_ = nullptr;
     }
     if (built_ahead && rep && rep->lost) {
-      // Its init was gone before the command reached it: the command never ran. Run it once
-      // more in a sandbox built now (never lost: only one built ahead can be).
+      // Its init was gone before it took the command: the command never ran. It runs once more,
+      // in a sandbox built now, unless a stop came meanwhile.
       (void)discard(std::move(sb));
+      bool stopping;
+      {
+        std::lock_guard lock(mu_);
+        stopping = stop_requested_ || run_stop_requested_;
+      }
+      if (stopping) return fail(Code::ExecutorUnavailable, "the sandbox built ahead was lost before its command, "
+                                                           "and the run was stopped before another was built");
       --runs_;
-      return run(cmd);
+      return run(cmd, false);
     }
     auto t_end = std::chrono::steady_clock::now();
     auto released = cg.release();

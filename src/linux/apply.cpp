@@ -484,8 +484,9 @@ void signal_group(pid_t command, int sig) noexcept {
       ::close(command_fd);
       // While it waits, the init may end: a setup step failed (its record is in the error pipe,
       // reported once the command comes, as a cold launch reports it), or something killed it
-      // (no record): the sandbox is lost, reported as such, so the parent builds one on demand;
-      // never a command's status for a command that never ran.
+      // (no record): the sandbox is lost, reported as such, so the parent builds one on demand.
+      // (An init killed after it took its command, before starting it, is reported as the
+      // command killed: the safe side, never run twice.)
       auto init_lost = [&] {
         pollfd dead{cmd_pidfd, POLLIN, 0}, e{errpipe[0], POLLIN, 0};
         return ::poll(&dead, 1, 0) == 1 && !(::poll(&e, 1, 0) == 1 && (e.revents & POLLIN));
@@ -763,7 +764,9 @@ Result<void> start_warm(Launched& l, const LaunchSpec& spec) {
   do {
     n = ::sendmsg(l.command.get(), &msg, MSG_NOSIGNAL);
   } while (n < 0 && errno == EINTR);
-  // An init that is gone (EPIPE) failed a setup step: its supervisor reports which. Anything else
+  // A receiver that is gone (EPIPE): an init that failed a setup step (its supervisor reports
+  // which) or died waiting (reported lost); on the Landlock tier the supervisor itself, and the
+  // run then ends without a report. Anything else
   // leaves the init waiting for the rest, so the sandbox is ended here.
   if (n < 0 && errno != EPIPE && errno != ECONNRESET) return lost(fail_errno(Code::ExecutorUnavailable, "sendmsg", errno).error());
   if (n >= 0 && n != static_cast<ssize_t>(sizeof h)) return lost(Error{Code::ExecutorUnavailable, "a short send", {}});
