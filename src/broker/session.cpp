@@ -720,7 +720,11 @@ Result<void> Session::finish(std::string_view how, Json body) {
   (void)flush_suppressed();  // the count goes into the log before its last receipt
   auto removed = exec::remove_session_dirs(dirs_);
   body["view_removed"] = removed.has_value();
-  TRY(receipts_.append("session.close", std::move(body)));
+  auto appended = receipts_.append("session.close", std::move(body));
+  // After the last receipt, so a client that ends airlock soon after closing has it: the
+  // sandbox built ahead that stop() discarded is gone before close returns.
+  executor_->wait_discarded();
+  TRY(std::move(appended));
   return removed;
 }
 

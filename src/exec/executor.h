@@ -84,6 +84,9 @@ class Executor {
   // steps as a sandbox built on demand; a tier that cannot build ahead ignores this. Off by
   // default: a caller that runs one command would only build a second sandbox for nothing.
   virtual void keep_warm(bool) {}
+  // Returns once every sandbox built ahead that stop() discarded is gone (its processes reaped,
+  // its cgroups removed): stop() itself only tells them to end.
+  virtual void wait_discarded() {}
 };
 
 // Serves a plan's network door: given the listening socket made inside the sandbox's network

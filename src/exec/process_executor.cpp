@@ -119,6 +119,46 @@ Result<void> discard(std::optional<Sandbox> sb) {
   return sb->cg.release();
 }
 
+// Discards still under way, which the executor's destructor waits for.
+struct Pending {
+  std::mutex mu;
+  std::condition_variable cv;
+  int count = 0;
+  void wait_none() {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return count == 0; });
+  }
+};
+
+// The same, for a sandbox that waited and will never run a command (a stop, a close): its
+// supervisor is told to end now, and the waiting for it and the cgroup's removal happen on the
+// warmer's thread, so a session's close (its last receipt) does not wait for them; the
+// executor's destructor does.
+void discard_later(std::optional<Sandbox> sb, const std::shared_ptr<Pending>& pending) {
+  if (!sb) return;
+  sb->launched.go.reset();
+  sb->launched.command.reset();
+  auto held = std::make_shared<std::optional<Sandbox>>(std::move(sb));
+  {
+    std::lock_guard lock(pending->mu);
+    ++pending->count;
+  }
+  auto finished = [pending] {
+    std::lock_guard lock(pending->mu);
+    --pending->count;
+    pending->cv.notify_all();
+  };
+  try {
+    Warmer::get().post([held, finished] {
+      (void)discard(std::move(*held));
+      finished();
+    });
+  } catch (...) {
+    (void)discard(std::move(*held));
+    finished();
+  }
+}
+
 class ProcessExecutor final : public Executor {
  public:
   ProcessExecutor(const plan::ExecutionPlan& plan, SessionDirs dirs, std::string session_id, std::string workspace,
@@ -135,8 +175,11 @@ class ProcessExecutor final : public Executor {
       warm = std::move(warm_);
       warm_.reset();
     }
-    (void)discard(std::move(warm));
+    discard_later(std::move(warm), pending_);
+    pending_->wait_none();  // nothing of a sandbox outlives its executor
   }
+
+  void wait_discarded() override { pending_->wait_none(); }
 
   void keep_warm(bool on) override {
     {
@@ -358,7 +401,7 @@ class ProcessExecutor final : public Executor {
       warm = std::move(warm_);
       warm_.reset();
     }
-    (void)discard(std::move(warm));
+    discard_later(std::move(warm), pending_);
   }
 
   void stop_run() override {
@@ -465,7 +508,7 @@ class ProcessExecutor final : public Executor {
       warm_cv_.notify_all();
     };
     try {
-      Warmer::get().post([this, done] {
+      Warmer::get().post([this, done, pending = pending_] {
         std::optional<Sandbox> unwanted;
         try {
           linux::LaunchSpec spec = session_spec();
@@ -478,9 +521,9 @@ class ProcessExecutor final : public Executor {
             unwanted = std::move(*built);  // stopped meanwhile
         } catch (...) {  // no memory: no sandbox built ahead, the command builds its own
         }
-        // Outside the lock, but before warming_ clears: the destructor still waits for it.
-        (void)discard(std::move(unwanted));
-        done();
+        // Counted before warming_ clears, so the destructor, which waits for both, waits for it.
+        discard_later(std::move(unwanted), pending);
+        done();  // after this, nothing of `this`
       });
     } catch (...) {  // no thread or no memory for the job: none is built ahead
       done();
@@ -531,6 +574,7 @@ class ProcessExecutor final : public Executor {
   std::condition_variable warm_cv_;
   bool keep_warm_ = false, warming_ = false;
   std::optional<Sandbox> warm_;
+  std::shared_ptr<Pending> pending_ = std::make_shared<Pending>();
 };
 
 }  // namespace

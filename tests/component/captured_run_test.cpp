@@ -197,7 +197,10 @@ class BuiltAhead : public ::testing::Test {
     }
     return {};
   }
+  // A discarded sandbox ends in the background: its cgroups and processes are gone soon after.
   void expect_gone(const std::vector<int>& pids) const {
+    for (int i = 0; i < 400 && !sandbox_cgroups().empty(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
     EXPECT_TRUE(sandbox_cgroups().empty()) << "a sandbox's cgroup was left behind";
     for (int pid : pids) {
       auto st = process_stat(pid);

@@ -499,14 +499,19 @@ TEST_P(McpShutdown, SigintIsANormalClose) {
 // A client that signals while a tool runs gets a prompt close: the tool is stopped, what was
 // written before lands, and the client's SIGKILL (500 ms later for Claude Code) finds it gone.
 TEST_P(McpShutdown, SigtermWhileAToolRunsStopsItAndStillWritesBack) {
+  // A duration of this test process's own, so another test running beside it (this one as the
+  // other identity) is not taken for this tool.
+  std::string secs = std::to_string(100000 + ::getpid());
+  std::string tool_cmdline = "/usr/bin/sleep " + secs + " ";
   std::string pol = f->write_policy(R"({"schema_version": "airlock.task_policy.v1", "readable": ["src", "reports"],
-      "write_back_paths": ["reports"], "tools": [{"name": "slow", "argv": ["/usr/bin/sleep", "3607"], "timeout_seconds": 3600}]})");
+      "write_back_paths": ["reports"], "tools": [{"name": "slow", "argv": ["/usr/bin/sleep", ")" + secs +
+                                    R"("], "timeout_seconds": 3600}]})");
   if (!start(pol)) GTEST_SKIP() << "no executor for the policy here";
   ASSERT_TRUE(p->send(call(3, "slow", Json::object())));
   auto started = std::chrono::steady_clock::now();
   bool running = false;
   for (int i = 0; i < 600 && !running; ++i) {
-    for (const auto& proc : live_processes()) running = running || proc.cmdline == "/usr/bin/sleep 3607 ";
+    for (const auto& proc : live_processes()) running = running || proc.cmdline == tool_cmdline;
     if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   ASSERT_TRUE(running) << "the tool never started";
@@ -520,7 +525,7 @@ TEST_P(McpShutdown, SigtermWhileAToolRunsStopsItAndStillWritesBack) {
   EXPECT_EQ(close["how"], "closed") << close.dump();
   EXPECT_EQ(close["signal"], "SIGTERM");
   for (const auto& proc : live_processes())
-    EXPECT_NE(proc.cmdline, "/usr/bin/sleep 3607 ") << "the tool outlived the session";
+    EXPECT_NE(proc.cmdline, tool_cmdline) << "the tool outlived the session";
 }
 
 TEST_P(McpShutdown, SigkillWritesNothingBackAndTheNextStartSweeps) {
