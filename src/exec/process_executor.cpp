@@ -237,7 +237,13 @@ class ProcessExecutor final : public Executor {
 
   const Enforced& enforced() const override { return enforced_; }
 
-  Result<RunOutcome> run(const Command& cmd) override { return run(cmd, true); }
+  // Whatever the run's end (a command that could not start included), the next command's
+  // sandbox is built ahead when the session asks for it.
+  Result<RunOutcome> run(const Command& cmd) override {
+    auto out = run(cmd, true);
+    build_ahead();
+    return out;
+  }
 
   // `may_take_warm`: false for the one run again after a sandbox built ahead was lost, which is
   // built on demand, so a command is never run a third time.
@@ -384,7 +390,6 @@ class ProcessExecutor final : public Executor {
     out.teardown_ms = teardown_ms;
     out.teardown_verified = true;
     out.built_ahead = built_ahead;
-    build_ahead();
     return out;
   }
 

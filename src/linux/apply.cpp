@@ -21,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -651,6 +652,17 @@ void signal_group(pid_t command, int sig) noexcept {
   ::_exit(0);
 }
 
+// A C string ends at its first NUL: an argument holding one would run cut short, unlike what the
+// receipt records. Refused on every path to exec.
+Result<void> check_command_strings(const LaunchSpec& spec) {
+  auto has_nul = [](const std::string& v) { return v.find('\0') != std::string::npos; };
+  if (has_nul(spec.path) || has_nul(spec.cwd)) return fail(Code::PolicyInvalid, "a NUL byte in the command's path or cwd");
+  for (const auto* list : {&spec.argv, &spec.env, &spec.make_dirs})
+    if (std::any_of(list->begin(), list->end(), has_nul))
+      return fail(Code::PolicyInvalid, "a NUL byte in the command's arguments or environment");
+  return {};
+}
+
 std::vector<char*> c_strings(const std::vector<std::string>& v) {
   std::vector<char*> out;
   out.reserve(v.size() + 1);
@@ -662,6 +674,7 @@ std::vector<char*> c_strings(const std::vector<std::string>& v) {
 }  // namespace
 
 Result<Launched> launch(const LaunchSpec& spec) {
+  if (!spec.warm) TRY(check_command_strings(spec));
   std::vector<char*> argv = c_strings(spec.argv);
   std::vector<char*> envp = c_strings(spec.env);
   std::vector<char*> dirs = c_strings(spec.make_dirs);
@@ -719,15 +732,11 @@ Result<void> start_warm(Launched& l, const LaunchSpec& spec) {
     body += v;
     body += '\0';
   };
-  for (const auto* v : {&spec.path, &spec.cwd})
-    if (v->find('\0') != std::string::npos) return fail(Code::PolicyInvalid, "a NUL byte in the command's path or cwd");
+  TRY(check_command_strings(spec));
   put(spec.path);
   put(spec.cwd);
   for (const auto* list : {&spec.argv, &spec.env, &spec.make_dirs})
-    for (const auto& v : *list) {
-      if (v.find('\0') != std::string::npos) return fail(Code::PolicyInvalid, "a NUL byte in the command's arguments");
-      put(v);
-    }
+    for (const auto& v : *list) put(v);
   if (body.size() > kMaxCommandBytes) return fail(Code::PolicyInvalid, "the command and its environment are too large");
   WarmHeader h{kWarmMagic, static_cast<uint32_t>(spec.argv.size()), static_cast<uint32_t>(spec.env.size()),
                static_cast<uint32_t>(spec.make_dirs.size()), 0, 0, body.size()};

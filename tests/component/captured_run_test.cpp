@@ -124,6 +124,22 @@ TEST_P(CapturedRun, AWorkingDirectoryOutsideTheSessionIsRefused) {
   EXPECT_EQ(r.error().code, Code::PolicyInvalid);
 }
 
+// A C string ends at its first NUL: such an argument (JSON can carry "\u0000") would run cut
+// short while its receipt records it whole. Refused, and the next command still runs.
+TEST_P(CapturedRun, AnArgumentHoldingANulByteIsRefusedNotCutShort) {
+  auto r = run(sh(std::string("echo kept\0cut", 13)), "", 4096);
+  ASSERT_FALSE(r) << r->out;
+  EXPECT_EQ(r.error().code, Code::PolicyInvalid) << r.error().message;
+  exec::Command env = sh("echo $X");
+  env.env = {std::string("X=a\0b", 5)};
+  auto e = run(env, "", 4096);
+  ASSERT_FALSE(e) << e->out;
+  EXPECT_EQ(e.error().code, Code::PolicyInvalid) << e.error().message;
+  auto next = run(sh("echo next"), "", 4096);
+  ASSERT_TRUE(next) << next.error().message;
+  EXPECT_EQ(next->out, "next\n");
+}
+
 TEST_P(CapturedRun, APassedDescriptorArrivesAsThreeAndNothingElseLeaks) {
   int p[2];
   ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
