@@ -47,7 +47,7 @@ struct LaunchSpec {
   // process's. The rule is added by the command itself, on the directory /proc/self names for it.
   bool landlock_own_proc = false;
   const sock_fprog* seccomp = nullptr;
-  std::array<int, 3> cgroup_procs = {-1, -1, -1};  // cgroup.procs to join, -1: none
+  std::array<int, 3> cgroup_procs = {-1, -1, -1};  // join files (PreparedCgroup::procs), -1: none
   // The namespaces tier: set together or not at all. The supervisor then starts an init in new
   // user, mount, pid, net, ipc, uts and cgroup namespaces, which builds the root and starts the command.
   const MountProgram* mounts = nullptr;

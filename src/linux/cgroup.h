@@ -89,7 +89,7 @@ size_t release_abandoned_cgroups(const std::vector<std::string>& session_ids);
 
 struct PreparedCgroup {
   std::vector<CgroupDir> dirs;  // one per v1 hierarchy, or the one cgroup2 directory
-  std::vector<UniqueFd> procs;  // their cgroup.procs opened for writing: the child writes "0" to join
+  std::vector<UniqueFd> procs;  // each one's join file opened for writing (v1 tasks, cgroup2 cgroup.procs): the child writes "0"
   // Kills what is left, verifies each directory empty and removes it.
   Result<void> release();
 };
@@ -111,7 +111,8 @@ Result<PreparedCgroup> prepare_sandbox_cgroup(const plan::CgroupPlan& plan, cons
 Result<PreparedCgroup> prepare_pids_cgroup(plan::ProcessLimitMechanism mechanism,
                                            const std::string& name, uint64_t max_processes);
 
-// Child side: joins the cgroup by writing "0" to its cgroup.procs. Returns 0 or an errno.
+// Child side: joins the cgroup by writing "0" to its join file. The caller must be single-threaded
+// (v1 moves the writing thread). Returns 0 or an errno.
 int apply_cgroup(int procs_fd) noexcept;
 
 }  // namespace airlock::linux
