@@ -1,10 +1,11 @@
-// `airlock machine probe|list`, `airlock slot set|list`, `airlock runs list|show`: the run store.
+// `airlock machine probe|add|install|facts|list`, `airlock fleet`, `airlock slot set|list`, `airlock runs list|show`: the run store.
 #include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <climits>
 #include <charconv>
 #include <cstdio>
+#include <filesystem>
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -17,6 +18,8 @@
 #include "base/hash.h"
 #include "base/signing.h"
 #include "base/unique_fd.h"
+#include "cli/build_info.h"
+#include "cli/ssh_transport.h"
 #include "cli/store_support.h"
 #include "cli/verbs.h"
 #include "exec/planner.h"
@@ -28,7 +31,7 @@ struct StoreOptionsCli {
   bool live = false;
   std::string run_id, slot;
   std::optional<int> max_sessions;
-  std::string machine, ssh, identity;
+  std::string machine, ssh, identity, known_hosts, dir;
 };
 
 // ---- the fleet's signing key ----
@@ -299,7 +302,10 @@ int fleet_trust(Globals& g, const std::string& key) {
   return 0;
 }
 
-int machine_probe(Globals& g) {
+int machine_probe_remote(Globals& g, const std::string& name);
+
+int machine_probe(Globals& g, const std::string& name) {
+  if (!name.empty() && name != machine_identity(g)) return machine_probe_remote(g, name);
   auto st = open_store(g);
   if (!st) return refuse(st.error(), g.json);
   // Every fact measured here; none can be typed in.
@@ -449,6 +455,39 @@ int machine_add(Globals& g, const StoreOptionsCli& o) {
       return refuse(fail_errno(Code::OptionInvalid, "--identity " + o.identity, errno).error(), g.json);
     transport["identity"] = std::string(resolved);
   }
+  if (!o.known_hosts.empty()) {
+    // The far host keys believed: a file of ours, no link, kept absolute (ssh checks strictly).
+    struct stat st{};
+    char resolved[PATH_MAX];
+    if (!is_valid_utf8(o.known_hosts) ||
+        std::any_of(o.known_hosts.begin(), o.known_hosts.end(), [](unsigned char c) { return c <= 0x20 || c == 0x7f; }))
+      return refuse(Error{Code::OptionInvalid, "--known-hosts: a path of printable UTF-8 without spaces only",
+                          {{"known_hosts", escape_for_terminal(o.known_hosts)}}},
+                    g.json);
+    if (::lstat(o.known_hosts.c_str(), &st) != 0)
+      return refuse(fail_errno(Code::OptionInvalid, "--known-hosts " + o.known_hosts, errno).error(), g.json);
+    if (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 022) || !::realpath(o.known_hosts.c_str(), resolved))
+      return refuse(Error{Code::CustodyUnsafe,
+                          fmt::format("--known-hosts {}: the host keys believed must be a regular file of yours that "
+                                      "only you can write (not a link)",
+                                      o.known_hosts),
+                          {{"known_hosts", o.known_hosts}}},
+                    g.json);
+    transport["known_hosts"] = std::string(resolved);
+  }
+  if (!o.dir.empty()) {
+    // Where airlock is installed on the far machine; relative to its home when not absolute. Quoted
+    // for the far shell, but kept plain: printable, no option look, no way up.
+    bool printable = is_valid_utf8(o.dir) && std::none_of(o.dir.begin(), o.dir.end(), [](unsigned char c) {
+      return c < 0x20 || c == 0x7f;
+    });
+    if (!printable || o.dir.size() > 512 || o.dir.front() == '-' || o.dir == "." || o.dir.find("..") != std::string::npos)
+      return refuse(Error{Code::OptionInvalid,
+                          "--dir: a directory of printable UTF-8, at most 512 bytes, not starting with '-', without ..",
+                          {{"dir", escape_for_terminal(o.dir)}}},
+                    g.json);
+    transport["dir"] = o.dir;
+  }
   auto st = open_store(g);
   if (!st) return refuse(st.error(), g.json);
   // A row that holds measured facts is not overwritten by an unmeasured one (this machine's own,
@@ -473,6 +512,230 @@ int machine_add(Globals& g, const StoreOptionsCli& o) {
     std::printf("%s\n", Json({{"machine", m.id}, {"transport", m.transport}, {"signed", true}}).dump(2).c_str());
   else
     std::printf("machine %s reached over ssh %s, recorded and signed; not probed yet\n", m.id.c_str(), target->c_str());
+  return 0;
+}
+
+// `airlock machine facts`: this machine measured now, printed as one line of JSON, recorded
+// nowhere. What `airlock machine probe NAME` runs on the far machine over ssh.
+int machine_facts(Globals& g) {
+  auto state = resolve_state_dir(g.state_dir);
+  if (!state) return refuse(state.error(), g.json);
+  plan::HostFacts facts = exec::HostProbe(*state, exec::HostProbe::Measure::Fresh).facts(plan::FactNeeds::all());
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  auto sha = sha256_file("/proc/self/exe");
+  if (!sha) return refuse(sha.error(), g.json);
+  std::printf("%s\n", Json({{"hostname", host},
+                            {"facts", plan::to_json(facts)},
+                            {"airlock", {{"version", std::string(kVersion)}, {"revision", std::string(kRevision)}, {"sha256", *sha}}}})
+                          .dump(-1, ' ', false, Json::error_handler_t::replace)
+                          .c_str());
+  return 0;
+}
+
+// Another machine's row, believed as far as its signature goes (it may be never probed), and how
+// to reach it: a transport is used only from a row the fleet key signed, since the store is data
+// anyone with the database could write, and a forged transport would send our key and binary
+// elsewhere.
+struct FarMachine {
+  std::string state;
+  store::MachineRecord row;
+  SshTarget target;
+};
+
+Result<FarMachine> far_machine(Globals& g, store::Store& st, const std::string& name) {
+  FarMachine f;
+  f.state = TRY(resolve_state_dir(g.state_dir));
+  FleetKey fleet = TRY(fleet_public(f.state));
+  auto rows = TRY(st.machines());
+  auto it = std::find_if(rows.begin(), rows.end(), [&](const store::MachineRecord& r) { return r.id == name; });
+  if (it == rows.end())
+    return fail(Code::NotFound,
+                fmt::format("no machine {} in {}: `airlock machine add {} --ssh user@host[:port]` records one", name,
+                            st.url(), name),
+                {{"machine", name}});
+  Json seen = TRY(read_seen(f.state));
+  Json mark = seen.value(name, Json(0));
+  Judgement j = judge(*it, fleet, mark.is_number_integer() ? mark.get<int64_t>() : 0);
+  for (const char* bad : {"row_malformed", "no_fleet_key", "unsigned", "signature_invalid", "replayed"})
+    if (j.reason_name == bad)
+      return fail(Code::CustodyUnsafe,
+                  fmt::format("machine {}'s row is not believed ({}: {}): its transport is not used", name,
+                              j.reason_name, j.reason),
+                  {{"machine", name}, {"reason", j.reason_name}});
+  f.row = *it;
+  f.target = TRY(ssh_target(f.row.transport, name));
+  return f;
+}
+
+// The first word of a line `sha256sum` printed: 64 lowercase hex digits, or "".
+std::string digest_word(std::string_view line) {
+  std::string_view w = line.substr(0, std::min(line.find_first_of(" \n"), line.size()));
+  if (w.size() != 64 || w.find_first_not_of("0123456789abcdef") != std::string_view::npos) return {};
+  return std::string(w);
+}
+
+// A far script's failure other than ssh's own: what it said last, as a refusal.
+Error far_failed(const FarMachine& f, std::string_view what, const RemoteRun& r) {
+  if (r.status == 255) return unreachable_error(f.target, f.row.id, r);
+  return Error{Code::IoError,
+               fmt::format("machine {}: {} failed on the far side (status {}): {}", f.row.id, what, r.status,
+                           escape_for_terminal(r.err.empty() ? "no reason given" : r.err)),
+               {{"machine", f.row.id}, {"status", r.status}}};
+}
+
+// `airlock machine install NAME`: copies this airlock (and airlock-probe and airlock-serve, when
+// they are beside it) to the machine's installation directory over its transport. Each copy is
+// hashed there by the platform's own sha256sum, reading the file through redirection, in a shell
+// that stops at any failing step; only then are the copies moved into place, after which the
+// installed airlock's digest and version are read again on the far side. Any mismatch is
+// refused and the row is left as it was; otherwise the row records what is installed.
+int machine_install(Globals& g, const std::string& name) {
+  auto st = open_store(g);
+  if (!st) return refuse(st.error(), g.json);
+  auto far = far_machine(g, **st, name);
+  if (!far) return refuse(far.error(), g.json);
+  std::error_code ec;
+  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return refuse(Error{Code::IoError, "cannot resolve /proc/self/exe: " + ec.message()}, g.json);
+  std::vector<std::pair<std::string, std::string>> files;  // name, local sha256
+  for (const char* f : {"airlock", "airlock-probe", "airlock-serve"}) {
+    std::string path = f == std::string_view("airlock") ? self.string() : (self.parent_path() / f).string();
+    if (f != std::string_view("airlock") && ::access(path.c_str(), X_OK) != 0) continue;
+    auto sha = sha256_file(path);
+    if (!sha) return refuse(sha.error(), g.json);
+    files.emplace_back(f, *sha);
+  }
+  const std::string dir = shell_quote(far->target.dir), tag = random_id().substr(0, 12);
+  Json installed_files = Json::object();
+  for (const auto& [f, sha] : files) {
+    std::string local = f == "airlock" ? self.string() : (self.parent_path() / f).string();
+    UniqueFd in(::open(local.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!in) return refuse(fail_errno(Code::IoError, "open " + local, errno).error(), g.json);
+    std::string tmp = fmt::format("\"$d\"/.{}.new-{}", f, tag);
+    std::string script = fmt::format(
+        "set -eu; umask 022; d={}; mkdir -p -- \"$d\"; cat > {tmp}; chmod 0755 {tmp}; sha256sum < {tmp}", dir,
+        fmt::arg("tmp", tmp));
+    std::fprintf(stderr, "airlock: copying %s to %s\n", f.c_str(), name.c_str());
+    auto r = ssh_run(far->target, script, in.get(), std::chrono::seconds(900), 4096);
+    if (!r) return refuse(r.error(), g.json);
+    if (r->status != 0) return refuse(far_failed(*far, "copying " + f, *r), g.json);
+    std::string there = digest_word(r->out);
+    if (there != sha)
+      return refuse(Error{Code::CustodyUnsafe,
+                          fmt::format("machine {}: the copy of {} hashes to {} there, not {}: nothing installed",
+                                      name, f, there.empty() ? escape_for_terminal(r->out) : there, sha),
+                          {{"machine", name}, {"file", f}, {"local_sha256", sha}, {"far_sha256", there}}},
+                    g.json);
+    installed_files[f] = sha;
+  }
+  std::string moves;
+  for (const auto& [f, sha] : files) moves += fmt::format("mv -f -- \"$d\"/.{0}.new-{1} \"$d\"/{0}; ", f, tag);
+  std::string script =
+      fmt::format("set -eu; d={}; {}sha256sum < \"$d\"/airlock; \"$d\"/airlock --version", dir, moves);
+  auto r = ssh_run(far->target, script, -1, std::chrono::seconds(300), 4096);
+  if (!r) return refuse(r.error(), g.json);
+  if (r->status != 0) return refuse(far_failed(*far, "installing", *r), g.json);
+  std::string there = digest_word(r->out);
+  std::string version_line = r->out.substr(std::min(r->out.find('\n') + 1, r->out.size()));
+  while (!version_line.empty() && version_line.back() == '\n') version_line.pop_back();
+  std::string expect = fmt::format("airlock {} revision {} sha256 {}", kVersion, kRevision, files[0].second);
+  if (there != files[0].second || version_line != expect)
+    return refuse(Error{Code::CustodyUnsafe,
+                        fmt::format("machine {}: the installed airlock is not the one sent (sha256 {} there, {} here; "
+                                    "it says \"{}\")",
+                                    name, there.empty() ? "unreadable" : there, files[0].second,
+                                    escape_for_terminal(version_line)),
+                        {{"machine", name}, {"local_sha256", files[0].second}, {"far_sha256", there}}},
+                  g.json);
+  store::MachineRecord m = far->row;
+  m.transport["installed"] = {{"sha256", files[0].second},
+                              {"version", std::string(kVersion)},
+                              {"revision", std::string(kRevision)},
+                              {"files", installed_files},
+                              {"at_ms", now_ms()}};
+  if (auto s = sign_row(m, far->state); !s) return refuse(s.error(), g.json);
+  if (auto p = (*st)->put_machine(m); !p) return refuse(p.error(), g.json);
+  if (g.json)
+    std::printf("%s\n", Json({{"machine", name}, {"dir", far->target.dir}, {"installed", m.transport["installed"]}}).dump(2).c_str());
+  else
+    std::printf("machine %s: airlock %s installed in %s (sha256 %s, checked there)\n", name.c_str(), kVersion,
+                far->target.dir.c_str(), files[0].second.c_str());
+  return 0;
+}
+
+// `airlock machine probe NAME` for another machine: its installed airlock measures it
+// (`airlock machine facts`) over its transport, after the platform's sha256sum has hashed that
+// airlock there; the facts are recorded as its row only when that digest is the one `machine
+// install` recorded. Nothing can be typed in.
+int machine_probe_remote(Globals& g, const std::string& name) {
+  auto st = open_store(g);
+  if (!st) return refuse(st.error(), g.json);
+  auto far = far_machine(g, **st, name);
+  if (!far) return refuse(far.error(), g.json);
+  const Json& inst = far->row.transport.contains("installed") ? far->row.transport["installed"] : Json();
+  if (!inst.is_object() || !inst.contains("sha256") || !inst["sha256"].is_string())
+    return refuse(Error{Code::ConfigError,
+                        fmt::format("machine {} has no airlock installed by this fleet: run `airlock machine install {}`",
+                                    name, name),
+                        {{"machine", name}, {"fix", "airlock machine install " + name}}},
+                  g.json);
+  std::string want = inst["sha256"].get<std::string>();
+  std::string script = fmt::format(
+      "set -eu; d={}; test -x \"$d\"/airlock || {{ echo \"no airlock in $d\" >&2; exit 3; }}; "
+      "sha256sum < \"$d\"/airlock; exec \"$d\"/airlock --state-dir \"$d\"/state machine facts",
+      shell_quote(far->target.dir));
+  auto r = ssh_run(far->target, script, -1, std::chrono::seconds(300), 1 << 20);
+  if (!r) return refuse(r.error(), g.json);
+  if (r->status == 3)
+    return refuse(Error{Code::ConfigError,
+                        fmt::format("machine {}: no airlock in {} there: run `airlock machine install {}`", name,
+                                    far->target.dir, name),
+                        {{"machine", name}, {"fix", "airlock machine install " + name}}},
+                  g.json);
+  std::string there = digest_word(r->out);
+  if (r->status == 0 && there != want)
+    return refuse(Error{Code::CustodyUnsafe,
+                        fmt::format("machine {}: the airlock in {} there hashes to {}, not the {} installed: it was "
+                                    "replaced; nothing measured is believed (`airlock machine install {}` puts ours back)",
+                                    name, far->target.dir, there.empty() ? "nothing readable" : there, want, name),
+                        {{"machine", name}, {"installed_sha256", want}, {"far_sha256", there}}},
+                  g.json);
+  if (r->status != 0) return refuse(far_failed(*far, "measuring", *r), g.json);
+  std::string_view body = std::string_view(r->out).substr(std::min(r->out.find('\n') + 1, r->out.size()));
+  auto j = parse_json(body, Code::ProtocolError, fmt::format("machine {}'s facts", name));
+  if (!j) return refuse(j.error(), g.json);
+  auto bad = [&](std::string_view why) {
+    return refuse(Error{Code::ProtocolError, fmt::format("machine {}: its facts are not what airlock writes: {}", name, why),
+                        {{"machine", name}}},
+                  g.json);
+  };
+  if (!j->is_object() || !j->contains("facts") || !(*j)["facts"].is_object()) return bad("no facts object");
+  const Json& self = j->value("airlock", Json());
+  if (!self.is_object() || self.value("sha256", std::string()) != want)
+    return refuse(Error{Code::CustodyUnsafe,
+                        fmt::format("machine {}: the airlock that measured does not say it is the one installed", name),
+                        {{"machine", name}, {"installed_sha256", want}}},
+                  g.json);
+  Json host = j->value("hostname", Json());
+  if (!host.is_string() || host.get<std::string>().size() > 255) return bad("no hostname");
+  const Json& facts = (*j)["facts"];
+  store::MachineRecord m = far->row;
+  m.hostname = host.get<std::string>();
+  m.facts = facts;
+  m.landlock_abi = facts.value("landlock_abi", Json(0)).is_number_integer() ? facts["landlock_abi"].get<int>() : 0;
+  m.probed_at_ms = now_ms();
+  if (auto s = sign_row(m, far->state); !s) return refuse(s.error(), g.json);
+  if (auto p = (*st)->put_machine(m); !p) return refuse(p.error(), g.json);
+  auto fleet = fleet_public(far->state);
+  Judgement jd = judge(m, fleet ? *fleet : FleetKey());
+  if (g.json) {
+    std::printf("%s\n", machine_json(m, jd).dump(2, ' ', false, Json::error_handler_t::replace).c_str());
+  } else {
+    print_table({kMachineHeader, machine_row(m, jd)});
+    std::fprintf(stderr, "airlock: machine %s measured over ssh and recorded in %s\n", name.c_str(),
+                 (*st)->url().c_str());
+  }
   return 0;
 }
 
@@ -580,13 +843,23 @@ void add_store_verbs(CLI::App& app, Globals& g, Action& run) {
   static StoreOptionsCli o;
   auto* machine = app.add_subcommand("machine", "this machine's measured capabilities in the run store");
   machine->require_subcommand(1);
-  auto* probe = machine->add_subcommand("probe", "measure this machine and record it as its row");
+  static std::string probe_name, install_name;
+  auto* probe = machine->add_subcommand("probe", "measure this machine, or another over its ssh transport, and record it as its row");
+  probe->add_option("name", probe_name, "another machine (`machine add`), measured by its installed airlock");
   probe->add_flag("--json", g.json, "print JSON");
-  probe->callback([&g, &run] { run = [&g] { return machine_probe(g); }; });
+  probe->callback([&g, &run] { run = [&g] { return machine_probe(g, probe_name); }; });
+  auto* mfacts = machine->add_subcommand("facts", "measure this machine and print its facts as JSON, recording nothing");
+  mfacts->callback([&g, &run] { run = [&g] { return machine_facts(g); }; });
+  auto* minstall = machine->add_subcommand("install", "copy this airlock to another machine over ssh, checked there by digest");
+  minstall->add_option("name", install_name, "the machine (`machine add`)")->required();
+  minstall->add_flag("--json", g.json, "print JSON");
+  minstall->callback([&g, &run] { run = [&g] { return machine_install(g, install_name); }; });
   auto* madd = machine->add_subcommand("add", "record another machine and how it is reached (ssh), signed");
   madd->add_option("name", o.machine, "the machine's name in the store")->required();
   madd->add_option("--ssh", o.ssh, "user@host[:port] to reach it over")->required();
   madd->add_option("--identity", o.identity, "the private key ssh uses (mode 0600)");
+  madd->add_option("--known-hosts", o.known_hosts, "the far host keys believed (default: ssh's own known_hosts)");
+  madd->add_option("--dir", o.dir, "airlock's installation directory there (default .airlock, below its home)");
   madd->add_flag("--json", g.json, "print JSON");
   madd->callback([&g, &run] { run = [&g] { return machine_add(g, o); }; });
   auto* mlist = machine->add_subcommand("list", "the machines recorded, each judged against this build");

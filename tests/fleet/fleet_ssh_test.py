@@ -1,0 +1,240 @@
+#!/usr/bin/env python3
+"""Other machines over real OpenSSH: `airlock machine add|install|probe` against test hosts.
+
+Each far "machine" is Debian's sshd started here on a loopback port of its own, with its own host
+key, its own authorized key and its own installation directory; it runs in a mount namespace of
+its own whose /run is a fresh tmpfs (sshd's privilege separation needs /run/sshd, which this test
+may not make on the host). Nothing outside the test's temporary directory is written, and every
+sshd is stopped at the end.
+
+Checked: a machine not installed yet cannot be probed; install copies this airlock, checked there
+by the platform's sha256sum, and records its digest; probe records the far airlock's own
+measurement, signed; a far binary replaced after install is refused by digest and the row is kept;
+a host key other than the one believed, a stopped sshd, and a row whose transport was changed in
+the store are each refused by name, before anything is copied or run.
+Usage: fleet_ssh_test.py AIRLOCK   (exit 77: not root, or no sshd here)
+"""
+import hashlib
+import json
+import os
+import shutil
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+
+SKIP = 77
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print(f"FAIL: {what}", flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class FarHost:
+    """One sshd on 127.0.0.1:PORT with a host key of its own, in a mount namespace of its own."""
+
+    def __init__(self, root, name, client_pub):
+        self.dir = os.path.join(root, name)
+        os.makedirs(self.dir)
+        self.port = free_port()
+        self.host_key = os.path.join(self.dir, "host_key")
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", self.host_key], check=True)
+        auth = os.path.join(self.dir, "authorized_keys")
+        shutil.copy(client_pub, auth)
+        self.config = os.path.join(self.dir, "sshd_config")
+        with open(self.config, "w") as f:
+            f.write(f"Port {self.port}\nListenAddress 127.0.0.1\nHostKey {self.host_key}\nPidFile none\n"
+                    f"AuthorizedKeysFile {auth}\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+                    "UsePAM no\nStrictModes no\nPermitRootLogin prohibit-password\nLogLevel ERROR\n")
+        self.install_dir = os.path.join(self.dir, "airlock")
+        self.proc = None
+        self.start()
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+             "mount -t tmpfs -o mode=755 tmpfs /run && mkdir -m 755 /run/sshd && exec /usr/sbin/sshd -D -e -f \"$1\"",
+             "sh", self.config],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for _ in range(100):
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            if self.proc.poll() is not None:
+                raise SystemExit(f"sshd did not start: {self.proc.stderr.read()}")
+            time.sleep(0.05)
+        raise SystemExit("sshd did not listen within 5 s")
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+        self.proc = None
+
+    def known_hosts_line(self):
+        with open(self.host_key + ".pub") as f:
+            kind, key = f.read().split()[:2]
+        return f"[127.0.0.1]:{self.port} {kind} {key}\n"
+
+
+def main():
+    airlock = sys.argv[1]
+    require_all = os.environ.get("AIRLOCK_REQUIRE_ALL_TIERS") == "1"
+    if os.geteuid() != 0:
+        print("SKIP: sshd's privilege separation needs root to serve a test host")
+        sys.exit(SKIP)
+    if not os.path.exists("/usr/sbin/sshd") or not shutil.which("ssh"):
+        print("SKIP: no sshd (Debian's openssh-server; scripts/install-deps installs it)")
+        sys.exit(1 if require_all else SKIP)
+
+    with tempfile.TemporaryDirectory(prefix="airlock-fleet-") as tmp:
+        hosts = []
+        try:
+            run_checks(airlock, tmp, hosts)
+        finally:
+            for h in hosts:
+                h.stop()
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        sys.exit(1)
+    print("all checks passed")
+
+
+def run_checks(airlock, tmp, hosts):
+    state = os.path.join(tmp, "state")
+    client_key = os.path.join(tmp, "client_key")
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", client_key], check=True)
+    far1 = FarHost(tmp, "far1", client_key + ".pub")
+    hosts.append(far1)
+    far2 = FarHost(tmp, "far2", client_key + ".pub")
+    hosts.append(far2)
+    known = os.path.join(tmp, "known_hosts")
+    with open(known, "w") as f:
+        f.write(far1.known_hosts_line() + far2.known_hosts_line())
+    wrong_known = os.path.join(tmp, "wrong_known_hosts")  # far2's address with far1's key
+    with open(wrong_known, "w") as f:
+        f.write(far1.known_hosts_line().replace(str(far1.port), str(far2.port), 1))
+
+    def al(*args):
+        p = subprocess.run([airlock, "--state-dir", state, *args], capture_output=True, text=True, timeout=600)
+        return p
+
+    def refused(p, code, what):
+        check(p.returncode == 125 and f"AIRLOCK_{code}" in p.stderr,
+              f"{what}: expected AIRLOCK_{code}, got status {p.returncode}: {p.stderr.strip()[-600:]}")
+
+    def rows():
+        p = al("machine", "list", "--json")
+        check(p.returncode == 0, f"machine list: {p.stderr}")
+        return {m["id"]: m for m in json.loads(p.stdout)["machines"]}
+
+    p = al("fleet", "init")
+    check(p.returncode == 0, f"fleet init: {p.stderr}")
+    for h, kh in ((far1, known), (far2, known)):
+        name = os.path.basename(h.dir)
+        p = al("machine", "add", name, "--ssh", f"root@127.0.0.1:{h.port}", "--identity", client_key,
+               "--known-hosts", kh, "--dir", h.install_dir)
+        check(p.returncode == 0, f"machine add {name}: {p.stderr}")
+
+    # Nothing installed yet: a probe says so, and names the fix.
+    p = al("machine", "probe", "far1")
+    refused(p, "CONFIG_ERROR", "probe before install")
+    check("airlock machine install far1" in p.stderr, f"probe before install names the fix: {p.stderr}")
+
+    # Install: the far copy is ours, byte for byte, executable, nothing half-written left.
+    local_sha = sha256(airlock)
+    p = al("machine", "install", "far1", "--json")
+    check(p.returncode == 0, f"install far1: {p.stderr}")
+    if p.returncode == 0:
+        out = json.loads(p.stdout)
+        check(out["installed"]["sha256"] == local_sha, f"install records the digest sent: {out}")
+    far_bin = os.path.join(far1.install_dir, "airlock")
+    check(os.path.exists(far_bin) and sha256(far_bin) == local_sha, "the far airlock is this airlock")
+    check(os.path.exists(far_bin) and os.stat(far_bin).st_mode & 0o111, "the far airlock is executable")
+    check(not [f for f in os.listdir(far1.install_dir) if ".new-" in f] if os.path.isdir(far1.install_dir) else False,
+          "no temporary copy is left in the installation directory")
+
+    # Probe over ssh: the far airlock's own measurement, signed, believed; the same facts this
+    # machine measures of itself (it is the same kernel).
+    p = al("machine", "probe", "far1")
+    check(p.returncode == 0, f"probe far1: {p.stderr}")
+    local = al("machine", "facts")
+    check(local.returncode == 0, f"machine facts: {local.stderr}")
+    r = rows()
+    check(r.get("far1", {}).get("believed") is True, f"far1's row is believed after its probe: {r.get('far1')}")
+    if r.get("far1", {}).get("believed") and local.returncode == 0:
+        mine = json.loads(local.stdout)
+        check(r["far1"]["facts"]["landlock_abi"] == mine["facts"]["landlock_abi"],
+              "far1's Landlock ABI is what this kernel has")
+        check(r["far1"]["hostname"] == mine["hostname"], "far1's hostname is the far side's")
+        check(r["far1"]["transport"]["installed"]["sha256"] == local_sha, "the row keeps the installed digest")
+    probed_at = r.get("far1", {}).get("probed_at_ms")
+
+    # The far binary replaced after install: refused by digest, the row is not rewritten.
+    with open(far_bin, "ab") as f:
+        f.write(b"\0")
+    p = al("machine", "probe", "far1")
+    refused(p, "CUSTODY_UNSAFE", "probe of a far binary replaced after install")
+    check("replaced" in p.stderr, f"the refusal says the binary was replaced: {p.stderr}")
+    check(rows().get("far1", {}).get("probed_at_ms") == probed_at, "a refused probe leaves the row as it was")
+    p = al("machine", "install", "far1")
+    check(p.returncode == 0, f"install again: {p.stderr}")
+    p = al("machine", "probe", "far1")
+    check(p.returncode == 0, f"probe after install again: {p.stderr}")
+
+    # A host key other than the one believed: ssh refuses, nothing is copied.
+    p = al("machine", "add", "far2b", "--ssh", f"root@127.0.0.1:{far2.port}", "--identity", client_key,
+           "--known-hosts", wrong_known, "--dir", far2.install_dir)
+    check(p.returncode == 0, f"machine add far2b: {p.stderr}")
+    p = al("machine", "install", "far2b")
+    refused(p, "SERVER_UNREACHABLE", "install with a host key not believed")
+    check("Host key verification failed" in p.stderr, f"the refusal says what ssh said: {p.stderr}")
+    check(not os.path.exists(far2.install_dir), "nothing was copied to a host whose key is not believed")
+
+    # A row whose transport was changed in the store: its signature fails, nothing is contacted.
+    db = os.path.join(state, "airlock.db")
+    con = sqlite3.connect(db)
+    con.execute("UPDATE machines SET transport = json_set(transport, '$.dir', ?) WHERE id = 'far2'",
+                (os.path.join(tmp, "elsewhere"),))
+    con.commit()
+    con.close()
+    for verb in ("install", "probe"):
+        p = al("machine", verb, "far2")
+        refused(p, "CUSTODY_UNSAFE", f"{verb} through a row changed in the store")
+        check("signature_invalid" in p.stderr, f"the refusal names the signature: {p.stderr}")
+    check(not os.path.exists(os.path.join(tmp, "elsewhere")), "nothing was written where the changed row pointed")
+
+    # A stopped sshd: unreachable, by name.
+    far1.stop()
+    p = al("machine", "probe", "far1")
+    refused(p, "SERVER_UNREACHABLE", "probe of a machine whose sshd is stopped")
+
+    # Options that could be read otherwise are refused.
+    p = al("machine", "add", "x", "--ssh", "root@127.0.0.1:1", "--dir", "../up")
+    refused(p, "OPTION_INVALID", "--dir with ..")
+    os.symlink(known, os.path.join(tmp, "kh-link"))
+    p = al("machine", "add", "x", "--ssh", "root@127.0.0.1:1", "--known-hosts", os.path.join(tmp, "kh-link"))
+    refused(p, "CUSTODY_UNSAFE", "--known-hosts through a link")
+
+
+if __name__ == "__main__":
+    main()
