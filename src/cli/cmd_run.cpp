@@ -312,13 +312,17 @@ void add_run(CLI::App& app, Globals& g, Action& run) {
                   "workspace directory (overrides the policy's); the current directory when neither names one");
   cmd->add_flag("--json", g.json, "print a JSON summary as the last line of stdout");
   cmd->add_option("--slot", o.slot, "the slot whose seat the run takes: NAME or MACHINE:NAME (default: default)");
+  cmd->add_option("--machine", o.machine,
+                  "run on this machine of the fleet (`airlock machine add`), over ssh; --workspace is a path there");
   cmd->add_flag("-q,--quiet", o.quiet, "print nothing of airlock's own unless refused");
   // Everything from the first positional on is the command's, options included (`airlock run ls
   // -la`, `airlock run sh -c 'x' --state-dir y`); run's own options and the global ones come
   // before it. `--` before the command still ends the options.
   cmd->positionals_at_end();
   cmd->add_option("command", o.command, "the command and its arguments (-- before it is optional)")->required();
-  cmd->callback([&g, &run] { run = [&g] { return run_confined(g, o); }; });
+  cmd->callback([&g, &run] {
+    run = [&g] { return o.machine.empty() ? run_confined(g, o) : run_on_machine_cli(g, o, o.machine); };
+  });
 }
 
 }  // namespace airlock::cli

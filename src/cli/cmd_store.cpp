@@ -9,7 +9,9 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <spawn.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "base/clock.h"
 #include "base/custody.h"
@@ -23,6 +25,11 @@
 #include "cli/store_support.h"
 #include "cli/verbs.h"
 #include "exec/planner.h"
+#include "ledger/receipts.h"
+#include "plan/plan.h"
+#include "policy/task_policy.h"
+
+extern char** environ;
 
 namespace airlock::cli {
 namespace {
@@ -739,6 +746,300 @@ int machine_probe_remote(Globals& g, const std::string& name) {
   return 0;
 }
 
+// ---- dispatch: `airlock run --machine NAME` ----
+
+// How old a probe may be for a run to be composed on it, and which ids far output may name.
+constexpr int64_t kRowFreshMs = 24LL * 3600 * 1000;
+constexpr size_t kFarReceiptsMax = 64u << 20;
+constexpr size_t kFarSummaryMax = 16u << 20;
+
+bool plain_id(std::string_view s) {
+  return !s.empty() && s.size() <= 128 && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+  });
+}
+
+// Reads the far `airlock run --json`'s stdout from `fd`, writing all of it to our stdout but
+// its last line, which is the run's summary (airlock starts it on a line of its own). Returns
+// that line ("" when there was none).
+std::string relay_all_but_summary(int fd) {
+  std::string hold;  // bytes not yet written: at most the last whole line and what follows it
+  auto put = [](std::string_view b) {
+    while (!b.empty()) {
+      ssize_t w = ::write(STDOUT_FILENO, b.data(), b.size());
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return;  // our stdout is gone: what follows is read and dropped
+      b.remove_prefix(static_cast<size_t>(w));
+    }
+  };
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    hold.append(buf, static_cast<size_t>(n));
+    // Everything up to the newline before the last one cannot be the summary.
+    size_t last = hold.rfind('\n');
+    size_t before = last == std::string::npos || last == 0 ? std::string::npos : hold.rfind('\n', last - 1);
+    if (last != std::string::npos && last + 1 < hold.size() && hold.size() - last - 1 > kFarSummaryMax) before = last;
+    if (before != std::string::npos) {
+      put(std::string_view(hold).substr(0, before + 1));
+      hold.erase(0, before + 1);
+    } else if (hold.size() > kFarSummaryMax) {  // one line longer than any summary: not one
+      put(hold);
+      hold.clear();
+    }
+  }
+  if (!hold.empty() && hold.back() == '\n') hold.pop_back();
+  size_t nl = hold.rfind('\n');
+  if (nl != std::string::npos) {
+    put(std::string_view(hold).substr(0, nl + 1));
+    hold.erase(0, nl + 1);
+  }
+  return hold;
+}
+
+int run_on_machine(Globals& g, RunOptions& o, const std::string& name) {
+  auto refuse_fix = [&](Code code, std::string message, std::string fix) {
+    return refuse(Error{code, std::move(message), {{"machine", name}, {"fix", std::move(fix)}}}, g.json);
+  };
+  if (!o.workspace || o.workspace->empty() || o.workspace->front() != '/' || !is_valid_utf8(*o.workspace))
+    return refuse(Error{Code::OptionInvalid,
+                        "--machine needs --workspace: the absolute path of the run's workspace on that machine",
+                        {{"machine", name}}},
+                  g.json);
+  if (o.slot.find(':') != std::string::npos)
+    return refuse(Error{Code::OptionInvalid, "with --machine, --slot names a slot of that machine: NAME only",
+                        {{"slot", o.slot}}},
+                  g.json);
+  auto profile = parse_profile(g.profile);
+  if (!profile) return refuse(profile.error(), g.json);
+  auto st = open_store(g);
+  if (!st) return refuse(st.error(), g.json);
+  auto far = far_machine(g, **st, name);
+  if (!far) return refuse(far.error(), g.json);
+  const store::MachineRecord& row = far->row;
+  // The gate: the row must be believed whole, installed, probed since, and recently.
+  auto fleet = fleet_public(far->state);
+  if (!fleet) return refuse(fleet.error(), g.json);
+  Json seen = read_seen(far->state).value_or(Json::object());
+  Json mark = seen.value(name, Json(0));
+  Judgement j = judge(row, *fleet, mark.is_number_integer() ? mark.get<int64_t>() : 0);
+  const Json inst = row.transport.value("installed", Json());
+  if (!inst.is_object() || !inst.value("sha256", Json()).is_string())
+    return refuse_fix(Code::ConfigError, fmt::format("machine {} has no airlock installed by this fleet", name),
+                      "airlock machine install " + name);
+  if (!j.believed)
+    return refuse_fix(Code::ExecutorUnavailable,
+                      fmt::format("machine {}'s row is not believed ({}: {}): nothing runs there", name, j.reason_name,
+                                  j.reason),
+                      j.reason_name == "never_probed" ? "airlock machine probe " + name
+                                                      : "airlock machine probe " + name + " (after fixing what it names)");
+  int64_t installed_at = inst.value("at_ms", Json(0)).is_number_integer() ? inst["at_ms"].get<int64_t>() : 0;
+  if (row.probed_at_ms < installed_at)
+    return refuse_fix(Code::ExecutorUnavailable,
+                      fmt::format("machine {} was probed at {}, before the airlock now installed there ({}): its row "
+                                  "is stale",
+                                  name, utc(row.probed_at_ms), utc(installed_at)),
+                      "airlock machine probe " + name);
+  if (now_ms() - row.probed_at_ms > kRowFreshMs)
+    return refuse_fix(Code::ExecutorUnavailable,
+                      fmt::format("machine {} was probed at {}, more than 24 hours ago: its row is stale", name,
+                                  utc(row.probed_at_ms)),
+                      "airlock machine probe " + name);
+  auto pol = load_policy(find_policy_layers(o.defaults, o.policy_file, std::nullopt), far->state, false);
+  if (!pol) return refuse(pol.error(), g.json);
+  pol->workspace = *o.workspace;
+  // Composed only where the row asserts what the plan needs: the plan is made from its facts.
+  auto plan = plan::plan_execution(*pol, *j.facts, *profile, exec::built_tiers());
+  if (!plan) {
+    Error e = plan.error();
+    e.message = fmt::format("machine {}: {}", name, e.message);
+    e.facts["machine"] = name;
+    e.facts["fix"] = fmt::format("what the machine's row lacks is named above; once its kernel or configuration "
+                                 "provides it, `airlock machine probe {}` measures it again",
+                                 name);
+    return refuse(e, g.json);
+  }
+  std::string policy_digest = policy::digest(*pol);
+  sigset_t mask = block_stop_signals();
+  (void)mask;
+  auto held = reserve_seat(g, far->state, name + ":" + o.slot, policy_digest);
+  if (!held) return refuse(held.error(), g.json);
+  store::Seat& seat = *held->seat;
+  const std::string run_id = seat.run().id;
+  (void)make_dirs(far->state + "/receipts");  // its failure is the create's
+  auto log = ledger::ReceiptLog::create(far->state + "/receipts/" + run_id + ".jsonl", run_id);
+  if (!log) {
+    seat.release(std::string(to_name(log.error().code)));
+    return refuse(log.error(), g.json);
+  }
+  auto end = [&](const Error* e, Json close) {
+    if (e) close["refused"] = e->to_json();
+    (void)log->append("dispatch.close", std::move(close));
+    seat.release(e ? std::string(to_name(e->code)) : close.value("outcome", std::string("ended")));
+    if (e) return refuse(*e, g.json);
+    return 0;
+  };
+  (void)seat.record_enforcement(std::string(policy::to_string(plan->executor())), plan->tier(),
+                                "planned from machine " + name + "'s signed row: " + plan->why, row.facts);
+  if (auto a = log->append("dispatch.open", {{"machine", name},
+                                              {"ssh", row.transport.value("ssh", "")},
+                                              {"installed_sha256", inst["sha256"]},
+                                              {"row_signed_at_ms", row.signed_at_ms},
+                                              {"row_probed_at_ms", row.probed_at_ms},
+                                              {"executor", policy::to_string(plan->executor())},
+                                              {"tier", plan->tier()},
+                                              {"policy_digest", policy_digest},
+                                              {"workspace", *o.workspace},
+                                              {"argv", o.command}});
+      !a) {
+    Error e = a.error();
+    return end(&e, Json::object());
+  }
+  if (!o.quiet && !g.json)
+    std::fprintf(stderr, "airlock: machine %s: %s tier planned from its signed row (probed %s), run %s\n",
+                 name.c_str(), std::string(policy::to_string(plan->executor())).c_str(), utc(row.probed_at_ms).c_str(),
+                 run_id.c_str());
+
+  // 1. The far airlock is the one installed (the platform's sha256sum), and the policy is there.
+  const std::string dir = shell_quote(far->target.dir), want = inst["sha256"].get<std::string>();
+  const std::string far_policy = fmt::format("\"$d\"/dispatch/{}.json", run_id);
+  std::string prep = fmt::format(
+      "set -eu; d={}; sha256sum < \"$d\"/airlock; umask 077; mkdir -p \"$d\"/dispatch; printf %s {} | base64 -d > {}",
+      dir, shell_quote(base64_encode(policy::to_json(*pol).dump())), far_policy);
+  auto r = ssh_run(far->target, prep, -1, std::chrono::seconds(120), 4096);
+  if (!r) return end(&r.error(), Json::object());
+  if (r->status != 0) {
+    Error e = far_failed(*far, "preparing the run", *r);
+    return end(&e, Json::object());
+  }
+  if (std::string there = digest_word(r->out); there != want) {
+    Error e{Code::CustodyUnsafe,
+            fmt::format("machine {}: the airlock there hashes to {}, not the {} installed: it was replaced; nothing ran",
+                        name, there.empty() ? "nothing readable" : there, want),
+            {{"machine", name}, {"installed_sha256", want}, {"far_sha256", there}, {"fix", "airlock machine install " + name}}};
+    return end(&e, Json::object());
+  }
+
+  // 2. The run, its stdin and stderr ours, its stdout relayed but for the summary line.
+  std::string cmd = fmt::format("d={}; exec \"$d\"/airlock --state-dir \"$d\"/state run --json --policy {} --workspace {}",
+                                dir, far_policy, shell_quote(*o.workspace));
+  if (o.slot != "default") cmd += " --slot " + shell_quote(o.slot);
+  cmd += " --";
+  for (const auto& a : o.command) cmd += " " + shell_quote(a);
+  std::vector<std::string> args = {"ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o",
+                                   "ConnectTimeout=15", "-p", std::to_string(far->target.port)};
+  if (!far->target.identity.empty()) args.insert(args.end(), {"-i", far->target.identity, "-o", "IdentitiesOnly=yes"});
+  if (!far->target.known_hosts.empty()) args.insert(args.end(), {"-o", "UserKnownHostsFile=" + far->target.known_hosts});
+  args.insert(args.end(), {"--", far->target.user + "@" + far->target.host, "exec /bin/sh -c " + shell_quote(cmd)});
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) < 0) {
+    Error e = fail_errno(Code::IoError, "pipe for the far run", errno).error();
+    return end(&e, Json::object());
+  }
+  UniqueFd out_rd(p[0]), out_wr(p[1]);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, out_wr.get(), 1);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);  // ssh takes SIGINT and SIGTERM as it would alone
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
+  pid_t pid = -1;
+  int rc = ::posix_spawnp(&pid, "ssh", &fa, &attr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  out_wr.reset();
+  if (rc != 0) {
+    Error e = fail_errno(Code::ConfigError, "cannot start ssh (Debian's openssh-client)", rc).error();
+    return end(&e, Json::object());
+  }
+  // A stop signal reaches ssh, whose end closes the far session.
+  std::string summary_line = relay_all_but_summary(out_rd.get());
+  int wst = 0;
+  while (::waitpid(pid, &wst, 0) < 0 && errno == EINTR) {
+  }
+  int status = WIFEXITED(wst) ? WEXITSTATUS(wst) : 128 + WTERMSIG(wst);
+  Json summary = parse_json(summary_line, Code::ProtocolError, "the far run's summary").value_or(Json());
+  if (!summary.is_object() || !summary.value("session", Json()).is_string()) {
+    Error e = status == 255 ? Error{Code::ServerUnreachable,
+                                    fmt::format("machine {}: ssh failed before the run's end", name), {{"machine", name}}}
+                            : Error{Code::ProtocolError,
+                                    fmt::format("machine {}: the far run ended (status {}) without its summary", name, status),
+                                    {{"machine", name}, {"status", status}}};
+    return end(&e, {{"status", status}});
+  }
+  std::string far_session = summary["session"].get<std::string>();
+  if (!plain_id(far_session)) {
+    Error e{Code::ProtocolError, fmt::format("machine {}: the far run names no plain session id", name), {{"machine", name}}};
+    return end(&e, {{"status", status}});
+  }
+
+  // 3. Its receipts, verified here and appended to this run's chain; its policy copy removed.
+  Json far_chain = {{"session", far_session}};
+  std::string collect = fmt::format("set -eu; d={}; rm -f {}; cat \"$d\"/state/receipts/{}.jsonl", dir, far_policy, far_session);
+  auto c = ssh_run(far->target, collect, -1, std::chrono::seconds(300), kFarReceiptsMax);
+  if (!c || c->status != 0) {
+    far_chain["verified"] = false;
+    far_chain["error"] = c ? far_failed(*far, "reading the far receipts", *c).message : c.error().message;
+  } else {
+    std::string copy = far->state + "/receipts/" + run_id + ".far.jsonl";
+    far_chain["copy"] = copy;
+    far_chain["sha256"] = sha256_hex(c->out);
+    if (auto w = write_file_atomic(copy, c->out, 0600); !w) {
+      far_chain["verified"] = false;
+      far_chain["error"] = w.error().message;
+    } else if (auto v = ledger::verify_chain(copy); !v) {
+      far_chain["verified"] = false;
+      far_chain["error"] = v.error().message;
+    } else {
+      far_chain["verified"] = true;
+      far_chain["receipts"] = v->receipts;
+      far_chain["last_hash"] = v->last_hash;
+      std::string_view text = c->out;
+      for (size_t at = 0; at < text.size();) {
+        size_t nl = text.find('\n', at);
+        if (nl == std::string_view::npos) break;
+        auto rec = parse_json(text.substr(at, nl - at), Code::LedgerCorrupt, "a far receipt");
+        if (rec) (void)log->append("far.receipt", {{"machine", name}, {"receipt", *rec}});
+        at = nl + 1;
+      }
+    }
+  }
+  std::string outcome = fmt::format("exit {}", status);
+  Json close = {{"status", status}, {"outcome", outcome}, {"far_summary", summary}, {"far_chain", far_chain}};
+  if (!far_chain.value("verified", false)) {
+    Error e{Code::LedgerCorrupt,
+            fmt::format("machine {}: the far run's receipts do not verify here: {}", name,
+                        far_chain.value("error", std::string("unknown"))),
+            {{"machine", name}, {"far_session", far_session}}};
+    (void)log->append("dispatch.close", close);
+    seat.release(std::string(to_name(e.code)));
+    return refuse(e, g.json);
+  }
+  (void)log->append("dispatch.close", close);
+  seat.release(outcome);
+  if (g.json) {
+    Json out = summary;
+    out["machine"] = name;
+    out["run"] = run_id;
+    out["receipts"] = log->path();
+    out["far_receipts"] = far_chain;
+    std::printf("%s\n", out.dump(-1, ' ', false, Json::error_handler_t::replace).c_str());
+  } else if (!o.quiet) {
+    std::fprintf(stderr, "airlock: machine %s: exit status %d; far receipts %s verified here (%s)\nairlock: receipts %s\n",
+                 name.c_str(), status, far_chain.value("receipts", Json(0)).dump().c_str(),
+                 far_chain.value("copy", std::string()).c_str(), log->path().c_str());
+  }
+  return status;
+}
+
 int slot_set(Globals& g, const StoreOptionsCli& o) {
   auto ref = parse_slot_ref(g, o.slot);
   if (!ref) return refuse(ref.error(), g.json);
@@ -838,6 +1139,8 @@ int runs_show(Globals& g, const StoreOptionsCli& o) {
 }
 
 }  // namespace
+
+int run_on_machine_cli(Globals& g, RunOptions& o, const std::string& name) { return run_on_machine(g, o, name); }
 
 void add_store_verbs(CLI::App& app, Globals& g, Action& run) {
   static StoreOptionsCli o;

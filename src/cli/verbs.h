@@ -29,6 +29,7 @@ struct RunOptions {
   bool private_dirs = false;           // TMPDIR and HOME made by the command once confined
   Json agent;                          // the agent run, for the first receipt (null: none)
   std::optional<egress::ModelGateway> model_gateway;  // served by the session's door
+  std::string machine;                 // --machine: another machine of the fleet runs it
 };
 
 // What an agent run in vendor confinement records and prints, in these words.
@@ -38,6 +39,10 @@ inline constexpr std::string_view kVendorClaim = "airlock makes no claim the age
 // success, closes; returns the command's exit status or 125. `before` (agent runs) sees the
 // loaded policy and measured facts first and may refuse; it may change o and the facts.
 int run_confined(Globals& g, RunOptions& o, const std::function<Result<void>(SessionStart&)>& before = {});
+
+// `airlock run --machine NAME`: the run composed on another machine of the fleet, over its ssh
+// transport, only where its signed row asserts what the plan needs (cmd_store.cpp).
+int run_on_machine_cli(Globals& g, RunOptions& o, const std::string& name);
 
 void add_policy(CLI::App& app, Globals& g, Action& run);
 void add_doctor(CLI::App& app, Globals& g, Action& run);

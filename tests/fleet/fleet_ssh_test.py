@@ -11,7 +11,11 @@ Checked: a machine not installed yet cannot be probed; install copies this airlo
 by the platform's sha256sum, and records its digest; probe records the far airlock's own
 measurement, signed; a far binary replaced after install is refused by digest and the row is kept;
 a host key other than the one believed, a stopped sshd, and a row whose transport was changed in
-the store are each refused by name, before anything is copied or run.
+the store are each refused by name, before anything is copied or run. `airlock run --machine`:
+the run is composed there only from a believed, fresh row whose facts allow its plan (stale,
+never probed, a tier the row lacks, a far binary replaced: refused by name with the fix), its
+stdout and exit status pass through, its far receipts verify here and join this run's chain, and
+its seat is held in this store under the far machine's id (a slot of one seat refuses a second).
 Usage: fleet_ssh_test.py AIRLOCK   (exit 77: not root, or no sshd here)
 """
 import hashlib
@@ -137,6 +141,7 @@ def run_checks(airlock, tmp, hosts):
     def al(*args):
         p = subprocess.run([airlock, "--state-dir", state, *args], capture_output=True, text=True, timeout=600)
         return p
+    al.cmd = [airlock, "--state-dir", state]
 
     def refused(p, code, what):
         check(p.returncode == 125 and f"AIRLOCK_{code}" in p.stderr,
@@ -187,9 +192,11 @@ def run_checks(airlock, tmp, hosts):
               "far1's Landlock ABI is what this kernel has")
         check(r["far1"]["hostname"] == mine["hostname"], "far1's hostname is the far side's")
         check(r["far1"]["transport"]["installed"]["sha256"] == local_sha, "the row keeps the installed digest")
-    probed_at = r.get("far1", {}).get("probed_at_ms")
+
+    check_dispatch(al, refused, tmp, far1, far2, client_key, known)
 
     # The far binary replaced after install: refused by digest, the row is not rewritten.
+    probed_at = rows().get("far1", {}).get("probed_at_ms")
     with open(far_bin, "ab") as f:
         f.write(b"\0")
     p = al("machine", "probe", "far1")
@@ -234,6 +241,108 @@ def run_checks(airlock, tmp, hosts):
     os.symlink(known, os.path.join(tmp, "kh-link"))
     p = al("machine", "add", "x", "--ssh", "root@127.0.0.1:1", "--known-hosts", os.path.join(tmp, "kh-link"))
     refused(p, "CUSTODY_UNSAFE", "--known-hosts through a link")
+
+
+def check_dispatch(al, refused, tmp, far1, far2, client_key, known):
+    """`airlock run --machine`: composed on the far machine only where its row allows."""
+    ws = os.path.join(tmp, "far1-workspace")  # a path on the far machine (the same host here)
+    os.mkdir(ws)
+    policy = os.path.join(tmp, "ns.json")
+    with open(policy, "w") as f:
+        json.dump({"schema_version": "airlock.task_policy.v1", "executor": "namespaces",
+                   "limits": {"command_timeout_seconds": 2}}, f)
+
+    def dispatch(*cmd, extra=(), pol=policy, machine="far1"):
+        return al("run", "--machine", machine, "--policy", pol, "--workspace", ws, *extra, "--", *cmd)
+
+    # A run there: its stdout relayed, its exit status passed through, its write-back on the far
+    # workspace, its receipts verified here and appended to this run's own chain.
+    p = dispatch("sh", "-c", "echo hello; echo made > out.txt; test -e /proc/1/cmdline && cat /proc/1/comm", extra=("--json",))
+    check(p.returncode == 0, f"dispatch: {p.returncode} {p.stderr}")
+    lines = p.stdout.splitlines()
+    check(lines[:1] == ["hello"], f"the far command's stdout is relayed: {p.stdout!r}")
+    summary = json.loads(lines[-1]) if lines else {}
+    check(summary.get("machine") == "far1" and summary.get("executor") == "namespaces",
+          f"the summary names the machine and the tier that ran: {summary}")
+    check(summary.get("far_receipts", {}).get("verified") is True, f"the far receipts verify here: {summary}")
+    with open(os.path.join(ws, "out.txt")) as f:
+        check(f.read() == "made\n", "the far run's write-back landed in the far workspace")
+    local = summary.get("receipts", "")
+    v = al("receipts", "verify", local)
+    check(v.returncode == 0, f"this run's own chain verifies: {v.stdout} {v.stderr}")
+    kinds = []
+    with open(local) as f:
+        for line in f:
+            r = json.loads(line)
+            kinds.append(r["kind"] if r["kind"] != "far.receipt" else "far:" + r["receipt"]["kind"])
+    check(kinds[0] == "dispatch.open" and kinds[-1] == "dispatch.close" and "far:session.open" in kinds
+          and "far:session.close" in kinds, f"the far receipts are in this run's chain: {kinds}")
+    runs = json.loads(al("runs", "list", "--json").stdout)["runs"]
+    mine = [r for r in runs if r["id"] == summary.get("run")]
+    check(mine and mine[0]["machine"] == "far1" and mine[0]["outcome"] == "exit 0",
+          f"the seat was taken under the far machine's id: {mine}")
+
+    # The exit status passes through; a far refusal (the wall-time limit) is the far run's.
+    p = dispatch("sh", "-c", "exit 7")
+    check(p.returncode == 7, f"a far exit status passes through: {p.returncode} {p.stderr}")
+    p = dispatch("sleep", "30")
+    check(p.returncode == 125 and "AIRLOCK_TOOL_TIMEOUT" in p.stderr, f"a far run stopped by its limit: {p.stderr}")
+    check("verified here" in p.stderr, f"a stopped far run's receipts still verify here: {p.stderr}")
+
+    # Capacity: the far machine's slot, held in this store under its id.
+    p = al("slot", "set", "far1:default", "--max-sessions", "1")
+    check(p.returncode == 0, f"slot set: {p.stderr}")
+    slow = subprocess.Popen([*al_cmd(al), "run", "--machine", "far1", "--policy", policy, "--workspace", ws, "--",
+                             "sleep", "1.5"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    for _ in range(100):
+        live = json.loads(al("runs", "list", "--live", "--json").stdout)["runs"]
+        if live:
+            break
+        time.sleep(0.05)
+    p = dispatch("true")
+    refused(p, "CAPACITY_EXHAUSTED", "a second run on a far slot of one seat")
+    slow.wait(60)
+    check(slow.returncode == 0, f"the run holding the seat: {slow.stderr.read()}")
+    al("slot", "set", "far1:default", "--max-sessions", "4")
+
+    # What the plan needs and the row does not assert: refused by name, with the fix.
+    container = os.path.join(tmp, "container.json")
+    with open(container, "w") as f:
+        json.dump({"schema_version": "airlock.task_policy.v1", "executor": "container"}, f)
+    p = dispatch("true", pol=container)
+    refused(p, "EXECUTOR_UNAVAILABLE", "a tier the far machine cannot provide")
+    check("machine far1" in p.stderr and "machine probe far1" in p.stderr, f"the refusal names the fix: {p.stderr}")
+
+    # A row probed before the airlock now installed is stale; a far binary replaced after the
+    # probe is refused by digest before anything runs.
+    al("machine", "install", "far1")
+    p = dispatch("touch", "stale-ran")
+    refused(p, "EXECUTOR_UNAVAILABLE", "a run on a row probed before its install")
+    check("stale" in p.stderr and "airlock machine probe far1" in p.stderr, f"stale, with the fix: {p.stderr}")
+    al("machine", "probe", "far1")
+    far_bin = os.path.join(far1.install_dir, "airlock")
+    with open(far_bin, "ab") as f:
+        f.write(b"\0")
+    p = dispatch("touch", "replaced-ran")
+    refused(p, "CUSTODY_UNSAFE", "a run on a far binary replaced after its probe")
+    check(not os.path.exists(os.path.join(ws, "stale-ran")) and not os.path.exists(os.path.join(ws, "replaced-ran")),
+          "nothing ran where the gate refused")
+    al("machine", "install", "far1")
+    al("machine", "probe", "far1")
+
+    # Never probed: refused, naming the probe.
+    p = al("machine", "add", "far3", "--ssh", f"root@127.0.0.1:{far2.port}", "--identity", client_key,
+           "--known-hosts", known, "--dir", os.path.join(tmp, "far3"))
+    check(p.returncode == 0, f"machine add far3: {p.stderr}")
+    p = al("machine", "install", "far3")
+    check(p.returncode == 0, f"install far3: {p.stderr}")
+    p = dispatch("true", machine="far3")
+    refused(p, "EXECUTOR_UNAVAILABLE", "a run on a machine never probed")
+    check("never_probed" in p.stderr, f"the refusal names never_probed: {p.stderr}")
+
+
+def al_cmd(al):
+    return al.__defaults__[0] if al.__defaults__ else al.cmd
 
 
 if __name__ == "__main__":
