@@ -220,6 +220,38 @@ std::string cgroup_text(const plan::HostFacts& f) {
   return "none";
 }
 
+constexpr int64_t kAttestationFreshMs = 7LL * 24 * 3600 * 1000;
+
+// The level an attestation shows, judged here from its per-executor results: isolated when the
+// microVM tier contained every row, sandboxed when Landlock or namespaces did, brokered otherwise.
+policy::MachineIsolation attested_level(const Json& executors) {
+  auto contained = [&](std::string_view name) {
+    for (const auto& e : executors)
+      if (e.is_object() && e.value("executor", "") == name && e.value("contained", false)) return true;
+    return false;
+  };
+  if (contained("microvm")) return policy::MachineIsolation::Isolated;
+  if (contained("landlock") || contained("namespaces")) return policy::MachineIsolation::Sandboxed;
+  return policy::MachineIsolation::Brokered;
+}
+
+// The level a row's attestation is worth now: none when absent, older than 7 days, or made with
+// another airlock than the one installed (its `why` says which).
+policy::MachineIsolation current_level(const store::MachineRecord& m, std::string* why = nullptr) {
+  auto say = [&](std::string w) {
+    if (why) *why = std::move(w);
+    return policy::MachineIsolation::None;
+  };
+  const Json& a = m.attestation;
+  if (!a.is_object()) return say("never attested");
+  std::string installed = m.transport.value("installed", Json::object()).value("sha256", "");
+  if (a.value("airlock_sha256", "") != installed) return say("attested with another airlock than the one installed");
+  Json at = a.value("attested_at_ms", Json(0));
+  if (!at.is_number_integer() || now_ms() - at.get<int64_t>() > kAttestationFreshMs)
+    return say(fmt::format("attested at {}, more than 7 days ago", utc(at.is_number_integer() ? at.get<int64_t>() : 0)));
+  return attested_level(a.value("executors", Json::array()));
+}
+
 Json machine_json(const store::MachineRecord& m, const Judgement& j) {
   Json out = {{"id", m.id},       {"hostname", m.hostname},         {"landlock_abi", m.landlock_abi},
               {"facts", m.facts}, {"probed_at_ms", m.probed_at_ms}, {"transport", m.transport},
@@ -229,6 +261,10 @@ Json machine_json(const store::MachineRecord& m, const Judgement& j) {
                                                                    : "verified"},
               {"believed", j.believed}};
   if (!j.believed) out["not_believed"] = {{"reason", j.reason_name}, {"message", j.reason}};
+  std::string why;
+  out["isolation"] = policy::to_string(j.believed ? current_level(m, &why) : policy::MachineIsolation::None);
+  if (!why.empty()) out["isolation_why"] = why;
+  out["attestation"] = m.attestation;
   return out;
 }
 
@@ -241,6 +277,7 @@ std::vector<std::string> machine_row(const store::MachineRecord& m, const Judgem
             "-",
             "-",
             utc(m.probed_at_ms),
+            "-",
             fmt::format("NOT BELIEVED ({}: {})", j.reason_name, j.reason)};
   const auto& f = *j.facts;
   return {m.id,
@@ -250,6 +287,7 @@ std::vector<std::string> machine_row(const store::MachineRecord& m, const Judgem
           cgroup_text(f),
           yes_no(f.kvm_usable),
           utc(m.probed_at_ms),
+          std::string(policy::to_string(current_level(m))),
           "ok"};
 }
 
@@ -264,8 +302,8 @@ int emit(const Globals& g, const char* key, const Json& arr,
   return 0;
 }
 
-const std::vector<std::string> kMachineHeader = {"MACHINE", "HOSTNAME", "LANDLOCK", "USERNS",
-                                                 "CGROUP",  "KVM",      "PROBED",   "STATUS"};
+const std::vector<std::string> kMachineHeader = {"MACHINE", "HOSTNAME", "LANDLOCK",  "USERNS", "CGROUP",
+                                                 "KVM",     "PROBED",   "ISOLATION", "STATUS"};
 
 // The fleet's public key: this machine's fleet key's, or else the one `airlock fleet trust` kept;
 // a key that cannot be read is refused.
@@ -746,6 +784,91 @@ int machine_probe_remote(Globals& g, const std::string& name) {
   return 0;
 }
 
+// ---- attestation: `airlock machine attest NAME` ----
+
+// `airlock machine attest NAME`: the escape suite, run on that machine by its installed airlock
+// (hashed there first), every tier it applies; the result is recorded in its row, signed: per
+// executor whether it contained every row, and the level that makes. The far suite's own output
+// is what the level rests on: a machine's root could forge it, as it could forge anything it runs.
+int machine_attest(Globals& g, const std::string& name) {
+  auto st = open_store(g);
+  if (!st) return refuse(st.error(), g.json);
+  auto far = far_machine(g, **st, name);
+  if (!far) return refuse(far.error(), g.json);
+  const Json inst = far->row.transport.value("installed", Json());
+  if (!inst.is_object() || !inst.value("sha256", Json()).is_string())
+    return refuse(Error{Code::ConfigError,
+                        fmt::format("machine {} has no airlock installed by this fleet: run `airlock machine install {}`",
+                                    name, name),
+                        {{"machine", name}, {"fix", "airlock machine install " + name}}},
+                  g.json);
+  std::string want = inst["sha256"].get<std::string>();
+  std::string script = fmt::format(
+      "set -eu; d={}; sha256sum < \"$d\"/airlock; exec \"$d\"/airlock --state-dir \"$d\"/state escape-suite --json",
+      shell_quote(far->target.dir));
+  std::fprintf(stderr, "airlock: running the escape suite on %s (every tier it applies; a minute or more)\n", name.c_str());
+  auto r = ssh_run(far->target, script, -1, std::chrono::seconds(3600), 64u << 20);
+  if (!r) return refuse(r.error(), g.json);
+  std::string there = digest_word(r->out);
+  if (there != want)
+    return refuse(r->status == 255 ? unreachable_error(far->target, name, *r)
+                                   : Error{Code::CustodyUnsafe,
+                                           fmt::format("machine {}: the airlock there hashes to {}, not the {} installed: "
+                                                       "nothing it reports is believed",
+                                                       name, there.empty() ? "nothing readable" : there, want),
+                                           {{"machine", name}, {"fix", "airlock machine install " + name}}},
+                  g.json);
+  std::string_view body = std::string_view(r->out).substr(std::min(r->out.find('\n') + 1, r->out.size()));
+  auto suite = parse_json(body, Code::ProtocolError, fmt::format("machine {}'s escape suite", name));
+  if (!suite || !suite->is_object() || suite->value("schema", "") != "airlock.escape_suite.v1" ||
+      !(*suite)["executors"].is_array())
+    return refuse(r->status != 0 ? far_failed(*far, "the escape suite", *r)
+                                 : Error{Code::ProtocolError,
+                                         fmt::format("machine {}: the escape suite's output is not what airlock writes", name),
+                                         {{"machine", name}}},
+                  g.json);
+  Json executors = Json::array();
+  for (const auto& e : (*suite)["executors"]) {
+    if (!e.is_object() || !e.value("executor", Json()).is_string()) continue;
+    const Json& results = e.value("results", Json::array());
+    size_t rows = results.is_array() ? results.size() : 0, held = 0;
+    if (results.is_array())
+      for (const auto& row : results)
+        // Held: what the suite expects of a real tier happened (contained, or refused by name).
+        if (row.is_object() && row.value("matched", false) && row.value("expected", "") != "breached" &&
+            row.value("verdict", "") == row.value("expected", "-"))
+          ++held;
+    bool ran = e.value("refusal", Json()).is_null();
+    bool contained = ran && e.value("expected", "") == "contained" && e.value("matched", false) && rows > 0 && held == rows;
+    Json x = {{"executor", e["executor"]}, {"contained", contained}, {"rows", rows}, {"rows_contained", held}};
+    if (!ran) x["why"] = e["refusal"].value("message", std::string("refused"));
+    executors.push_back(std::move(x));
+  }
+  store::MachineRecord m = far->row;
+  m.attestation = {{"schema", "airlock.attestation.v1"},
+                   {"suite", suite->value("schema", "")},
+                   {"airlock_sha256", want},
+                   {"kernel", suite->value("kernel", Json(""))},
+                   {"uid", suite->value("uid", Json(-1))},
+                   {"profile", suite->value("profile", Json(""))},
+                   {"attested_at_ms", now_ms()},
+                   {"executors", executors}};
+  m.attestation["level"] = policy::to_string(attested_level(executors));
+  if (auto s = sign_row(m, far->state); !s) return refuse(s.error(), g.json);
+  if (auto p = (*st)->put_machine(m); !p) return refuse(p.error(), g.json);
+  if (g.json) {
+    std::printf("%s\n", Json({{"machine", name}, {"attestation", m.attestation}}).dump(2, ' ', false, Json::error_handler_t::replace).c_str());
+  } else {
+    std::vector<std::vector<std::string>> rows = {{"EXECUTOR", "CONTAINED", "ROWS"}};
+    for (const auto& e : executors)
+      rows.push_back({e["executor"].get<std::string>(), e["contained"].get<bool>() ? "yes" : "no" + (e.contains("why") ? " (" + e["why"].get<std::string>() + ")" : std::string()),
+                      fmt::format("{}/{}", e["rows_contained"].get<size_t>(), e["rows"].get<size_t>())});
+    print_table(rows);
+    std::printf("machine %s attested %s\n", name.c_str(), m.attestation["level"].get<std::string>().c_str());
+  }
+  return 0;
+}
+
 // ---- dispatch: `airlock run --machine NAME` ----
 
 // How old a probe may be for a run to be composed on it, and which ids far output may name.
@@ -860,6 +983,17 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name) {
                                  "provides it, `airlock machine probe {}` measures it again",
                                  name);
     return refuse(e, g.json);
+  }
+  if (pol->machine_isolation != policy::MachineIsolation::None) {
+    std::string why;
+    auto level = current_level(row, &why);
+    if (level < pol->machine_isolation)
+      return refuse_fix(Code::ExecutorUnavailable,
+                        fmt::format("machine {}: the policy asks for a machine attested {} ($.machine_isolation); it is "
+                                    "attested {}{}",
+                                    name, policy::to_string(pol->machine_isolation), policy::to_string(level),
+                                    why.empty() ? "" : " (" + why + ")"),
+                        "airlock machine attest " + name);
   }
   std::string policy_digest = policy::digest(*pol);
   sigset_t mask = block_stop_signals();
@@ -1157,6 +1291,11 @@ void add_store_verbs(CLI::App& app, Globals& g, Action& run) {
   minstall->add_option("name", install_name, "the machine (`machine add`)")->required();
   minstall->add_flag("--json", g.json, "print JSON");
   minstall->callback([&g, &run] { run = [&g] { return machine_install(g, install_name); }; });
+  static std::string attest_name;
+  auto* mattest = machine->add_subcommand("attest", "run the escape suite on another machine and record its isolation level, signed");
+  mattest->add_option("name", attest_name, "the machine (`machine add`, `machine install`)")->required();
+  mattest->add_flag("--json", g.json, "print JSON");
+  mattest->callback([&g, &run] { run = [&g] { return machine_attest(g, attest_name); }; });
   auto* madd = machine->add_subcommand("add", "record another machine and how it is reached (ssh), signed");
   madd->add_option("name", o.machine, "the machine's name in the store")->required();
   madd->add_option("--ssh", o.ssh, "user@host[:port] to reach it over")->required();

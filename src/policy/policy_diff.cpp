@@ -109,6 +109,9 @@ std::vector<Widening> widenings(const TaskPolicy& a, const TaskPolicy& b) {
     out.push_back({"$.agent.airlock_sha256", "does not pin airlock to the same sha256"});
   if (a.confinement == Confinement::Vendor && b.confinement == Confinement::Engine)
     out.push_back({"$.confinement", "leaves an agent run to the agent's own sandbox (vendor)"});
+  if (a.machine_isolation < b.machine_isolation)
+    out.push_back({"$.machine_isolation", fmt::format("asks a machine for {} isolation (not {})",
+                                                      to_string(a.machine_isolation), to_string(b.machine_isolation))});
   if (a.write_back != b.write_back)
     out.push_back({"$.write_back", fmt::format("writes back {} (not {})", to_string(a.write_back),
                                                to_string(b.write_back))});

@@ -136,6 +136,11 @@ std::vector<SchemaField> make_fields() {
       {"write_back", one_of<WriteBack>(), "`on_close`",
        "When a session's changes land: when it closes normally, or as each `write_file` and tool run "
        "completes."},
+      {"machine_isolation", one_of<MachineIsolation>(), "`none`",
+       "For `airlock run --machine`: the isolation that machine must have been attested at, within 7 days and "
+       "with the airlock installed there (`airlock machine attest`): `brokered` (attested at all), "
+       "`sandboxed` (its Landlock or namespaces tier contained every escape row), `isolated` (its microVM "
+       "tier did). Anything less is `AIRLOCK_EXECUTOR_UNAVAILABLE`, naming the level found."},
   };
   f.insert(f.end(), rest.begin(), rest.end());
   return f;
@@ -210,6 +215,7 @@ Json schema_example() {
         {"airlock_sha256", std::string(64, 'b')}}},
       {"confinement", "vendor"},
       {"write_back", "immediate"},
+      {"machine_isolation", "sandboxed"},
   };
 }
 

@@ -83,11 +83,11 @@ namespace {
 
 using Keys = std::span<const std::string_view>;
 
-constexpr std::array<std::string_view, 19> kTopKeys = {
+constexpr std::array<std::string_view, 20> kTopKeys = {
     "schema_version",  "task_id",      "workspace", "workload",     "tenancy",
     "executor",        "code_network", "egress",    "readable",     "write_back_paths",
     "read_only_paths", "tools",        "limits",    "denied_names", "agent",
-    "confinement",     "protected_paths", "writable_protected_paths", "write_back"};
+    "confinement",     "protected_paths", "writable_protected_paths", "write_back", "machine_isolation"};
 constexpr std::array<std::string_view, 5> kAgentKeys = {"model", "resume", "continue", "executable_sha256",
                                                        "airlock_sha256"};
 constexpr std::array<std::string_view, 2> kCodeNetworkKeys = {"mode", "rules"};
@@ -647,6 +647,8 @@ Result<TaskPolicy> parse_layer(const Json& doc, const TaskPolicy& base, bool wor
                      "confinement is a worker setting: only the worker's defaults (--defaults) may set it");
   }
   if (doc.contains("write_back")) p.write_back = TRY(get_enum<WriteBack>(doc["write_back"], "$.write_back"));
+  if (doc.contains("machine_isolation"))
+    p.machine_isolation = TRY(get_enum<MachineIsolation>(doc["machine_isolation"], "$.machine_isolation"));
   return p;
 }
 
@@ -751,6 +753,7 @@ Json to_json(const TaskPolicy& p) {
   if (!added.empty()) j["protected_paths"] = to_json(added);
   if (!p.writable_protected_paths.empty()) j["writable_protected_paths"] = p.writable_protected_paths;
   if (p.write_back != WriteBack::OnClose) j["write_back"] = to_string(p.write_back);
+  if (p.machine_isolation != MachineIsolation::None) j["machine_isolation"] = to_string(p.machine_isolation);
   return j;
 }
 

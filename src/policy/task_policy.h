@@ -116,6 +116,14 @@ AIRLOCK_ENUM(Confinement, AIRLOCK_CONFINEMENTS)
 #define AIRLOCK_WRITE_BACKS(X) X(OnClose, "on_close") X(Immediate, "immediate")
 AIRLOCK_ENUM(WriteBack, AIRLOCK_WRITE_BACKS)
 
+// The isolation a machine must have been attested at (`airlock machine attest`) for a run to be
+// dispatched to it (`airlock run --machine`): none asks for no attestation; brokered, that the
+// machine was attested at all; sandboxed, that its Landlock or namespaces tier contained every
+// escape row; isolated, that its microVM tier did. Ordered: each asks for more than the last.
+#define AIRLOCK_MACHINE_ISOLATIONS(X) \
+  X(None, "none") X(Brokered, "brokered") X(Sandboxed, "sandboxed") X(Isolated, "isolated")
+AIRLOCK_ENUM(MachineIsolation, AIRLOCK_MACHINE_ISOLATIONS)
+
 struct TaskPolicy {
   std::string task_id = "default";
   std::optional<std::string> workspace;  // absolute, normalised
@@ -137,6 +145,7 @@ struct TaskPolicy {
   AgentPolicy agent;
   Confinement confinement = Confinement::Engine;
   WriteBack write_back = WriteBack::OnClose;
+  MachineIsolation machine_isolation = MachineIsolation::None;
 };
 
 // The built-in default: trusted toolchain, one tenant, executor auto, no egress,

@@ -47,6 +47,8 @@ const std::vector<Migration>& migrations() {
        {"ALTER TABLE machines ADD COLUMN transport TEXT NOT NULL DEFAULT '{}'",
         "ALTER TABLE machines ADD COLUMN signature TEXT NOT NULL DEFAULT ''",
         "ALTER TABLE machines ADD COLUMN signed_at BIGINT NOT NULL DEFAULT 0"}},
+      // A machine row carries its latest attestation (the escape suite run there), signed with it.
+      {4, {"ALTER TABLE machines ADD COLUMN attestation TEXT NOT NULL DEFAULT 'null'"}},
   };
   return m;
 }
@@ -177,31 +179,35 @@ Result<void> Store::migrate() {
 }
 
 std::string MachineRecord::signed_text() const {
-  return lossless_canonical_json(Json{{"schema", "airlock.machine_row.v1"},
-                                      {"id", id},
-                                      {"hostname", hostname},
-                                      {"landlock_abi", landlock_abi},
-                                      {"facts", facts},
-                                      {"probed_at_ms", probed_at_ms},
-                                      {"transport", transport},
-                                      {"signed_at_ms", signed_at_ms}});
+  Json j{{"schema", "airlock.machine_row.v1"},
+         {"id", id},
+         {"hostname", hostname},
+         {"landlock_abi", landlock_abi},
+         {"facts", facts},
+         {"probed_at_ms", probed_at_ms},
+         {"transport", transport},
+         {"signed_at_ms", signed_at_ms}};
+  // Covered when present; a row never attested signs as it did before attestations existed.
+  if (!attestation.is_null()) j["attestation"] = attestation;
+  return lossless_canonical_json(j);
 }
 
 Result<void> Store::put_machine(const MachineRecord& m) {
   TRY(exec_locked(
-      "INSERT INTO machines (id, hostname, landlock_abi, facts, probed_at, transport, signature, signed_at)"
-      " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+      "INSERT INTO machines (id, hostname, landlock_abi, facts, probed_at, transport, signature, signed_at,"
+      " attestation) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
       " ON CONFLICT (id) DO UPDATE SET hostname = excluded.hostname, landlock_abi = excluded.landlock_abi,"
       " facts = excluded.facts, probed_at = excluded.probed_at, transport = excluded.transport,"
-      " signature = excluded.signature, signed_at = excluded.signed_at",
+      " signature = excluded.signature, signed_at = excluded.signed_at, attestation = excluded.attestation",
       {m.id, m.hostname, int64_t{m.landlock_abi}, m.facts.dump(), m.probed_at_ms, m.transport.dump(), m.signature,
-       m.signed_at_ms}));
+       m.signed_at_ms, m.attestation.dump()}));
   return {};
 }
 
 Result<std::vector<MachineRecord>> Store::machines() {
   auto r = TRY(exec_locked(
-      "SELECT id, hostname, landlock_abi, facts, probed_at, transport, signature, signed_at FROM machines ORDER BY id"));
+      "SELECT id, hostname, landlock_abi, facts, probed_at, transport, signature, signed_at, attestation FROM machines"
+      " ORDER BY id"));
   std::vector<MachineRecord> out;
   std::map<std::string, size_t> seen;
   for (const auto& row : r.rows) {
@@ -234,6 +240,7 @@ Result<std::vector<MachineRecord>> Store::machines() {
     m.transport = json(row[5], "transport");
     m.signature = row[6].value_or("");
     m.signed_at_ms = integer(row[7], "signed_at");
+    m.attestation = json(row[8], "attestation");
     if (auto [it, fresh] = seen.emplace(m.id, out.size()); !fresh) {
       why("another row has this id");
       if (out[it->second].malformed.empty()) out[it->second].malformed = "another row has this id";

@@ -22,7 +22,7 @@ namespace airlock::store {
 
 // The schema this build writes and reads. A database at a higher version is refused
 // (AIRLOCK_STORE_SCHEMA_NEWER): this build cannot know what the newer columns mean.
-inline constexpr int kSchemaVersion = 3;
+inline constexpr int kSchemaVersion = 4;
 // The slot `airlock run` uses when none is named. It is created on first use with this many
 // seats, so concurrent runs in one state directory work with no configuration.
 inline constexpr const char* kDefaultSlot = "default";
@@ -40,6 +40,9 @@ struct MachineRecord {
   // How airlock reaches the machine: {} for the one a row was probed on, {"ssh": "user@host:port",
   // "identity": FILE} for one added with `airlock machine add`.
   Json transport = Json::object();
+  // The latest `airlock machine attest` of it: {level, suite, airlock_sha256, kernel, uid,
+  // attested_at_ms, executors: [{executor, contained, rows, why}]}; null: never attested.
+  Json attestation = nullptr;
   // The fleet key's Ed25519 signature over signed_text(), base64; empty: unsigned.
   std::string signature;
   // When it was signed (covered by the signature): a reader that has seen a later signature for

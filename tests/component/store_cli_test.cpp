@@ -264,12 +264,12 @@ TEST(StoreCli, MalformedRowsAreJudgedNotBelievedAndAMachineCanCheckWithThePublic
   std::string db = fx.state_dir() + "/airlock.db";
   std::string deep = std::string(100000, '[') + std::string(100000, ']');
   sqlite_exec(db, "INSERT INTO machines SELECT 'deep', hostname, landlock_abi, '" + deep + "', probed_at, transport, "
-                  "signature, signed_at FROM machines LIMIT 1");
+                  "signature, signed_at, attestation FROM machines LIMIT 1");
   sqlite_exec(db, "INSERT INTO machines SELECT 'dup', hostname, landlock_abi, '{\"landlock_abi\":1,' || substr(facts, 2), "
-                  "probed_at, transport, signature, signed_at FROM machines WHERE id NOT IN ('deep') LIMIT 1");
+                  "probed_at, transport, signature, signed_at, attestation FROM machines WHERE id NOT IN ('deep') LIMIT 1");
   sqlite_exec(db, "INSERT INTO machines SELECT 'abi', hostname, landlock_abi || 'abc', facts, probed_at, transport, "
-                  "signature, signed_at FROM machines WHERE id NOT IN ('deep', 'dup') LIMIT 1");
-  sqlite_exec(db, "INSERT INTO machines VALUES ('fake' || char(0) || ' ok', 'h' || char(27) || '[2K', 1, 'null', 0, '{}', '', 0)");
+                  "signature, signed_at, attestation FROM machines WHERE id NOT IN ('deep', 'dup') LIMIT 1");
+  sqlite_exec(db, "INSERT INTO machines VALUES ('fake' || char(0) || ' ok', 'h' || char(27) || '[2K', 1, 'null', 0, '{}', '', 0, 'null')");
   auto list = fx.run({"machine", "list", "--json"});
   ASSERT_EQ(list.status, 0) << list.err;
   std::map<std::string, std::string> reasons;

@@ -305,6 +305,37 @@ def check_dispatch(al, refused, tmp, far1, far2, client_key, known):
     check(slow.returncode == 0, f"the run holding the seat: {slow.stderr.read()}")
     al("slot", "set", "far1:default", "--max-sessions", "4")
 
+    # Isolation claimed on evidence: a policy asking for an attested level is refused until the
+    # escape suite, run there, shows it; a level above what it showed stays refused.
+    def with_isolation(level):
+        path = os.path.join(tmp, f"iso-{level}.json")
+        with open(path, "w") as f:
+            json.dump({"schema_version": "airlock.task_policy.v1", "executor": "namespaces",
+                       "machine_isolation": level}, f)
+        return path
+    p = dispatch("true", pol=with_isolation("sandboxed"))
+    refused(p, "EXECUTOR_UNAVAILABLE", "a run asking for an attested machine before any attestation")
+    check("never attested" in p.stderr and "airlock machine attest far1" in p.stderr, f"names the fix: {p.stderr}")
+    p = al("machine", "attest", "far1", "--json")
+    check(p.returncode == 0, f"attest far1: {p.stderr}")
+    if p.returncode == 0:
+        att = json.loads(p.stdout)["attestation"]
+        by = {e["executor"]: e for e in att["executors"]}
+        check(by.get("namespaces", {}).get("contained") is True and by["namespaces"]["rows"] > 20,
+              f"the namespaces tier contained every escape row there: {by.get('namespaces')}")
+        check(att["level"] == ("isolated" if by.get("microvm", {}).get("contained") else "sandboxed"),
+              f"the level follows from the rows: {att['level']}")
+        check(att["airlock_sha256"] == sha256(al.cmd[0]), "the attestation names the airlock that ran the suite")
+    listed = json.loads(al("machine", "list", "--json").stdout)["machines"]
+    far1_row = [m for m in listed if m["id"] == "far1"]
+    check(far1_row and far1_row[0]["isolation"] in ("sandboxed", "isolated"), f"machine list shows the level: {far1_row}")
+    p = dispatch("true", pol=with_isolation("sandboxed"))
+    check(p.returncode == 0, f"a run asking for what the attestation shows: {p.stderr}")
+    if far1_row and far1_row[0]["isolation"] == "sandboxed":
+        p = dispatch("true", pol=with_isolation("isolated"))
+        refused(p, "EXECUTOR_UNAVAILABLE", "a run asking for more than the attestation shows")
+        check("attested sandboxed" in p.stderr, f"the refusal names the level found: {p.stderr}")
+
     # What the plan needs and the row does not assert: refused by name, with the fix.
     container = os.path.join(tmp, "container.json")
     with open(container, "w") as f:
