@@ -270,7 +270,10 @@ void add_agent(CLI::App& app, Globals& g, Action& run) {
   cmd->add_option("--slot", o.run.slot, "the slot whose seat the run takes (default: default)");
   cmd->add_flag("-q,--quiet", o.run.quiet, "print nothing of airlock's own unless refused");
   cmd->add_option("args", o.args, "the agent's arguments, after --");
-  cmd->callback([&g, &run] { run = [&g] { return agent_run(g, o); }; });
+  cmd->callback([&g, &run] {
+    if (!o.args.empty()) o.args = as_typed(g.args, o.args);
+    run = [&g] { return agent_run(g, o); };
+  });
 }
 
 }  // namespace airlock::cli

@@ -259,7 +259,7 @@ int run_confined(Globals& g, RunOptions& o, const std::function<Result<void>(Ses
     refusals.push_back({Code::WriteBackRefused, fmt::format("{} ({}) was not written back", r.path, r.reason),
                         {{"path", r.path}, {"reason", r.reason}}});
 
-  if (g.json) {
+  if (g.json || !o.summary_file.empty()) {
     Json j = {{"session", s.id()},
               {"executor", policy::to_string(s.plan().executor())},
               {"tier", s.plan().tier()},
@@ -269,8 +269,15 @@ int run_confined(Globals& g, RunOptions& o, const std::function<Result<void>(Ses
     Json errs = Json::array();
     for (const auto& e : refusals) errs.push_back(e.to_json());
     j["refusals"] = errs;
-    std::fflush(stdout);
-    std::printf("%s\n", j.dump(-1, ' ', false, Json::error_handler_t::replace).c_str());  // names from the view
+    std::string line = j.dump(-1, ' ', false, Json::error_handler_t::replace);  // names from the view
+    if (!o.summary_file.empty()) {
+      // Written whole (a reader waiting for it never sees half), for this user alone.
+      if (auto w = write_file_atomic(o.summary_file, line + "\n", 0600); !w)
+        std::fprintf(stderr, "airlock: the summary could not be written: %s\n", escape_for_terminal(w.error().message).c_str());
+    } else {
+      std::fflush(stdout);
+      std::printf("%s\n", line.c_str());
+    }
   }
   // Names in these lines come from the sandbox: escaped, so a newline or an escape sequence in a
   // file name cannot forge a line of airlock's own or drive the terminal.
@@ -312,6 +319,8 @@ void add_run(CLI::App& app, Globals& g, Action& run) {
                   "workspace directory (overrides the policy's); the current directory when neither names one");
   cmd->add_flag("--json", g.json, "print a JSON summary as the last line of stdout");
   cmd->add_option("--slot", o.slot, "the slot whose seat the run takes: NAME or MACHINE:NAME (default: default)");
+  cmd->add_option("--summary-file", o.summary_file,
+                  "write the JSON summary --json prints to this file instead (stdout stays the command's alone)");
   cmd->add_option("--machine", o.machine,
                   "run on this machine of the fleet (`airlock machine add`), over ssh; --workspace is a path there");
   cmd->add_flag("-q,--quiet", o.quiet, "print nothing of airlock's own unless refused");
@@ -321,6 +330,7 @@ void add_run(CLI::App& app, Globals& g, Action& run) {
   cmd->positionals_at_end();
   cmd->add_option("command", o.command, "the command and its arguments (-- before it is optional)")->required();
   cmd->callback([&g, &run] {
+    o.command = as_typed(g.args, o.command);
     run = [&g] { return o.machine.empty() ? run_confined(g, o) : run_on_machine_cli(g, o, o.machine); };
   });
 }

@@ -11,7 +11,13 @@
 #include <sys/file.h>
 #include <spawn.h>
 #include <sys/stat.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
 #include <sys/wait.h>
+
+#include <atomic>
+#include <thread>
 
 #include "base/clock.h"
 #include "base/custody.h"
@@ -40,6 +46,22 @@ struct StoreOptionsCli {
   std::optional<int> max_sessions;
   std::string machine, ssh, identity, known_hosts, dir;
 };
+
+// Reading JSON another machine wrote (or a store anyone can write): a key of another type is
+// absent, never a throw.
+std::string jstr(const Json& o, const char* key) {
+  auto it = o.is_object() ? o.find(key) : o.end();
+  return it != o.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+bool jbool(const Json& o, const char* key) {
+  auto it = o.is_object() ? o.find(key) : o.end();
+  return it != o.end() && it->is_boolean() && it->get<bool>();
+}
+const Json& jget(const Json& o, const char* key) {
+  static const Json null;
+  auto it = o.is_object() ? o.find(key) : o.end();
+  return it != o.end() ? *it : null;
+}
 
 // ---- the fleet's signing key ----
 //
@@ -227,7 +249,7 @@ constexpr int64_t kAttestationFreshMs = 7LL * 24 * 3600 * 1000;
 policy::MachineIsolation attested_level(const Json& executors) {
   auto contained = [&](std::string_view name) {
     for (const auto& e : executors)
-      if (e.is_object() && e.value("executor", "") == name && e.value("contained", false)) return true;
+      if (jstr(e, "executor") == name && jbool(e, "contained")) return true;
     return false;
   };
   if (contained("microvm")) return policy::MachineIsolation::Isolated;
@@ -244,7 +266,7 @@ policy::MachineIsolation current_level(const store::MachineRecord& m, std::strin
   };
   const Json& a = m.attestation;
   if (!a.is_object()) return say("never attested");
-  std::string installed = m.transport.value("installed", Json::object()).value("sha256", "");
+  std::string installed = jstr(jget(m.transport, "installed"), "sha256");
   if (a.value("airlock_sha256", "") != installed) return say("attested with another airlock than the one installed");
   Json at = a.value("attested_at_ms", Json(0));
   if (!at.is_number_integer() || now_ms() - at.get<int64_t>() > kAttestationFreshMs)
@@ -757,7 +779,7 @@ int machine_probe_remote(Globals& g, const std::string& name) {
   };
   if (!j->is_object() || !j->contains("facts") || !(*j)["facts"].is_object()) return bad("no facts object");
   const Json& self = j->value("airlock", Json());
-  if (!self.is_object() || self.value("sha256", std::string()) != want)
+  if (jstr(self, "sha256") != want)
     return refuse(Error{Code::CustodyUnsafe,
                         fmt::format("machine {}: the airlock that measured does not say it is the one installed", name),
                         {{"machine", name}, {"installed_sha256", want}}},
@@ -820,8 +842,8 @@ int machine_attest(Globals& g, const std::string& name) {
                   g.json);
   std::string_view body = std::string_view(r->out).substr(std::min(r->out.find('\n') + 1, r->out.size()));
   auto suite = parse_json(body, Code::ProtocolError, fmt::format("machine {}'s escape suite", name));
-  if (!suite || !suite->is_object() || suite->value("schema", "") != "airlock.escape_suite.v1" ||
-      !(*suite)["executors"].is_array())
+  if (!suite || !suite->is_object() || jstr(*suite, "schema") != "airlock.escape_suite.v1" ||
+      !jget(*suite, "executors").is_array())
     return refuse(r->status != 0 ? far_failed(*far, "the escape suite", *r)
                                  : Error{Code::ProtocolError,
                                          fmt::format("machine {}: the escape suite's output is not what airlock writes", name),
@@ -829,24 +851,24 @@ int machine_attest(Globals& g, const std::string& name) {
                   g.json);
   Json executors = Json::array();
   for (const auto& e : (*suite)["executors"]) {
-    if (!e.is_object() || !e.value("executor", Json()).is_string()) continue;
+    if (jstr(e, "executor").empty()) continue;
     const Json& results = e.value("results", Json::array());
     size_t rows = results.is_array() ? results.size() : 0, held = 0;
     if (results.is_array())
       for (const auto& row : results)
         // Held: what the suite expects of a real tier happened (contained, or refused by name).
-        if (row.is_object() && row.value("matched", false) && row.value("expected", "") != "breached" &&
-            row.value("verdict", "") == row.value("expected", "-"))
+        if (jbool(row, "matched") && jstr(row, "expected") != "breached" && !jstr(row, "expected").empty() &&
+            jstr(row, "verdict") == jstr(row, "expected"))
           ++held;
-    bool ran = e.value("refusal", Json()).is_null();
-    bool contained = ran && e.value("expected", "") == "contained" && e.value("matched", false) && rows > 0 && held == rows;
+    bool ran = jget(e, "refusal").is_null();
+    bool contained = ran && jstr(e, "expected") == "contained" && jbool(e, "matched") && rows > 0 && held == rows;
     Json x = {{"executor", e["executor"]}, {"contained", contained}, {"rows", rows}, {"rows_contained", held}};
-    if (!ran) x["why"] = e["refusal"].value("message", std::string("refused"));
+    if (!ran) x["why"] = jstr(jget(e, "refusal"), "message").empty() ? "refused" : jstr(jget(e, "refusal"), "message");
     executors.push_back(std::move(x));
   }
   store::MachineRecord m = far->row;
   m.attestation = {{"schema", "airlock.attestation.v1"},
-                   {"suite", suite->value("schema", "")},
+                   {"suite", jstr(*suite, "schema")},
                    {"airlock_sha256", want},
                    {"kernel", suite->value("kernel", Json(""))},
                    {"uid", suite->value("uid", Json(-1))},
@@ -874,52 +896,11 @@ int machine_attest(Globals& g, const std::string& name) {
 // How old a probe may be for a run to be composed on it, and which ids far output may name.
 constexpr int64_t kRowFreshMs = 24LL * 3600 * 1000;
 constexpr size_t kFarReceiptsMax = 64u << 20;
-constexpr size_t kFarSummaryMax = 16u << 20;
 
 bool plain_id(std::string_view s) {
   return !s.empty() && s.size() <= 128 && std::all_of(s.begin(), s.end(), [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
   });
-}
-
-// Reads the far `airlock run --json`'s stdout from `fd`, writing all of it to our stdout but
-// its last line, which is the run's summary (airlock starts it on a line of its own). Returns
-// that line ("" when there was none).
-std::string relay_all_but_summary(int fd) {
-  std::string hold;  // bytes not yet written: at most the last whole line and what follows it
-  auto put = [](std::string_view b) {
-    while (!b.empty()) {
-      ssize_t w = ::write(STDOUT_FILENO, b.data(), b.size());
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) return;  // our stdout is gone: what follows is read and dropped
-      b.remove_prefix(static_cast<size_t>(w));
-    }
-  };
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    hold.append(buf, static_cast<size_t>(n));
-    // Everything up to the newline before the last one cannot be the summary.
-    size_t last = hold.rfind('\n');
-    size_t before = last == std::string::npos || last == 0 ? std::string::npos : hold.rfind('\n', last - 1);
-    if (last != std::string::npos && last + 1 < hold.size() && hold.size() - last - 1 > kFarSummaryMax) before = last;
-    if (before != std::string::npos) {
-      put(std::string_view(hold).substr(0, before + 1));
-      hold.erase(0, before + 1);
-    } else if (hold.size() > kFarSummaryMax) {  // one line longer than any summary: not one
-      put(hold);
-      hold.clear();
-    }
-  }
-  if (!hold.empty() && hold.back() == '\n') hold.pop_back();
-  size_t nl = hold.rfind('\n');
-  if (nl != std::string::npos) {
-    put(std::string_view(hold).substr(0, nl + 1));
-    hold.erase(0, nl + 1);
-  }
-  return hold;
 }
 
 int run_on_machine(Globals& g, RunOptions& o, const std::string& name) {
@@ -997,7 +978,6 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name) {
   }
   std::string policy_digest = policy::digest(*pol);
   sigset_t mask = block_stop_signals();
-  (void)mask;
   auto held = reserve_seat(g, far->state, name + ":" + o.slot, policy_digest);
   if (!held) return refuse(held.error(), g.json);
   store::Seat& seat = *held->seat;
@@ -1018,7 +998,7 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name) {
   (void)seat.record_enforcement(std::string(policy::to_string(plan->executor())), plan->tier(),
                                 "planned from machine " + name + "'s signed row: " + plan->why, row.facts);
   if (auto a = log->append("dispatch.open", {{"machine", name},
-                                              {"ssh", row.transport.value("ssh", "")},
+                                              {"ssh", jstr(row.transport, "ssh")},
                                               {"installed_sha256", inst["sha256"]},
                                               {"row_signed_at_ms", row.signed_at_ms},
                                               {"row_probed_at_ms", row.probed_at_ms},
@@ -1036,129 +1016,213 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name) {
                  name.c_str(), std::string(policy::to_string(plan->executor())).c_str(), utc(row.probed_at_ms).c_str(),
                  run_id.c_str());
 
-  // 1. The far airlock is the one installed (the platform's sha256sum), and the policy is there.
+  // One script: the installation is the far user's alone and its airlock the one installed (the
+  // platform's sha256sum), checked right before the exec (only that user could swap it between);
+  // the policy travels inside the script; the run's directory keeps its pid and summary.
   const std::string dir = shell_quote(far->target.dir), want = inst["sha256"].get<std::string>();
-  const std::string far_policy = fmt::format("\"$d\"/dispatch/{}.json", run_id);
-  std::string prep = fmt::format(
-      "set -eu; d={}; sha256sum < \"$d\"/airlock; umask 077; mkdir -p \"$d\"/dispatch; printf %s {} | base64 -d > {}",
-      dir, shell_quote(base64_encode(policy::to_json(*pol).dump())), far_policy);
-  auto r = ssh_run(far->target, prep, -1, std::chrono::seconds(120), 4096);
-  if (!r) return end(&r.error(), Json::object());
-  if (r->status != 0) {
-    Error e = far_failed(*far, "preparing the run", *r);
-    return end(&e, Json::object());
-  }
-  if (std::string there = digest_word(r->out); there != want) {
-    Error e{Code::CustodyUnsafe,
-            fmt::format("machine {}: the airlock there hashes to {}, not the {} installed: it was replaced; nothing ran",
-                        name, there.empty() ? "nothing readable" : there, want),
-            {{"machine", name}, {"installed_sha256", want}, {"far_sha256", there}, {"fix", "airlock machine install " + name}}};
-    return end(&e, Json::object());
-  }
-
-  // 2. The run, its stdin and stderr ours, its stdout relayed but for the summary line.
-  std::string cmd = fmt::format("d={}; exec \"$d\"/airlock --state-dir \"$d\"/state run --json --policy {} --workspace {}",
-                                dir, far_policy, shell_quote(*o.workspace));
-  if (o.slot != "default") cmd += " --slot " + shell_quote(o.slot);
-  cmd += " --";
-  for (const auto& a : o.command) cmd += " " + shell_quote(a);
-  std::vector<std::string> args = {"ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o",
-                                   "ConnectTimeout=15", "-p", std::to_string(far->target.port)};
-  if (!far->target.identity.empty()) args.insert(args.end(), {"-i", far->target.identity, "-o", "IdentitiesOnly=yes"});
-  if (!far->target.known_hosts.empty()) args.insert(args.end(), {"-o", "UserKnownHostsFile=" + far->target.known_hosts});
-  args.insert(args.end(), {"--", far->target.user + "@" + far->target.host, "exec /bin/sh -c " + shell_quote(cmd)});
+  const std::string t = fmt::format("\"$d\"/dispatch/{}", run_id);
+  constexpr int kCheckFailed = 97;
+  std::string script = fmt::format(
+      "set -eu; d={dir}; t={t}\n"
+      "for f in \"$d\" \"$d\"/airlock; do\n"
+      "  test -O \"$f\" || {{ echo \"airlock: $f is not this login's\" >&2; exit {bad}; }}\n"
+      "  case \"$(stat -c %A \"$f\")\" in ?????w????|????????w?) echo \"airlock: $f can be written by others\" >&2; exit {bad};; esac\n"
+      "done\n"
+      "test \"$(sha256sum < \"$d\"/airlock)\" = \"{want}  -\" || {{ echo \"airlock: the airlock in $d is not the one "
+      "installed\" >&2; exit {bad}; }}\n"
+      "umask 077; mkdir -p \"$d\"/dispatch; mkdir \"$t\"\n"
+      "printf %s {policy} | base64 -d > \"$t\"/policy.json\n"
+      "echo $$ > \"$t\"/pid\n"
+      "exec \"$d\"/airlock --state-dir \"$d\"/state run --summary-file \"$t\"/summary.json --policy \"$t\"/policy.json "
+      "--workspace {ws}{slot} --",
+      fmt::arg("dir", dir), fmt::arg("t", t), fmt::arg("bad", kCheckFailed), fmt::arg("want", want),
+      fmt::arg("policy", shell_quote(base64_encode(policy::to_json(*pol).dump()))),
+      fmt::arg("ws", shell_quote(*o.workspace)),
+      fmt::arg("slot", o.slot != "default" ? " --slot " + shell_quote(o.slot) : std::string()));
+  for (const auto& a : o.command) script += " " + shell_quote(a);
+  auto args = ssh_command(far->target, script);
+  if (!args) return end(&args.error(), Json::object());
   std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
+  for (auto& a : *args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  int p[2];
-  if (::pipe2(p, O_CLOEXEC) < 0) {
-    Error e = fail_errno(Code::IoError, "pipe for the far run", errno).error();
-    return end(&e, Json::object());
-  }
-  UniqueFd out_rd(p[0]), out_wr(p[1]);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, out_wr.get(), 1);
+  // ssh in a process group of its own: a Ctrl-C is ours to turn into a stop of the far run (ssh
+  // ending would leave it running); stdin, stdout and stderr are the terminal's, byte for byte.
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   sigset_t none;
   sigemptyset(&none);
-  posix_spawnattr_setsigmask(&attr, &none);  // ssh takes SIGINT and SIGTERM as it would alone
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setpgroup(&attr, 0);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
   pid_t pid = -1;
-  int rc = ::posix_spawnp(&pid, "ssh", &fa, &attr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
+  int rc = ::posix_spawnp(&pid, "ssh", nullptr, &attr, argv.data(), environ);
   posix_spawnattr_destroy(&attr);
-  out_wr.reset();
   if (rc != 0) {
     Error e = fail_errno(Code::ConfigError, "cannot start ssh (Debian's openssh-client)", rc).error();
     return end(&e, Json::object());
   }
-  // A stop signal reaches ssh, whose end closes the far session.
-  std::string summary_line = relay_all_but_summary(out_rd.get());
+  // A stop signal of ours stops the far run (its airlock takes SIGTERM as a stop: the command and
+  // what it started are killed, nothing is written back, and its receipts say so).
+  const std::string stop_far = fmt::format("d={}; t={}; test -s \"$t\"/pid && kill -TERM \"$(cat \"$t\"/pid)\"", dir, t);
+  UniqueFd sigfd(::signalfd(-1, &mask, SFD_CLOEXEC));
+  UniqueFd donefd(::eventfd(0, EFD_CLOEXEC));
+  std::atomic<bool> stopped = false;
+  std::thread waiter([&] {
+    pollfd fds[2] = {{sigfd.get(), POLLIN, 0}, {donefd.get(), POLLIN, 0}};
+    while (::poll(fds, 2, -1) >= 0 || errno == EINTR) {
+      if (fds[1].revents & POLLIN) return;
+      if (fds[0].revents & POLLIN) {
+        signalfd_siginfo si{};
+        (void)!::read(sigfd.get(), &si, sizeof si);
+        if (stopped.exchange(true)) continue;
+        auto k = ssh_run(far->target, stop_far, -1, std::chrono::seconds(30), 4096);
+        if (!k || k->status != 0) ::kill(pid, SIGTERM);  // the far run is left to its own limits
+      }
+    }
+  });
   int wst = 0;
   while (::waitpid(pid, &wst, 0) < 0 && errno == EINTR) {
   }
-  int status = WIFEXITED(wst) ? WEXITSTATUS(wst) : 128 + WTERMSIG(wst);
-  Json summary = parse_json(summary_line, Code::ProtocolError, "the far run's summary").value_or(Json());
-  if (!summary.is_object() || !summary.value("session", Json()).is_string()) {
-    Error e = status == 255 ? Error{Code::ServerUnreachable,
-                                    fmt::format("machine {}: ssh failed before the run's end", name), {{"machine", name}}}
-                            : Error{Code::ProtocolError,
-                                    fmt::format("machine {}: the far run ended (status {}) without its summary", name, status),
-                                    {{"machine", name}, {"status", status}}};
-    return end(&e, {{"status", status}});
+  uint64_t one = 1;
+  (void)!::write(donefd.get(), &one, sizeof one);
+  waiter.join();
+  const int ssh_status = WIFEXITED(wst) ? WEXITSTATUS(wst) : 128 + WTERMSIG(wst);
+
+  // The summary: waited for (ssh may have ended first, killed by a closed pipe of ours: then the
+  // far run is stopped); the seat is held until the far run has ended.
+  auto fetch_summary = [&] {
+    return ssh_run(far->target,
+                   fmt::format("d={}; t={}; for i in $(seq 600); do test -e \"$t\"/summary.json && break; "
+                               "test -s \"$t\"/pid && kill -0 \"$(cat \"$t\"/pid)\" 2>/dev/null || break; sleep 0.1; done; "
+                               "cat \"$t\"/summary.json 2>/dev/null || true",
+                               dir, t),
+                   -1, std::chrono::seconds(120), kFarReceiptsMax);
+  };
+  auto got = fetch_summary();
+  if (got && got->out.empty() && got->status == 0 && ssh_status != kCheckFailed) {
+    (void)ssh_run(far->target, stop_far, -1, std::chrono::seconds(30), 4096);
+    got = fetch_summary();
   }
-  std::string far_session = summary["session"].get<std::string>();
-  if (!plain_id(far_session)) {
-    Error e{Code::ProtocolError, fmt::format("machine {}: the far run names no plain session id", name), {{"machine", name}}};
-    return end(&e, {{"status", status}});
+  Json summary = got && got->status == 0 ? parse_json(got->out, Code::ProtocolError, "the far run's summary").value_or(Json())
+                                         : Json();
+  const std::string far_session = jstr(summary, "session");
+  if (!summary.is_object() || !plain_id(far_session)) {
+    (void)ssh_run(far->target, fmt::format("d={}; t={}; rm -rf \"$t\"", dir, t), -1, std::chrono::seconds(60), 4096);
+    Error e = !got && ssh_status == 255
+                  ? Error{Code::ServerUnreachable, fmt::format("machine {}: ssh failed: {}", name, got.error().message),
+                          {{"machine", name}}}
+              : ssh_status == kCheckFailed
+                  ? Error{Code::CustodyUnsafe,
+                          fmt::format("machine {}: the installation there failed its check (said above): nothing ran", name),
+                          {{"machine", name}, {"fix", "airlock machine install " + name}}}
+              : ssh_status == 255
+                  ? Error{Code::ServerUnreachable, fmt::format("machine {}: ssh failed before the run started", name),
+                          {{"machine", name}}}
+                  : Error{Code::ToolFailed,
+                          fmt::format("machine {}: the run there ended (status {}) without its summary: refused or not "
+                                      "started there (said above)",
+                                      name, ssh_status),
+                          {{"machine", name}, {"status", ssh_status}}};
+    return end(&e, {{"ssh_status", ssh_status}});
   }
 
-  // 3. Its receipts, verified here and appended to this run's chain; its policy copy removed.
+  // Its receipts, fetched whole, verified here, bound to what was dispatched, and appended to this
+  // run's chain; the far run's directory is removed.
   Json far_chain = {{"session", far_session}};
-  std::string collect = fmt::format("set -eu; d={}; rm -f {}; cat \"$d\"/state/receipts/{}.jsonl", dir, far_policy, far_session);
-  auto c = ssh_run(far->target, collect, -1, std::chrono::seconds(300), kFarReceiptsMax);
-  if (!c || c->status != 0) {
-    far_chain["verified"] = false;
-    far_chain["error"] = c ? far_failed(*far, "reading the far receipts", *c).message : c.error().message;
-  } else {
+  auto c = ssh_run(far->target,
+                   fmt::format("set -eu; d={}; rm -rf {}; cat \"$d\"/state/receipts/{}.jsonl", dir, t, far_session), -1,
+                   std::chrono::seconds(300), kFarReceiptsMax);
+  std::string problem;
+  std::vector<Json> receipts;
+  if (!c)
+    problem = c.error().message;
+  else if (c->status != 0)
+    problem = far_failed(*far, "reading the far receipts", *c).message;
+  if (problem.empty()) {
     std::string copy = far->state + "/receipts/" + run_id + ".far.jsonl";
     far_chain["copy"] = copy;
     far_chain["sha256"] = sha256_hex(c->out);
     if (auto w = write_file_atomic(copy, c->out, 0600); !w) {
-      far_chain["verified"] = false;
-      far_chain["error"] = w.error().message;
+      problem = w.error().message;
     } else if (auto v = ledger::verify_chain(copy); !v) {
-      far_chain["verified"] = false;
-      far_chain["error"] = v.error().message;
+      problem = v.error().message;
     } else {
-      far_chain["verified"] = true;
       far_chain["receipts"] = v->receipts;
       far_chain["last_hash"] = v->last_hash;
       std::string_view text = c->out;
-      for (size_t at = 0; at < text.size();) {
+      for (size_t at = 0; at < text.size() && problem.empty();) {
         size_t nl = text.find('\n', at);
-        if (nl == std::string_view::npos) break;
-        auto rec = parse_json(text.substr(at, nl - at), Code::LedgerCorrupt, "a far receipt");
-        if (rec) (void)log->append("far.receipt", {{"machine", name}, {"receipt", *rec}});
+        auto rec = parse_json(text.substr(at, nl - at), Code::LedgerCorrupt, "a far receipt", ledger::kReceiptLineLimits);
+        if (!rec || !rec->is_object())
+          problem = "a far receipt does not parse";
+        else
+          receipts.push_back(std::move(*rec));
         at = nl + 1;
+      }
+      // Bound to this dispatch: one session, opened and closed, on the planned tier, in the
+      // workspace and with the argv sent. (The far airlock signs nothing: a far machine's root
+      // could write such a chain itself.)
+      auto mismatch = [&](std::string what) {
+        if (problem.empty()) problem = std::move(what);
+      };
+      if (receipts.size() != v->receipts || receipts.empty()) mismatch("the receipts read are not the receipts verified");
+      for (const auto& r : receipts)
+        if (jstr(r, "session") != far_session) mismatch("a receipt of another session");
+      if (!receipts.empty()) {
+        const Json& open = receipts.front();
+        if (jstr(open, "kind") != "session.open") mismatch("the chain does not start with session.open");
+        if (jstr(open, "executor") != policy::to_string(plan->executor()) || open.value("tier", Json()) != Json(plan->tier()))
+          mismatch(fmt::format("the run there was confined by {} (tier {}), not the {} planned",
+                               jstr(open, "executor"), open.value("tier", Json()).dump(), policy::to_string(plan->executor())));
+        if (jstr(open, "workspace") != *o.workspace) mismatch("the run there had another workspace");
+        if (jstr(receipts.back(), "kind") != "session.close") mismatch("the chain does not end with session.close");
+        size_t runs = 0;
+        for (const auto& r : receipts)
+          if (jstr(r, "kind") == "tool.run") {
+            ++runs;
+            if (r.value("argv", Json()) != Json(o.command)) mismatch("the command run there is not the one sent");
+          }
+        if (runs > 1) mismatch("more than one command ran there");
       }
     }
   }
-  std::string outcome = fmt::format("exit {}", status);
-  Json close = {{"status", status}, {"outcome", outcome}, {"far_summary", summary}, {"far_chain", far_chain}};
-  if (!far_chain.value("verified", false)) {
-    Error e{Code::LedgerCorrupt,
-            fmt::format("machine {}: the far run's receipts do not verify here: {}", name,
-                        far_chain.value("error", std::string("unknown"))),
+  far_chain["verified"] = problem.empty();
+  if (!problem.empty()) far_chain["error"] = problem;
+  for (const auto& r : receipts) {
+    if (!problem.empty()) break;
+    if (auto a = log->append("far.receipt", {{"machine", name}, {"receipt", r}}); !a) {
+      Error e = a.error();
+      return end(&e, {{"far_chain", far_chain}});
+    }
+  }
+  // The status is the far run's own, from its summary (ssh's is the same unless ssh failed).
+  const Json& outcome_j = summary.value("outcome", Json::object());
+  const Json& refusals = summary.value("refusals", Json::array());
+  int status = ssh_status;
+  if (outcome_j.is_object() && outcome_j.value("status", Json()).is_object()) {
+    const Json& st2 = outcome_j["status"];
+    if (jbool(st2, "signaled") && st2.value("signal", Json()).is_number_integer())
+      status = 128 + st2["signal"].get<int>();
+    else if (st2.value("code", Json()).is_number_integer())
+      status = st2["code"].get<int>();
+  }
+  if (refusals.is_array() && !refusals.empty()) status = kRefusedExit;
+  std::string outcome = refusals.is_array() && !refusals.empty() && refusals[0].is_object()
+                            ? jstr(refusals[0], "code")
+                            : fmt::format("exit {}", status);
+  Json close = {{"status", status}, {"ssh_status", ssh_status}, {"outcome", outcome}, {"far_summary", summary},
+                {"far_chain", far_chain}};
+  if (!problem.empty()) {
+    Error e{Code::LedgerCorrupt, fmt::format("machine {}: the far run's receipts are not believed here: {}", name, problem),
             {{"machine", name}, {"far_session", far_session}}};
-    (void)log->append("dispatch.close", close);
-    seat.release(std::string(to_name(e.code)));
-    return refuse(e, g.json);
+    return end(&e, close);
   }
   (void)log->append("dispatch.close", close);
   seat.release(outcome);
+  for (const auto& r : refusals)
+    if (r.is_object())
+      std::fprintf(stderr, "airlock: refused: %s: machine %s: %s\n", escape_for_terminal(jstr(r, "code")).c_str(),
+                   name.c_str(), escape_for_terminal(jstr(r, "message")).c_str());
   if (g.json) {
     Json out = summary;
     out["machine"] = name;
@@ -1167,9 +1231,8 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name) {
     out["far_receipts"] = far_chain;
     std::printf("%s\n", out.dump(-1, ' ', false, Json::error_handler_t::replace).c_str());
   } else if (!o.quiet) {
-    std::fprintf(stderr, "airlock: machine %s: exit status %d; far receipts %s verified here (%s)\nairlock: receipts %s\n",
-                 name.c_str(), status, far_chain.value("receipts", Json(0)).dump().c_str(),
-                 far_chain.value("copy", std::string()).c_str(), log->path().c_str());
+    std::fprintf(stderr, "airlock: machine %s: %s; its %s receipts verified here and added to %s\n", name.c_str(),
+                 outcome.c_str(), far_chain.value("receipts", Json(0)).dump().c_str(), log->path().c_str());
   }
   return status;
 }

@@ -223,6 +223,40 @@ Result<SessionStart> prepare_session(const Globals& g, const std::optional<std::
   return SessionStart{profile, std::move(state), std::move(pol), std::move(facts), std::move(layers)};
 }
 
+namespace {
+
+// What CLI11 (Option::_add_result) makes of one argument of a repeating option: "[x,y]" its
+// parts, each read again, empty ones dropped; anything else itself.
+void cli11_reading(const std::string& a, std::vector<std::string>& out) {
+  if (a.size() >= 2 && a.front() == '[' && a.back() == ']') {
+    std::string_view inner(a.data() + 1, a.size() - 2);
+    for (size_t at = 0; at <= inner.size();) {
+      size_t comma = std::min(inner.find(',', at), inner.size());
+      if (comma > at) cli11_reading(std::string(inner.substr(at, comma - at)), out);
+      at = comma + 1;
+    }
+    return;
+  }
+  out.push_back(a);
+}
+
+}  // namespace
+
+std::vector<std::string> as_typed(const std::vector<std::string>& raw, const std::vector<std::string>& parsed) {
+  // The longest suffix of the raw arguments that reads as `parsed` (the command is all the
+  // arguments from its first word on; the "--" before it, if any, is not read into it).
+  std::vector<std::string> reading;
+  size_t best = raw.size() + 1;
+  for (size_t k = raw.size(); k-- > 0;) {
+    reading.clear();
+    for (size_t i = k; i < raw.size(); ++i) cli11_reading(raw[i], reading);
+    if (reading == parsed) best = k;
+    else if (reading.size() > parsed.size() && best <= raw.size()) break;
+  }
+  if (best > raw.size()) return parsed;  // not found: as parsed (never expected)
+  return {raw.begin() + static_cast<std::ptrdiff_t>(best), raw.end()};
+}
+
 sigset_t block_stop_signals(bool operator_kill) {
   sigset_t mask;
   sigemptyset(&mask);

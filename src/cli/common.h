@@ -108,4 +108,9 @@ Result<SessionStart> prepare_session(const Globals& g, const std::optional<std::
 // `operator_kill`: SIGUSR1 too, the cue of `airlock session kill` (Session::listen_for_operator_kill).
 sigset_t block_stop_signals(bool operator_kill = false);
 
+// A command line as typed. CLI11 reads an argument "[a,b]" as the list a, b, and "[]" as nothing,
+// so `airlock run grep '[0-9]' f` would run `grep 0-9 f`: `parsed` (what CLI11 made of the
+// command's arguments) is replaced by the suffix of the raw arguments it came from.
+std::vector<std::string> as_typed(const std::vector<std::string>& raw, const std::vector<std::string>& parsed);
+
 }  // namespace airlock::cli

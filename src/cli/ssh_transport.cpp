@@ -70,17 +70,31 @@ std::string shell_quote(std::string_view s) {
   return out + "'";
 }
 
-Result<RemoteRun> ssh_run(const SshTarget& t, const std::string& script, int stdin_fd, std::chrono::seconds timeout,
-                          size_t max_out) {
+Result<std::vector<std::string>> ssh_command(const SshTarget& t, const std::string& script) {
   std::vector<std::string> args = {"ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o",
                                    "ConnectTimeout=15", "-o", "ServerAliveInterval=15", "-p", std::to_string(t.port)};
-  if (!t.identity.empty()) {
-    args.insert(args.end(), {"-i", t.identity, "-o", "IdentitiesOnly=yes"});
-  }
-  if (!t.known_hosts.empty()) args.insert(args.end(), {"-o", "UserKnownHostsFile=" + t.known_hosts});
-  // The far login shell reads the command line once: what it runs is /bin/sh with our script as
-  // one quoted word, whatever that shell is.
-  args.insert(args.end(), {"--", t.user + "@" + t.host, "exec /bin/sh -c " + shell_quote(script)});
+  if (!t.identity.empty()) args.insert(args.end(), {"-i", t.identity, "-o", "IdentitiesOnly=yes"});
+  // The row's host keys, and no others: not the system-wide file either.
+  if (!t.known_hosts.empty())
+    args.insert(args.end(), {"-o", "UserKnownHostsFile=" + t.known_hosts, "-o", "GlobalKnownHostsFile=/dev/null"});
+  // The far login shell reads the command line once, whatever shell it is (sh, bash, zsh, fish,
+  // csh quote differently): it sees only base64 inside single quotes, which every one of them takes
+  // as is, and /bin/sh decodes and runs the script. No byte of ours is parsed by the login shell.
+  std::string encoded = base64_encode(script);
+  if (encoded.size() > kMaxRemoteScript)
+    return fail(Code::OptionInvalid,
+                fmt::format("the command for {}@{} is {} bytes once encoded, more than one ssh command carries ({}): "
+                            "shorten the command line or the policy",
+                            t.user, t.host, encoded.size(), kMaxRemoteScript),
+                {{"host", t.host}, {"bytes", encoded.size()}});
+  args.insert(args.end(), {"--", t.user + "@" + t.host,
+                           "exec /bin/sh -c 'eval \"$(echo " + encoded + " | base64 -d)\"'"});
+  return args;
+}
+
+Result<RemoteRun> ssh_run(const SshTarget& t, const std::string& script, int stdin_fd, std::chrono::seconds timeout,
+                          size_t max_out) {
+  auto args = TRY(ssh_command(t, script));
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/error.h"
 #include "base/json_util.h"
@@ -24,6 +25,15 @@ Result<SshTarget> ssh_target(const Json& transport, std::string_view machine);
 
 // `s` as one word of a POSIX shell: single-quoted, each ' written as '\''.
 std::string shell_quote(std::string_view s);
+
+// The most an encoded script may be: the far kernel takes one argument of at most 128 KiB.
+inline constexpr size_t kMaxRemoteScript = 100 * 1024;
+
+// ssh's argv for running `script` through /bin/sh on the far machine: host keys checked strictly
+// (only the row's file when it names one), nothing asked of a person (BatchMode), and the script
+// carried as base64, so that no far login shell parses a byte of it. AIRLOCK_OPTION_INVALID when
+// it is too long for one command.
+Result<std::vector<std::string>> ssh_command(const SshTarget& t, const std::string& script);
 
 struct RemoteRun {
   int status = 0;  // the far script's exit status (ssh gives 255 for its own failures)

@@ -30,6 +30,7 @@ struct RunOptions {
   Json agent;                          // the agent run, for the first receipt (null: none)
   std::optional<egress::ModelGateway> model_gateway;  // served by the session's door
   std::string machine;                 // --machine: another machine of the fleet runs it
+  std::string summary_file;            // --summary-file: the --json summary written there, not printed
 };
 
 // What an agent run in vendor confinement records and prints, in these words.

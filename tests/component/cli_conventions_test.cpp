@@ -172,6 +172,17 @@ TEST(CliRunCommand, EverythingAfterTheFirstPositionalIsTheCommandsNoDoubleDashNe
   EXPECT_EQ(without_asan_notes(sh.err), "") << "-q before the command is run's";
 }
 
+TEST(CliRunCommand, ArgumentsInBracketsAreTakenAsTyped) {
+  TierFixture t("landlock");
+  SKIP_OR_FAIL_UNLESS_AVAILABLE(t);
+  // CLI11 reads "[a,b]" as a list and "[]" as nothing: `grep '[0-9]'` would have run `grep 0-9`.
+  auto r = t.run({"-q", "printf", "<%s>", "[a]", "[%s]", "[b,c]", "[]", "--", "[0-9]"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "<[a]><[%s]><[b,c]><[]><--><[0-9]>");
+  auto first = t.run({"--", "[", "1", "=", "1", "]"});
+  EXPECT_EQ(first.status, 0) << first.err;
+}
+
 TEST(CliRunCommand, RunsOwnFlagsBeforeTheCommandAndDoubleDashStillWork) {
   TierFixture t("landlock");
   SKIP_OR_FAIL_UNLESS_AVAILABLE(t);

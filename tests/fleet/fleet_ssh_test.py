@@ -21,6 +21,8 @@ Usage: fleet_ssh_test.py AIRLOCK   (exit 77: not root, or no sshd here)
 import hashlib
 import json
 import os
+import re
+import signal
 import shutil
 import socket
 import sqlite3
@@ -64,11 +66,19 @@ class FarHost:
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", self.host_key], check=True)
         auth = os.path.join(self.dir, "authorized_keys")
         shutil.copy(client_pub, auth)
+        # Every command line the far login shell is given is logged, then run as sshd would run it.
+        self.log = os.path.join(self.dir, "commands.log")
+        force = os.path.join(self.dir, "force.sh")
+        with open(force, "w") as f:
+            f.write(f"#!/bin/sh\nprintf '%s\\n' \"$SSH_ORIGINAL_COMMAND\" >> {self.log}\n"
+                    "exec /bin/sh -c \"$SSH_ORIGINAL_COMMAND\"\n")
+        os.chmod(force, 0o755)
         self.config = os.path.join(self.dir, "sshd_config")
         with open(self.config, "w") as f:
             f.write(f"Port {self.port}\nListenAddress 127.0.0.1\nHostKey {self.host_key}\nPidFile none\n"
                     f"AuthorizedKeysFile {auth}\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-                    "UsePAM no\nStrictModes no\nPermitRootLogin prohibit-password\nLogLevel ERROR\n")
+                    "UsePAM no\nStrictModes no\nPermitRootLogin prohibit-password\nLogLevel ERROR\n"
+                    f"ForceCommand {force}\n")
         self.install_dir = os.path.join(self.dir, "airlock")
         self.proc = None
         self.start()
@@ -230,6 +240,16 @@ def run_checks(airlock, tmp, hosts):
         check("signature_invalid" in p.stderr, f"the refusal names the signature: {p.stderr}")
     check(not os.path.exists(os.path.join(tmp, "elsewhere")), "nothing was written where the changed row pointed")
 
+    # No far login shell ever parsed a byte of ours: every command line it was given is the fixed
+    # decoder around base64 (fish or csh would read quotes and backslashes otherwise).
+    shape = re.compile(r"^exec /bin/sh -c 'eval \"\$\(echo [A-Za-z0-9+/=]+ \| base64 -d\)\"'$")
+    for h in hosts:
+        if os.path.exists(h.log):
+            with open(h.log) as f:
+                lines = f.read().splitlines()
+            odd = [l for l in lines if not shape.match(l)]
+            check(lines and not odd, f"{os.path.basename(h.dir)}'s login shell saw only base64: {odd[:2]}")
+
     # A stopped sshd: unreachable, by name.
     far1.stop()
     p = al("machine", "probe", "far1")
@@ -282,6 +302,42 @@ def check_dispatch(al, refused, tmp, far1, far2, client_key, known):
     check(mine and mine[0]["machine"] == "far1" and mine[0]["outcome"] == "exit 0",
           f"the seat was taken under the far machine's id: {mine}")
 
+    # Arguments that quote differently in other shells reach the command as they were typed.
+    odd = ["x\\'", " (id >PWNED) ", "y\\'", "$(id)", "a\nb", "`id`", "'\""]
+    p = dispatch("printf", "[%s]", *odd)
+    check(p.returncode == 0 and p.stdout == "".join(f"[{a}]" for a in odd),
+          f"odd arguments pass through unchanged: {p.stdout!r} {p.stderr}")
+    check(not os.path.exists(os.path.join(ws, "PWNED")), "no argument was run as a command")
+
+    # Output is the command's, byte for byte, as it comes: no newline added, nothing held back.
+    p = dispatch("printf", "no newline")
+    check(p.stdout == "no newline", f"stdout unchanged: {p.stdout!r}")
+
+    # Ctrl-C of the dispatcher stops the far run (its airlock kills the command, writes nothing
+    # back, and its receipts say so); nothing of it is left running, its seat is released.
+    slow = subprocess.Popen([*al.cmd, "run", "--machine", "far1", "--policy", policy, "--workspace", ws, "--",
+                             "sh", "-c", "sleep 29.25; touch interrupted-wrote"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    dispatch_dir = os.path.join(far1.install_dir, "dispatch")
+    for _ in range(200):
+        if os.path.isdir(dispatch_dir) and any(os.path.exists(os.path.join(dispatch_dir, d, "pid"))
+                                               for d in os.listdir(dispatch_dir)):
+            break
+        time.sleep(0.05)
+    time.sleep(0.5)
+    slow.send_signal(signal.SIGINT)
+    try:
+        slow.wait(60)
+    except subprocess.TimeoutExpired:
+        slow.kill()
+    err = slow.stderr.read()
+    check(slow.returncode == 125 and "AIRLOCK_SESSION_KILLED" in err, f"the stopped far run is refused: {slow.returncode} {err}")
+    left = subprocess.run(["pgrep", "-f", "sleep 29.25"], capture_output=True, text=True).stdout.split()
+    check(not left, f"nothing of the stopped far run is left running: {left}")
+    check(not os.path.exists(os.path.join(ws, "interrupted-wrote")), "the stopped far run wrote nothing back")
+    check(not json.loads(al("runs", "list", "--live", "--json").stdout)["runs"], "its seat was released")
+    check(not os.listdir(dispatch_dir), f"the far run's directory is removed: {os.listdir(dispatch_dir)}")
+
     # The exit status passes through; a far refusal (the wall-time limit) is the far run's.
     p = dispatch("sh", "-c", "exit 7")
     check(p.returncode == 7, f"a far exit status passes through: {p.returncode} {p.stderr}")
@@ -292,7 +348,7 @@ def check_dispatch(al, refused, tmp, far1, far2, client_key, known):
     # Capacity: the far machine's slot, held in this store under its id.
     p = al("slot", "set", "far1:default", "--max-sessions", "1")
     check(p.returncode == 0, f"slot set: {p.stderr}")
-    slow = subprocess.Popen([*al_cmd(al), "run", "--machine", "far1", "--policy", policy, "--workspace", ws, "--",
+    slow = subprocess.Popen([*al.cmd, "run", "--machine", "far1", "--policy", policy, "--workspace", ws, "--",
                              "sleep", "1.5"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     for _ in range(100):
         live = json.loads(al("runs", "list", "--live", "--json").stdout)["runs"]
@@ -360,6 +416,13 @@ def check_dispatch(al, refused, tmp, far1, far2, client_key, known):
           "nothing ran where the gate refused")
     al("machine", "install", "far1")
     al("machine", "probe", "far1")
+    # An installation others could change between the check and the exec: refused, nothing runs.
+    os.chmod(far1.install_dir, 0o775)
+    p = dispatch("touch", "writable-ran")
+    refused(p, "CUSTODY_UNSAFE", "a run from an installation directory others can write")
+    check("can be written by others" in p.stderr, f"the refusal says why: {p.stderr}")
+    check(not os.path.exists(os.path.join(ws, "writable-ran")), "nothing ran from a writable installation")
+    os.chmod(far1.install_dir, 0o755)
 
     # Never probed: refused, naming the probe.
     p = al("machine", "add", "far3", "--ssh", f"root@127.0.0.1:{far2.port}", "--identity", client_key,
@@ -370,10 +433,6 @@ def check_dispatch(al, refused, tmp, far1, far2, client_key, known):
     p = dispatch("true", machine="far3")
     refused(p, "EXECUTOR_UNAVAILABLE", "a run on a machine never probed")
     check("never_probed" in p.stderr, f"the refusal names never_probed: {p.stderr}")
-
-
-def al_cmd(al):
-    return al.__defaults__[0] if al.__defaults__ else al.cmd
 
 
 if __name__ == "__main__":
