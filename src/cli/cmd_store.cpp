@@ -1090,21 +1090,28 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name) {
 
   // The summary: waited for (ssh may have ended first, killed by a closed pipe of ours: then the
   // far run is stopped); the seat is held until the far run has ended.
-  auto fetch_summary = [&] {
+  // In one connection: the summary (its first line), then the receipts of the session it names
+  // (checked against the summary here), then the run's directory removed.
+  auto fetch = [&] {
     return ssh_run(far->target,
                    fmt::format("d={}; t={}; for i in $(seq 600); do test -e \"$t\"/summary.json && break; "
                                "test -s \"$t\"/pid && kill -0 \"$(cat \"$t\"/pid)\" 2>/dev/null || break; sleep 0.1; done; "
-                               "cat \"$t\"/summary.json 2>/dev/null || true",
+                               "test -e \"$t\"/summary.json || exit 0; cat \"$t\"/summary.json; "
+                               "s=$(grep -o '\"session\":\"[0-9a-f]*\"' \"$t\"/summary.json | head -n 1 | cut -d '\"' -f 4); "
+                               "rm -rf \"$t\"; test -n \"$s\" && cat \"$d\"/state/receipts/\"$s\".jsonl",
                                dir, t),
-                   -1, std::chrono::seconds(120), kFarReceiptsMax);
+                   -1, std::chrono::seconds(300), kFarReceiptsMax + (1u << 20));
   };
-  auto got = fetch_summary();
+  auto got = fetch();
   if (got && got->out.empty() && got->status == 0 && ssh_status != kCheckFailed) {
     (void)ssh_run(far->target, stop_far, -1, std::chrono::seconds(30), 4096);
-    got = fetch_summary();
+    got = fetch();
   }
-  Json summary = got && got->status == 0 ? parse_json(got->out, Code::ProtocolError, "the far run's summary").value_or(Json())
-                                         : Json();
+  size_t nl = got ? got->out.find('\n') : std::string::npos;
+  Json summary = nl != std::string::npos
+                     ? parse_json(std::string_view(got->out).substr(0, nl), Code::ProtocolError, "the far run's summary")
+                           .value_or(Json())
+                     : Json();
   const std::string far_session = jstr(summary, "session");
   if (!summary.is_object() || !plain_id(far_session)) {
     (void)ssh_run(far->target, fmt::format("d={}; t={}; rm -rf \"$t\"", dir, t), -1, std::chrono::seconds(60), 4096);
@@ -1126,12 +1133,10 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name) {
     return end(&e, {{"ssh_status", ssh_status}});
   }
 
-  // Its receipts, fetched whole, verified here, bound to what was dispatched, and appended to this
-  // run's chain; the far run's directory is removed.
+  // Its receipts, verified here, bound to what was dispatched, and appended to this run's chain.
   Json far_chain = {{"session", far_session}};
-  auto c = ssh_run(far->target,
-                   fmt::format("set -eu; d={}; rm -rf {}; cat \"$d\"/state/receipts/{}.jsonl", dir, t, far_session), -1,
-                   std::chrono::seconds(300), kFarReceiptsMax);
+  auto c = got;
+  if (c) c->out.erase(0, nl + 1);
   std::string problem;
   std::vector<Json> receipts;
   if (!c)
