@@ -123,6 +123,15 @@ Result<void> sign_row(store::MachineRecord& m, const std::string& state) {
   return {};
 }
 
+Result<void> advance_seen(const std::string& state, const std::map<std::string, int64_t>& marks);
+
+// Signs the row, writes it, and moves this machine's mark on to the new signature.
+Result<void> put_signed(store::Store& st, store::MachineRecord& m, const std::string& state) {
+  TRY(sign_row(m, state));
+  TRY(st.put_machine(m));
+  return advance_seen(state, {{m.id, m.signed_at_ms}});
+}
+
 // The latest signature time this machine has seen on each machine's row (STATE/fleet/seen.json):
 // a row signed earlier than that is an old row put back (replayed), not believed.
 std::string seen_path(const std::string& state) { return fleet_dir(state) + "/seen.json"; }
@@ -389,8 +398,7 @@ int machine_probe(Globals& g, const std::string& name) {
   m.landlock_abi = facts.landlock_abi;
   m.facts = plan::to_json(facts);
   m.probed_at_ms = now_ms();
-  if (auto r = sign_row(m, *state); !r) return refuse(r.error(), g.json);
-  if (auto r = (*st)->put_machine(m); !r) return refuse(r.error(), g.json);
+  if (auto w = put_signed(**st, m, *state); !w) return refuse(w.error(), g.json);
   Judgement j = judge(m, *fleet);
   if (g.json) {
     std::printf("%s\n", machine_json(m, j).dump(2).c_str());
@@ -399,6 +407,32 @@ int machine_probe(Globals& g, const std::string& name) {
     std::fprintf(stderr, "airlock: machine %s recorded in %s\n", m.id.c_str(), (*st)->url().c_str());
   }
   return 0;
+}
+
+// Whether a judgement says the row's signature verified (whatever else it says of the row).
+bool signature_verified(const Judgement& j) {
+  for (const char* bad : {"row_malformed", "no_fleet_key", "unsigned", "signature_invalid", "replayed"})
+    if (j.reason_name == bad) return false;
+  return true;
+}
+
+// Moves the marks of rows whose signature verified here on to their signature times (never back),
+// under STATE/fleet/seen.lock: every use of a row (listed, probed, installed, attested, run on)
+// and every signature made here moves them, so an older signed row put back is seen as replayed.
+Result<void> advance_seen(const std::string& state, const std::map<std::string, int64_t>& marks) {
+  if (marks.empty()) return {};
+  TRY(fleet_dir_ready(state));
+  std::string lock = fleet_dir(state) + "/seen.lock";
+  UniqueFd held(::open(lock.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!held || ::flock(held.get(), LOCK_EX) != 0) return fail_errno(Code::IoError, "lock " + lock, errno);
+  Json seen = TRY(read_seen(state));
+  Json was = seen;
+  for (const auto& [id, at] : marks) {
+    Json mark = seen.value(id, Json(0));
+    if (!mark.is_number_integer() || at > mark.get<int64_t>()) seen[id] = at;
+  }
+  if (seen != was) TRY(write_file_atomic(seen_path(state), lossless_canonical_json(seen), 0600));
+  return {};
 }
 
 int machine_list(Globals& g) {
@@ -410,36 +444,19 @@ int machine_list(Globals& g) {
   if (!fleet) return refuse(fleet.error(), g.json);
   auto ms = (*st)->machines();
   if (!ms) return refuse(ms.error(), g.json);
-  // The marks are read, moved on and written under a lock: two listings at once must not write
-  // an older mark over a newer one.
-  UniqueFd seen_lock;
-  if (*fleet) {
-    if (auto d = fleet_dir_ready(*state); !d) return refuse(d.error(), g.json);
-    std::string lock = fleet_dir(*state) + "/seen.lock";
-    seen_lock = UniqueFd(::open(lock.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
-    if (!seen_lock || ::flock(seen_lock.get(), LOCK_EX) != 0)
-      return refuse(fail_errno(Code::IoError, "lock " + lock, errno).error(), g.json);
-  }
   auto seen = read_seen(*state);
   if (!seen) return refuse(seen.error(), g.json);
-  Json was = *seen;
   Json arr = Json::array();
   std::vector<std::vector<std::string>> rows = {kMachineHeader};
+  std::map<std::string, int64_t> marks;
   for (const auto& m : *ms) {
     Json mark = seen->value(m.id, Json(0));
-    int64_t seen_ms = mark.is_number_integer() ? mark.get<int64_t>() : 0;
-    Judgement j = judge(m, *fleet, seen_ms);
-    // A signature that verifies moves the mark on (never back).
-    if (j.reason_name != "row_malformed" && j.reason_name != "no_fleet_key" && j.reason_name != "unsigned" &&
-        j.reason_name != "signature_invalid" && j.reason_name != "replayed" && m.signed_at_ms > seen_ms)
-      (*seen)[m.id] = m.signed_at_ms;
+    Judgement j = judge(m, *fleet, mark.is_number_integer() ? mark.get<int64_t>() : 0);
+    if (signature_verified(j)) marks[m.id] = m.signed_at_ms;
     arr.push_back(machine_json(m, j));
     rows.push_back(machine_row(m, j));
   }
-  if (*seen != was) {
-    if (auto w = write_file_atomic(seen_path(*state), lossless_canonical_json(*seen), 0600); !w)
-      return refuse(w.error(), g.json);
-  }
+  if (auto a = advance_seen(*state, marks); !a) return refuse(a.error(), g.json);
   return emit(g, "machines", arr, rows);
 }
 
@@ -573,8 +590,7 @@ int machine_add(Globals& g, const StoreOptionsCli& o) {
   m.id = o.machine;
   m.facts = nullptr;
   m.transport = transport;
-  if (auto r = sign_row(m, *state); !r) return refuse(r.error(), g.json);
-  if (auto r = (*st)->put_machine(m); !r) return refuse(r.error(), g.json);
+  if (auto w = put_signed(**st, m, *state); !w) return refuse(w.error(), g.json);
   if (g.json)
     std::printf("%s\n", Json({{"machine", m.id}, {"transport", m.transport}, {"signed", true}}).dump(2).c_str());
   else
@@ -624,12 +640,12 @@ Result<FarMachine> far_machine(Globals& g, store::Store& st, const std::string& 
   Json seen = TRY(read_seen(f.state));
   Json mark = seen.value(name, Json(0));
   Judgement j = judge(*it, fleet, mark.is_number_integer() ? mark.get<int64_t>() : 0);
-  for (const char* bad : {"row_malformed", "no_fleet_key", "unsigned", "signature_invalid", "replayed"})
-    if (j.reason_name == bad)
-      return fail(Code::CustodyUnsafe,
-                  fmt::format("machine {}'s row is not believed ({}: {}): its transport is not used", name,
-                              j.reason_name, j.reason),
-                  {{"machine", name}, {"reason", j.reason_name}});
+  if (!signature_verified(j))
+    return fail(Code::CustodyUnsafe,
+                fmt::format("machine {}'s row is not believed ({}: {}): its transport is not used", name, j.reason_name,
+                            j.reason),
+                {{"machine", name}, {"reason", j.reason_name}});
+  TRY(advance_seen(f.state, {{name, it->signed_at_ms}}));
   f.row = *it;
   f.target = TRY(ssh_target(f.row.transport, name));
   return f;
@@ -721,8 +737,7 @@ int machine_install(Globals& g, const std::string& name) {
                               {"revision", std::string(kRevision)},
                               {"files", installed_files},
                               {"at_ms", now_ms()}};
-  if (auto s = sign_row(m, far->state); !s) return refuse(s.error(), g.json);
-  if (auto p = (*st)->put_machine(m); !p) return refuse(p.error(), g.json);
+  if (auto w = put_signed(**st, m, far->state); !w) return refuse(w.error(), g.json);
   if (g.json)
     std::printf("%s\n", Json({{"machine", name}, {"dir", far->target.dir}, {"installed", m.transport["installed"]}}).dump(2).c_str());
   else
@@ -792,8 +807,7 @@ int machine_probe_remote(Globals& g, const std::string& name) {
   m.facts = facts;
   m.landlock_abi = facts.value("landlock_abi", Json(0)).is_number_integer() ? facts["landlock_abi"].get<int>() : 0;
   m.probed_at_ms = now_ms();
-  if (auto s = sign_row(m, far->state); !s) return refuse(s.error(), g.json);
-  if (auto p = (*st)->put_machine(m); !p) return refuse(p.error(), g.json);
+  if (auto w = put_signed(**st, m, far->state); !w) return refuse(w.error(), g.json);
   auto fleet = fleet_public(far->state);
   Judgement jd = judge(m, fleet ? *fleet : FleetKey());
   if (g.json) {
@@ -876,8 +890,7 @@ int machine_attest(Globals& g, const std::string& name) {
                    {"attested_at_ms", now_ms()},
                    {"executors", executors}};
   m.attestation["level"] = policy::to_string(attested_level(executors));
-  if (auto s = sign_row(m, far->state); !s) return refuse(s.error(), g.json);
-  if (auto p = (*st)->put_machine(m); !p) return refuse(p.error(), g.json);
+  if (auto w = put_signed(**st, m, far->state); !w) return refuse(w.error(), g.json);
   if (g.json) {
     std::printf("%s\n", Json({{"machine", name}, {"attestation", m.attestation}}).dump(2, ' ', false, Json::error_handler_t::replace).c_str());
   } else {

@@ -250,6 +250,27 @@ def run_checks(airlock, tmp, hosts):
             odd = [l for l in lines if not shape.match(l)]
             check(lines and not odd, f"{os.path.basename(h.dir)}'s login shell saw only base64: {odd[:2]}")
 
+    # An older signed row put back (someone with the database keeps a copy): the install made
+    # here moved this machine's mark on, so it is taken as replayed, without any `machine list`
+    # in between.
+    con = sqlite3.connect(db)
+    old_row = con.execute("SELECT * FROM machines WHERE id = 'far3'").fetchone()
+    con.close()
+    check(old_row is not None, "far3 was recorded")
+    if old_row is not None:
+        time.sleep(0.01)
+        p = al("machine", "install", "far3")
+        check(p.returncode == 0, f"install far3 once more: {p.stderr}")
+        con = sqlite3.connect(db)
+        con.execute("DELETE FROM machines WHERE id = 'far3'")
+        con.execute(f"INSERT INTO machines VALUES ({','.join('?' * len(old_row))})", old_row)
+        con.commit()
+        con.close()
+        for verb in ("install", "probe"):
+            p = al("machine", verb, "far3")
+            refused(p, "CUSTODY_UNSAFE", f"{verb} through an older signed row put back")
+            check("replayed" in p.stderr, f"the refusal names the replay: {p.stderr}")
+
     # A stopped sshd: unreachable, by name.
     far1.stop()
     p = al("machine", "probe", "far1")
