@@ -125,10 +125,21 @@ Result<void> sign_row(store::MachineRecord& m, const std::string& state) {
 
 Result<void> advance_seen(const std::string& state, const std::map<std::string, int64_t>& marks);
 
-// Signs the row, writes it, and moves this machine's mark on to the new signature.
-Result<void> put_signed(store::Store& st, store::MachineRecord& m, const std::string& state) {
+// Signs the row, writes it, and moves this machine's mark on to the new signature. A row read
+// before (`was_signed_at`) is replaced only if nobody replaced it meanwhile: an install and a probe
+// at once would otherwise put back what the other recorded.
+Result<void> put_signed(store::Store& st, store::MachineRecord& m, const std::string& state,
+                        std::optional<int64_t> was_signed_at = std::nullopt) {
   TRY(sign_row(m, state));
-  TRY(st.put_machine(m));
+  if (!was_signed_at) {
+    TRY(st.put_machine(m));
+  } else if (!TRY(st.replace_machine(m, *was_signed_at))) {
+    return fail(Code::ConfigError,
+                fmt::format("machine {}'s row was replaced by another airlock while this one worked: nothing recorded; "
+                            "run it again",
+                            m.id),
+                {{"machine", m.id}});
+  }
   return advance_seen(state, {{m.id, m.signed_at_ms}});
 }
 
@@ -737,7 +748,7 @@ int machine_install(Globals& g, const std::string& name) {
                               {"revision", std::string(kRevision)},
                               {"files", installed_files},
                               {"at_ms", now_ms()}};
-  if (auto w = put_signed(**st, m, far->state); !w) return refuse(w.error(), g.json);
+  if (auto w = put_signed(**st, m, far->state, far->row.signed_at_ms); !w) return refuse(w.error(), g.json);
   if (g.json)
     std::printf("%s\n", Json({{"machine", name}, {"dir", far->target.dir}, {"installed", m.transport["installed"]}}).dump(2).c_str());
   else
@@ -807,7 +818,7 @@ int machine_probe_remote(Globals& g, const std::string& name) {
   m.facts = facts;
   m.landlock_abi = facts.value("landlock_abi", Json(0)).is_number_integer() ? facts["landlock_abi"].get<int>() : 0;
   m.probed_at_ms = now_ms();
-  if (auto w = put_signed(**st, m, far->state); !w) return refuse(w.error(), g.json);
+  if (auto w = put_signed(**st, m, far->state, far->row.signed_at_ms); !w) return refuse(w.error(), g.json);
   auto fleet = fleet_public(far->state);
   Judgement jd = judge(m, fleet ? *fleet : FleetKey());
   if (g.json) {
@@ -890,7 +901,7 @@ int machine_attest(Globals& g, const std::string& name) {
                    {"attested_at_ms", now_ms()},
                    {"executors", executors}};
   m.attestation["level"] = policy::to_string(attested_level(executors));
-  if (auto w = put_signed(**st, m, far->state); !w) return refuse(w.error(), g.json);
+  if (auto w = put_signed(**st, m, far->state, far->row.signed_at_ms); !w) return refuse(w.error(), g.json);
   if (g.json) {
     std::printf("%s\n", Json({{"machine", name}, {"attestation", m.attestation}}).dump(2, ' ', false, Json::error_handler_t::replace).c_str());
   } else {

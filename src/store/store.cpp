@@ -204,6 +204,18 @@ Result<void> Store::put_machine(const MachineRecord& m) {
   return {};
 }
 
+Result<bool> Store::replace_machine(const MachineRecord& m, int64_t was_signed_at) {
+  TRY(exec_locked(
+      "UPDATE machines SET hostname = ?, landlock_abi = ?, facts = ?, probed_at = ?, transport = ?, signature = ?,"
+      " signed_at = ?, attestation = ? WHERE id = ? AND signed_at = ?",
+      {m.hostname, int64_t{m.landlock_abi}, m.facts.dump(), m.probed_at_ms, m.transport.dump(), m.signature,
+       m.signed_at_ms, m.attestation.dump(), m.id, was_signed_at}));
+  // The row now holds this signature only if the update found the row it expected (a signature is
+  // made once: another writer's row cannot carry it).
+  auto r = TRY(exec_locked("SELECT signature FROM machines WHERE id = ?", {m.id}));
+  return !r.rows.empty() && r.rows[0][0].value_or("") == m.signature;
+}
+
 Result<std::vector<MachineRecord>> Store::machines() {
   auto r = TRY(exec_locked(
       "SELECT id, hostname, landlock_abi, facts, probed_at, transport, signature, signed_at, attestation FROM machines"

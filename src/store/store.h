@@ -123,6 +123,9 @@ class Store {
   Result<int> schema_version();
 
   Result<void> put_machine(const MachineRecord& m);
+  // Replaces the row of m.id only if it is still the one signed at `was_signed_at` (compare and
+  // swap): false when another writer replaced it meanwhile, and nothing is written.
+  Result<bool> replace_machine(const MachineRecord& m, int64_t was_signed_at);
   Result<std::vector<MachineRecord>> machines();
 
   // Declares a slot (max_sessions none: one seat). Existing live runs are left alone.

@@ -342,6 +342,36 @@ TEST_P(StoreTest, ASchemaNewerThanThisBuildIsRefusedByName) {
   EXPECT_NE(s.error().message.find(fmt::format("version {}", kSchemaVersion + 1)), std::string::npos);
 }
 
+TEST_P(StoreTest, AMachineRowIsReplacedOnlyIfNobodyReplacedItMeanwhile) {
+  auto s = open();
+  ASSERT_TRUE(s);
+  MachineRecord m;
+  m.id = "far";
+  m.signature = "sig-1";
+  m.signed_at_ms = 100;
+  m.attestation = {{"level", "sandboxed"}};
+  ASSERT_TRUE(s->put_machine(m));
+  // Two writers read the row signed at 100; the first to write wins, the second is told.
+  MachineRecord a = m, b = m;
+  a.hostname = "install";
+  a.signature = "sig-a";
+  a.signed_at_ms = 200;
+  b.hostname = "probe";
+  b.signature = "sig-b";
+  b.signed_at_ms = 201;
+  auto first = s->replace_machine(a, 100);
+  ASSERT_TRUE(first.has_value()) << first.error().message;
+  EXPECT_TRUE(*first);
+  auto second = s->replace_machine(b, 100);
+  ASSERT_TRUE(second.has_value()) << second.error().message;
+  EXPECT_FALSE(*second);
+  auto rows = s->machines();
+  ASSERT_TRUE(rows.has_value() && rows->size() == 1u);
+  EXPECT_EQ((*rows)[0].hostname, "install");
+  EXPECT_EQ((*rows)[0].signed_at_ms, 200);
+  EXPECT_EQ((*rows)[0].attestation, m.attestation) << "the attestation column round-trips";
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, StoreTest, ::testing::Values("sqlite", "postgresql"),
                          [](const auto& info) { return info.param; });
 
