@@ -16,6 +16,8 @@ the run is composed there only from a believed, fresh row whose facts allow its 
 never probed, a tier the row lacks, a far binary replaced: refused by name with the fix), its
 stdout and exit status pass through, its far receipts verify here and join this run's chain, and
 its seat is held in this store under the far machine's id (a slot of one seat refuses a second).
+One far host runs under a seccomp filter that makes landlock_create_ruleset fail with ENOSYS, as a
+kernel without Landlock would: its probe says so and a Landlock-tier run there is refused by name.
 Usage: fleet_ssh_test.py AIRLOCK   (exit 77: not root, or no sshd here)
 """
 import hashlib
@@ -55,10 +57,36 @@ def sha256(path):
     return h.hexdigest()
 
 
+def without_landlock():
+    """In the child before sshd starts: a seccomp filter that makes landlock_create_ruleset fail
+    with ENOSYS, as on a kernel without Landlock, for sshd and everything it starts."""
+    import ctypes
+    import struct
+    libc = ctypes.CDLL(None, use_errno=True)
+    def stmt(code, k, jt=0, jf=0):
+        return struct.pack("HBBI", code, jt, jf, k)
+    ld_abs, jeq, ret = 0x20, 0x15, 0x06
+    prog = b"".join([
+        stmt(ld_abs, 4),                       # arch
+        stmt(jeq, 0xC000003E, 0, 3),           # x86_64, else allow
+        stmt(ld_abs, 0),                       # syscall number
+        stmt(jeq, 444, 0, 1),                  # landlock_create_ruleset
+        stmt(ret, 0x00050000 | 38),            # SECCOMP_RET_ERRNO | ENOSYS
+        stmt(ret, 0x7FFF0000),                 # SECCOMP_RET_ALLOW
+    ])
+    buf = ctypes.create_string_buffer(prog)
+    class Fprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+    fprog = Fprog(len(prog) // 8, ctypes.addressof(buf))
+    if libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+        raise OSError(ctypes.get_errno(), "seccomp")
+
+
 class FarHost:
     """One sshd on 127.0.0.1:PORT with a host key of its own, in a mount namespace of its own."""
 
-    def __init__(self, root, name, client_pub):
+    def __init__(self, root, name, client_pub, landlock=True):
+        self.landlock = landlock
         self.dir = os.path.join(root, name)
         os.makedirs(self.dir)
         self.port = free_port()
@@ -88,7 +116,8 @@ class FarHost:
             ["unshare", "--mount", "--propagation", "private", "sh", "-c",
              "mount -t tmpfs -o mode=755 tmpfs /run && mkdir -m 755 /run/sshd && exec /usr/sbin/sshd -D -e -f \"$1\"",
              "sh", self.config],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            preexec_fn=None if self.landlock else without_landlock)
         for _ in range(100):
             with socket.socket() as s:
                 if s.connect_ex(("127.0.0.1", self.port)) == 0:
@@ -203,7 +232,7 @@ def run_checks(airlock, tmp, hosts):
         check(r["far1"]["hostname"] == mine["hostname"], "far1's hostname is the far side's")
         check(r["far1"]["transport"]["installed"]["sha256"] == local_sha, "the row keeps the installed digest")
 
-    check_dispatch(al, refused, tmp, far1, far2, client_key, known)
+    check_dispatch(al, refused, tmp, far1, far2, client_key, known, hosts)
 
     # The far binary replaced after install: refused by digest, the row is not rewritten.
     probed_at = rows().get("far1", {}).get("probed_at_ms")
@@ -284,7 +313,7 @@ def run_checks(airlock, tmp, hosts):
     refused(p, "CUSTODY_UNSAFE", "--known-hosts through a link")
 
 
-def check_dispatch(al, refused, tmp, far1, far2, client_key, known):
+def check_dispatch(al, refused, tmp, far1, far2, client_key, known, hosts_started):
     """`airlock run --machine`: composed on the far machine only where its row allows."""
     ws = os.path.join(tmp, "far1-workspace")  # a path on the far machine (the same host here)
     os.mkdir(ws)
@@ -444,6 +473,32 @@ def check_dispatch(al, refused, tmp, far1, far2, client_key, known):
     check("can be written by others" in p.stderr, f"the refusal says why: {p.stderr}")
     check(not os.path.exists(os.path.join(ws, "writable-ran")), "nothing ran from a writable installation")
     os.chmod(far1.install_dir, 0o755)
+
+    # A machine whose kernel has no Landlock: its probe says so, and a run that needs the
+    # Landlock tier is refused by name with the remediation, never run on another tier.
+    far4 = FarHost(tmp, "far4", client_key + ".pub", landlock=False)
+    hosts_started.append(far4)
+    kh4 = os.path.join(tmp, "known_hosts4")
+    with open(kh4, "w") as f:
+        f.write(far4.known_hosts_line())
+    for step in (["machine", "add", "far4", "--ssh", f"root@127.0.0.1:{far4.port}", "--identity", client_key,
+                  "--known-hosts", kh4, "--dir", far4.install_dir], ["machine", "install", "far4"],
+                 ["machine", "probe", "far4", "--json"]):
+        p = al(*step)
+        check(p.returncode == 0, f"{' '.join(step[:2])} far4: {p.stderr}")
+    if p.returncode == 0:
+        check(json.loads(p.stdout)["landlock_abi"] == 0, f"far4's probe says Landlock is absent: {p.stdout[:300]}")
+    ll = os.path.join(tmp, "landlock.json")
+    with open(ll, "w") as f:
+        json.dump({"schema_version": "airlock.task_policy.v1", "executor": "landlock"}, f)
+    ws4 = os.path.join(tmp, "far4-workspace")
+    os.mkdir(ws4)
+    p = al("run", "--machine", "far4", "--policy", ll, "--workspace", ws4, "--", "touch", "ran")
+    refused(p, "EXECUTOR_UNAVAILABLE", "a Landlock-tier run on a machine without Landlock")
+    check("machine far4" in p.stderr and "andlock" in p.stderr and "machine probe far4" in p.stderr,
+          f"the refusal names the machine, what it lacks and the fix: {p.stderr}")
+    check(not os.path.exists(os.path.join(ws4, "ran")), "nothing ran on the machine without Landlock")
+    far4.stop()
 
     # Never probed: refused, naming the probe.
     p = al("machine", "add", "far3", "--ssh", f"root@127.0.0.1:{far2.port}", "--identity", client_key,
