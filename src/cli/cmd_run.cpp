@@ -166,6 +166,13 @@ int run_confined(Globals& g, RunOptions& o, const std::function<Result<void>(Ses
   auto& s = **session;
   (void)seat.record_enforcement(std::string(policy::to_string(s.plan().executor())), s.plan().tier(), s.plan().why,
                                 plan::to_json(start->facts));
+  // The summary file names the session from its start: a reader (`run --machine`) finds a run
+  // killed before its end by it (no "outcome" yet), and its receipts.
+  if (!o.summary_file.empty())
+    if (auto w = write_file_atomic(o.summary_file,
+                                   Json({{"session", s.id()}, {"receipts", s.receipts_path()}}).dump() + "\n", 0600);
+        !w)
+      return refuse_run(w.error());
   if (!o.quiet && !g.json) {
     for (const auto* l : {&start->layers.defaults, &start->layers.task})
       if (*l && ((*l)->origin == "user" || (*l)->origin == "repository"))

@@ -1112,14 +1112,18 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name) {
   waiter.join();
   const int ssh_status = WIFEXITED(wst) ? WEXITSTATUS(wst) : 128 + WTERMSIG(wst);
 
-  // The summary: waited for (ssh may have ended first, killed by a closed pipe of ours: then the
-  // far run is stopped); the seat is held until the far run has ended.
-  // In one connection: the summary (its first line), then the receipts of the session it names
-  // (checked against the summary here), then the run's directory removed.
+  // In one connection: how the far run stands (`done`, `killed`: it ended without its outcome,
+  // `running`), then its summary (written from its start, whole at its end), then the receipts
+  // of the session that names (checked against the summary here); the run's directory is removed
+  // once it has ended. ssh may have ended first (a closed pipe of ours): the far run is then
+  // stopped, and the seat is held until it has ended.
   auto fetch = [&] {
     return ssh_run(far->target,
-                   fmt::format("d={}; t={}; for i in $(seq 600); do test -e \"$t\"/summary.json && break; "
+                   fmt::format("d={}; t={}; for i in $(seq 600); do grep -q '\"outcome\"' \"$t\"/summary.json 2>/dev/null && break; "
                                "test -s \"$t\"/pid && kill -0 \"$(cat \"$t\"/pid)\" 2>/dev/null || break; sleep 0.1; done; "
+                               "if grep -q '\"outcome\"' \"$t\"/summary.json 2>/dev/null; then echo done; "
+                               "elif test -s \"$t\"/pid && kill -0 \"$(cat \"$t\"/pid)\" 2>/dev/null; then echo running; exit 0; "
+                               "else echo killed; fi; "
                                "test -e \"$t\"/summary.json || exit 0; cat \"$t\"/summary.json; "
                                "s=$(grep -o '\"session\":\"[0-9a-f]*\"' \"$t\"/summary.json | head -n 1 | cut -d '\"' -f 4); "
                                "rm -rf \"$t\"; test -n \"$s\" && cat \"$d\"/state/receipts/\"$s\".jsonl",
@@ -1127,10 +1131,17 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name) {
                    -1, std::chrono::seconds(300), kFarReceiptsMax + (1u << 20));
   };
   auto got = fetch();
-  if (got && got->out.empty() && got->status == 0 && ssh_status != kCheckFailed) {
+  if (got && got->status == 0 && got->out.starts_with("running")) {
     (void)ssh_run(far->target, stop_far, -1, std::chrono::seconds(30), 4096);
     got = fetch();
   }
+  std::string far_state;
+  if (got) {
+    size_t first = got->out.find('\n');
+    far_state = got->out.substr(0, first);
+    got->out.erase(0, first == std::string::npos ? got->out.size() : first + 1);
+  }
+  const bool far_killed = far_state == "killed";
   size_t nl = got ? got->out.find('\n') : std::string::npos;
   Json summary = nl != std::string::npos
                      ? parse_json(std::string_view(got->out).substr(0, nl), Code::ProtocolError, "the far run's summary")
@@ -1138,9 +1149,14 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name) {
                      : Json();
   const std::string far_session = jstr(summary, "session");
   if (!summary.is_object() || !plain_id(far_session)) {
-    (void)ssh_run(far->target, fmt::format("d={}; t={}; rm -rf \"$t\"", dir, t), -1, std::chrono::seconds(60), 4096);
+    if (far_state != "running")
+      (void)ssh_run(far->target, fmt::format("d={}; t={}; rm -rf \"$t\"", dir, t), -1, std::chrono::seconds(60), 4096);
     Error e = !got && ssh_status == 255
                   ? Error{Code::ServerUnreachable, fmt::format("machine {}: ssh failed: {}", name, got.error().message),
+                          {{"machine", name}}}
+              : far_state == "running"
+                  ? Error{Code::ServerUnreachable,
+                          fmt::format("machine {}: the run there would not stop; it is left to its own limits", name),
                           {{"machine", name}}}
               : ssh_status == kCheckFailed
                   ? Error{Code::CustodyUnsafe,
@@ -1154,7 +1170,7 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name) {
                                       "started there (said above)",
                                       name, ssh_status),
                           {{"machine", name}, {"status", ssh_status}}};
-    return end(&e, {{"ssh_status", ssh_status}});
+    return end(&e, {{"ssh_status", ssh_status}, {"far_state", far_state}});
   }
 
   // Its receipts, verified here, bound to what was dispatched, and appended to this run's chain.
@@ -1173,12 +1189,19 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name) {
     far_chain["sha256"] = sha256_hex(c->out);
     if (auto w = write_file_atomic(copy, c->out, 0600); !w) {
       problem = w.error().message;
-    } else if (auto v = ledger::verify_chain(copy); !v) {
+    } else if (auto v = ledger::verify_chain(copy); !v && !(far_killed && v.error().facts.contains("torn_tail"))) {
       problem = v.error().message;
     } else {
-      far_chain["receipts"] = v->receipts;
-      far_chain["last_hash"] = v->last_hash;
+      // A run killed midway may have left a torn last line: what came before it verifies.
+      uint64_t count = v ? v->receipts : v.error().facts.value("receipts", uint64_t{0});
       std::string_view text = c->out;
+      if (!v) {
+        far_chain["torn_tail"] = v.error().facts["torn_tail"];
+        size_t last_nl = text.rfind('\n');
+        text = text.substr(0, last_nl == std::string_view::npos ? 0 : last_nl + 1);
+      }
+      far_chain["receipts"] = count;
+      if (v) far_chain["last_hash"] = v->last_hash;
       for (size_t at = 0; at < text.size() && problem.empty();) {
         size_t nl = text.find('\n', at);
         auto rec = parse_json(text.substr(at, nl - at), Code::LedgerCorrupt, "a far receipt", ledger::kReceiptLineLimits);
@@ -1194,7 +1217,7 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name) {
       auto mismatch = [&](std::string what) {
         if (problem.empty()) problem = std::move(what);
       };
-      if (receipts.size() != v->receipts || receipts.empty()) mismatch("the receipts read are not the receipts verified");
+      if (receipts.size() != count || receipts.empty()) mismatch("the receipts read are not the receipts verified");
       for (const auto& r : receipts)
         if (jstr(r, "session") != far_session) mismatch("a receipt of another session");
       if (!receipts.empty()) {
@@ -1204,7 +1227,8 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name) {
           mismatch(fmt::format("the run there was confined by {} (tier {}), not the {} planned",
                                jstr(open, "executor"), open.value("tier", Json()).dump(), policy::to_string(plan->executor())));
         if (jstr(open, "workspace") != *o.workspace) mismatch("the run there had another workspace");
-        if (jstr(receipts.back(), "kind") != "session.close") mismatch("the chain does not end with session.close");
+        if (jstr(receipts.back(), "kind") != "session.close" && !far_killed)
+          mismatch("the chain does not end with session.close");
         size_t runs = 0;
         for (const auto& r : receipts)
           if (jstr(r, "kind") == "tool.run") {
@@ -1223,6 +1247,14 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name) {
       Error e = a.error();
       return end(&e, {{"far_chain", far_chain}});
     }
+  }
+  if (far_killed) {
+    Error e{Code::SessionKilled,
+            fmt::format("machine {}: the run there was killed before its end (status {}); its {} receipt(s) verify here "
+                        "and are in {}",
+                        name, ssh_status, far_chain.value("receipts", Json(0)).dump(), log->path()),
+            {{"machine", name}, {"far_session", far_session}}};
+    return end(&e, {{"ssh_status", ssh_status}, {"far_state", far_state}, {"far_chain", far_chain}});
   }
   // The status is the far run's own, from its summary (ssh's is the same unless ssh failed).
   const Json& outcome_j = summary.value("outcome", Json::object());

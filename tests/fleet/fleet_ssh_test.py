@@ -388,6 +388,40 @@ def check_dispatch(al, refused, tmp, far1, far2, client_key, known, hosts_starte
     check(not json.loads(al("runs", "list", "--live", "--json").stdout)["runs"], "its seat was released")
     check(not os.listdir(dispatch_dir), f"the far run's directory is removed: {os.listdir(dispatch_dir)}")
 
+    # The far airlock SIGKILLed mid-run (its machine's operator, the OOM killer): what it recorded
+    # still comes back, verifies here and joins this run's chain; the run is refused as killed.
+    slow = subprocess.Popen([*al.cmd, "run", "--machine", "far1", "--policy", policy, "--workspace", ws, "--",
+                             "sh", "-c", "sleep 29.75"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    far_pid = None
+    for _ in range(200):
+        pids = [os.path.join(dispatch_dir, d, "pid") for d in os.listdir(dispatch_dir)] if os.path.isdir(dispatch_dir) else []
+        if pids and os.path.exists(pids[0]) and open(pids[0]).read().strip():
+            far_pid = int(open(pids[0]).read())
+            break
+        time.sleep(0.05)
+    time.sleep(0.5)
+    check(far_pid is not None, "the far run's pid is kept in its directory")
+    if far_pid:
+        os.kill(far_pid, signal.SIGKILL)
+    try:
+        slow.wait(90)
+    except subprocess.TimeoutExpired:
+        slow.kill()
+    err = slow.stderr.read()
+    check(slow.returncode == 125 and "AIRLOCK_SESSION_KILLED" in err and "verify here" in err,
+          f"a far run killed midway: {slow.returncode} {err}")
+    chain = [l for l in err.split() if l.endswith(".jsonl") and "/receipts/" in l]
+    if chain:
+        v = al("receipts", "verify", chain[0].rstrip(")"))
+        check(v.returncode == 0, f"the killed run's chain verifies here: {v.stdout} {v.stderr}")
+        with open(chain[0].rstrip(")")) as f:
+            kinds = [json.loads(l)["kind"] for l in f]
+        check("far.receipt" in kinds and kinds[-1] == "dispatch.close", f"its far receipts are in the chain: {kinds}")
+    check(not subprocess.run(["pgrep", "-f", "sleep 29.75"], capture_output=True).stdout,
+          "nothing of the killed far run is left running")
+    check(not json.loads(al("runs", "list", "--live", "--json").stdout)["runs"], "its seat was released")
+
     # The exit status passes through; a far refusal (the wall-time limit) is the far run's.
     p = dispatch("sh", "-c", "exit 7")
     check(p.returncode == 7, f"a far exit status passes through: {p.returncode} {p.stderr}")
