@@ -279,7 +279,11 @@ policy::MachineIsolation attested_level(const Json& executors) {
 
 // The level a row's attestation is worth now: none when absent, older than 7 days, or made with
 // another airlock than the one installed (its `why` says which).
-policy::MachineIsolation current_level(const store::MachineRecord& m, std::string* why = nullptr) {
+// With `executor`: the level that executor itself earned (a run is only as isolated as the tier
+// that confines it): sandboxed for Landlock or namespaces, isolated for the microVM, when it
+// contained every row; brokered otherwise.
+policy::MachineIsolation current_level(const store::MachineRecord& m, std::string* why = nullptr,
+                                       std::optional<policy::ExecutorKind> executor = std::nullopt) {
   auto say = [&](std::string w) {
     if (why) *why = std::move(w);
     return policy::MachineIsolation::None;
@@ -287,11 +291,23 @@ policy::MachineIsolation current_level(const store::MachineRecord& m, std::strin
   const Json& a = m.attestation;
   if (!a.is_object()) return say("never attested");
   std::string installed = jstr(jget(m.transport, "installed"), "sha256");
-  if (a.value("airlock_sha256", "") != installed) return say("attested with another airlock than the one installed");
+  if (jstr(a, "airlock_sha256") != installed) return say("attested with another airlock than the one installed");
   Json at = a.value("attested_at_ms", Json(0));
   if (!at.is_number_integer() || now_ms() - at.get<int64_t>() > kAttestationFreshMs)
     return say(fmt::format("attested at {}, more than 7 days ago", utc(at.is_number_integer() ? at.get<int64_t>() : 0)));
-  return attested_level(a.value("executors", Json::array()));
+  const Json& executors = jget(a, "executors");
+  if (!executor) return attested_level(executors);
+  std::string name(policy::to_string(*executor));
+  bool contained = false;
+  if (executors.is_array())
+    for (const auto& e : executors)
+      if (jstr(e, "executor") == name && jbool(e, "contained")) contained = true;
+  if (!contained) {
+    if (why) *why = fmt::format("its {} tier did not contain every escape row there", name);
+    return policy::MachineIsolation::Brokered;
+  }
+  return *executor == policy::ExecutorKind::Microvm ? policy::MachineIsolation::Isolated
+                                                    : policy::MachineIsolation::Sandboxed;
 }
 
 Json machine_json(const store::MachineRecord& m, const Judgement& j) {
@@ -669,9 +685,51 @@ std::string digest_word(std::string_view line) {
   return std::string(w);
 }
 
+// The start of every far script that runs the installed airlock: the installation directory,
+// each of its ancestors and each installed file must be writable by no one but the login user
+// (a sticky directory counts as safe), and each installed file must hash to its recorded digest
+// (the platform's sha256sum), else exit 97 saying why. A failing check fails closed, a missing
+// `stat` included. Only the login user could swap a file between this and its use.
+constexpr int kCheckFailed = 97;
+std::string custody_prelude(const std::string& dir, const Json& installed) {
+  std::string s = fmt::format(
+      "set -eu; d={}\n"
+      "bad() {{ echo \"airlock: $1\" >&2; exit {}; }}\n"
+      "writable() {{ m=$(stat -c %A \"$1\") && test -n \"$m\" || bad \"cannot stat $1\"\n"
+      "  case \"$m\" in ?????w????|????????w?) case \"$m\" in d????????t|d????????T) ;; *) return 0;; esac;; esac; return 1; }}\n"
+      "for f in \"$d\" \"$d\"/airlock; do test -O \"$f\" || bad \"$f is not this login's\"; "
+      "! writable \"$f\" || bad \"$f can be written by others\"; done\n"
+      "p=$(cd \"$d\" && pwd -P) || bad \"no $d\"\n"
+      "while test \"$p\" != /; do p=$(dirname \"$p\"); ! writable \"$p\" || bad \"$p can be written by others\"; done\n",
+      shell_quote(dir), kCheckFailed);
+  const Json& files = jget(installed, "files");
+  std::vector<std::pair<std::string, std::string>> want;
+  if (files.is_object())
+    for (const auto& [f, sha] : files.items())
+      if (sha.is_string()) want.emplace_back(f, sha.get<std::string>());
+  if (want.empty()) want.emplace_back("airlock", jstr(installed, "sha256"));
+  for (const auto& [f, sha] : want) {
+    if (f.find_first_not_of("abcdefghijklmnopqrstuvwxyz-") != std::string::npos) continue;  // only our own names
+    if (sha.find_first_not_of("0123456789abcdef") != std::string::npos) continue;
+    s += fmt::format("test -O \"$d\"/{0} && ! writable \"$d\"/{0} || bad \"$d/{0} is not this login's alone\"; "
+                     "test \"$(sha256sum < \"$d\"/{0})\" = \"{1}  -\" || bad \"$d/{0} is not the one installed\"\n",
+                     f, sha);
+  }
+  return s;
+}
+
 // A far script's failure other than ssh's own: what it said last, as a refusal.
 Error far_failed(const FarMachine& f, std::string_view what, const RemoteRun& r) {
   if (r.status == 255) return unreachable_error(f.target, f.row.id, r);
+  if (r.status == kCheckFailed) {
+    std::string said = r.err;
+    while (!said.empty() && (said.back() == '\n' || said.back() == '\r')) said.pop_back();
+    return Error{Code::CustodyUnsafe,
+                 fmt::format("machine {}: the installation there was replaced or can be changed by others ({}): "
+                             "nothing it says is believed (`airlock machine install {}` puts ours back)",
+                             f.row.id, escape_for_terminal(said), f.row.id),
+                 {{"machine", f.row.id}, {"fix", "airlock machine install " + f.row.id}}};
+  }
   return Error{Code::IoError,
                fmt::format("machine {}: {} failed on the far side (status {}): {}", f.row.id, what, r.status,
                            escape_for_terminal(r.err.empty() ? "no reason given" : r.err)),
@@ -774,10 +832,10 @@ int machine_probe_remote(Globals& g, const std::string& name) {
                         {{"machine", name}, {"fix", "airlock machine install " + name}}},
                   g.json);
   std::string want = inst["sha256"].get<std::string>();
-  std::string script = fmt::format(
-      "set -eu; d={}; test -x \"$d\"/airlock || {{ echo \"no airlock in $d\" >&2; exit 3; }}; "
-      "sha256sum < \"$d\"/airlock; exec \"$d\"/airlock --state-dir \"$d\"/state machine facts",
-      shell_quote(far->target.dir));
+  std::string script = fmt::format("d={}; test -x \"$d\"/airlock || {{ echo \"no airlock in $d\" >&2; exit 3; }}\n",
+                                   shell_quote(far->target.dir)) +
+                       custody_prelude(far->target.dir, inst) +
+                       "sha256sum < \"$d\"/airlock; exec \"$d\"/airlock --state-dir \"$d\"/state machine facts";
   auto r = ssh_run(far->target, script, -1, std::chrono::seconds(300), 1 << 20);
   if (!r) return refuse(r.error(), g.json);
   if (r->status == 3)
@@ -850,13 +908,13 @@ int machine_attest(Globals& g, const std::string& name) {
                         {{"machine", name}, {"fix", "airlock machine install " + name}}},
                   g.json);
   std::string want = inst["sha256"].get<std::string>();
-  std::string script = fmt::format(
-      "set -eu; d={}; sha256sum < \"$d\"/airlock; exec \"$d\"/airlock --state-dir \"$d\"/state escape-suite --json",
-      shell_quote(far->target.dir));
+  std::string script = custody_prelude(far->target.dir, inst) +
+                       "sha256sum < \"$d\"/airlock; exec \"$d\"/airlock --state-dir \"$d\"/state escape-suite --json";
   std::fprintf(stderr, "airlock: running the escape suite on %s (every tier it applies; a minute or more)\n", name.c_str());
   auto r = ssh_run(far->target, script, -1, std::chrono::seconds(3600), 64u << 20);
   if (!r) return refuse(r.error(), g.json);
   std::string there = digest_word(r->out);
+  if (there.empty() && r->status != 0) return refuse(far_failed(*far, "the escape suite", *r), g.json);
   if (there != want)
     return refuse(r->status == 255 ? unreachable_error(far->target, name, *r)
                                    : Error{Code::CustodyUnsafe,
@@ -991,12 +1049,13 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name) {
   }
   if (pol->machine_isolation != policy::MachineIsolation::None) {
     std::string why;
-    auto level = current_level(row, &why);
+    auto level = current_level(row, &why, plan->executor());
     if (level < pol->machine_isolation)
       return refuse_fix(Code::ExecutorUnavailable,
-                        fmt::format("machine {}: the policy asks for a machine attested {} ($.machine_isolation); it is "
-                                    "attested {}{}",
-                                    name, policy::to_string(pol->machine_isolation), policy::to_string(level),
+                        fmt::format("machine {}: the policy asks for a machine attested {} ($.machine_isolation); its "
+                                    "{} tier is attested {}{}",
+                                    name, policy::to_string(pol->machine_isolation),
+                                    policy::to_string(plan->executor()), policy::to_string(level),
                                     why.empty() ? "" : " (" + why + ")"),
                         "airlock machine attest " + name);
   }
@@ -1045,21 +1104,14 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name) {
   // the policy travels inside the script; the run's directory keeps its pid and summary.
   const std::string dir = shell_quote(far->target.dir), want = inst["sha256"].get<std::string>();
   const std::string t = fmt::format("\"$d\"/dispatch/{}", run_id);
-  constexpr int kCheckFailed = 97;
-  std::string script = fmt::format(
-      "set -eu; d={dir}; t={t}\n"
-      "for f in \"$d\" \"$d\"/airlock; do\n"
-      "  test -O \"$f\" || {{ echo \"airlock: $f is not this login's\" >&2; exit {bad}; }}\n"
-      "  case \"$(stat -c %A \"$f\")\" in ?????w????|????????w?) echo \"airlock: $f can be written by others\" >&2; exit {bad};; esac\n"
-      "done\n"
-      "test \"$(sha256sum < \"$d\"/airlock)\" = \"{want}  -\" || {{ echo \"airlock: the airlock in $d is not the one "
-      "installed\" >&2; exit {bad}; }}\n"
+  std::string script = custody_prelude(far->target.dir, inst) + fmt::format(
+      "t={t}\n"
       "umask 077; mkdir -p \"$d\"/dispatch; mkdir \"$t\"\n"
       "printf %s {policy} | base64 -d > \"$t\"/policy.json\n"
       "echo $$ > \"$t\"/pid\n"
-      "exec \"$d\"/airlock --state-dir \"$d\"/state run --summary-file \"$t\"/summary.json --policy \"$t\"/policy.json "
+      "exec \"$d\"/airlock --state-dir \"$d\"/state run{quiet} --summary-file \"$t\"/summary.json --policy \"$t\"/policy.json "
       "--workspace {ws}{slot} --",
-      fmt::arg("dir", dir), fmt::arg("t", t), fmt::arg("bad", kCheckFailed), fmt::arg("want", want),
+      fmt::arg("t", t), fmt::arg("quiet", o.quiet ? " -q" : ""),
       fmt::arg("policy", shell_quote(base64_encode(policy::to_json(*pol).dump()))),
       fmt::arg("ws", shell_quote(*o.workspace)),
       fmt::arg("slot", o.slot != "default" ? " --slot " + shell_quote(o.slot) : std::string()));
@@ -1069,18 +1121,11 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name) {
   std::vector<char*> argv;
   for (auto& a : *args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  // ssh in a process group of its own: a Ctrl-C is ours to turn into a stop of the far run (ssh
-  // ending would leave it running); stdin, stdout and stderr are the terminal's, byte for byte.
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none;
-  sigemptyset(&none);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
+  // ssh stays in the terminal's foreground group (it may read the terminal) with the stop signals
+  // blocked, as they are here: a Ctrl-C is ours to turn into a stop of the far run (ssh ending
+  // would leave it running). stdin, stdout and stderr are the terminal's, byte for byte.
   pid_t pid = -1;
-  int rc = ::posix_spawnp(&pid, "ssh", nullptr, &attr, argv.data(), environ);
-  posix_spawnattr_destroy(&attr);
+  int rc = ::posix_spawnp(&pid, "ssh", nullptr, nullptr, argv.data(), environ);
   if (rc != 0) {
     Error e = fail_errno(Code::ConfigError, "cannot start ssh (Debian's openssh-client)", rc).error();
     return end(&e, Json::object());
@@ -1100,7 +1145,7 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name) {
         (void)!::read(sigfd.get(), &si, sizeof si);
         if (stopped.exchange(true)) continue;
         auto k = ssh_run(far->target, stop_far, -1, std::chrono::seconds(30), 4096);
-        if (!k || k->status != 0) ::kill(pid, SIGTERM);  // the far run is left to its own limits
+        if (!k || k->status != 0) ::kill(pid, SIGKILL);  // the far run is left to its own limits
       }
     }
   });
@@ -1260,13 +1305,8 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name) {
   const Json& outcome_j = summary.value("outcome", Json::object());
   const Json& refusals = summary.value("refusals", Json::array());
   int status = ssh_status;
-  if (outcome_j.is_object() && outcome_j.value("status", Json()).is_object()) {
-    const Json& st2 = outcome_j["status"];
-    if (jbool(st2, "signaled") && st2.value("signal", Json()).is_number_integer())
-      status = 128 + st2["signal"].get<int>();
-    else if (st2.value("code", Json()).is_number_integer())
-      status = st2["code"].get<int>();
-  }
+  if (const Json& fs = jget(outcome_j, "status"); fs.is_number_integer() && fs.get<int64_t>() >= 0 && fs.get<int64_t>() < 256)
+    status = fs.get<int>();
   if (refusals.is_array() && !refusals.empty()) status = kRefusedExit;
   std::string outcome = refusals.is_array() && !refusals.empty() && refusals[0].is_object()
                             ? jstr(refusals[0], "code")

@@ -250,6 +250,11 @@ std::vector<std::string> as_typed(const std::vector<std::string>& raw, const std
   for (size_t k = raw.size(); k-- > 0;) {
     reading.clear();
     for (size_t i = k; i < raw.size(); ++i) cli11_reading(raw[i], reading);
+    // An argument that reads as nothing right after an option may be that option's value (`--slot
+    // '[]'`): the command is not extended over it.
+    std::vector<std::string> alone;
+    cli11_reading(raw[k], alone);
+    if (alone.empty() && k > 0 && raw[k - 1].starts_with("-") && best <= raw.size()) break;
     if (reading == parsed) best = k;
     else if (reading.size() > parsed.size() && best <= raw.size()) break;
   }

@@ -359,6 +359,40 @@ def check_dispatch(al, refused, tmp, far1, far2, client_key, known, hosts_starte
           f"odd arguments pass through unchanged: {p.stdout!r} {p.stderr}")
     check(not os.path.exists(os.path.join(ws, "PWNED")), "no argument was run as a command")
 
+    # stdin is the command's: from a pipe, and from a terminal the dispatcher runs on (ssh reads
+    # it in the terminal's foreground group; it must not stop there).
+    p = subprocess.run([*al.cmd, "run", "--machine", "far1", "--policy", policy, "--workspace", ws, "--",
+                        "sh", "-c", "read x; echo got:$x"], input="piped\n", capture_output=True, text=True, timeout=120)
+    check(p.returncode == 0 and p.stdout == "got:piped\n", f"stdin from a pipe: {p.stdout!r} {p.stderr}")
+    import pty, termios, fcntl, select
+    master, slave = pty.openpty()
+    def on_terminal():
+        os.setsid()
+        fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+    term = subprocess.Popen([*al.cmd, "run", "-q", "--machine", "far1", "--policy", policy, "--workspace", ws, "--",
+                             "sh", "-c", "read x; echo got:$x"], stdin=slave, stdout=slave, stderr=slave,
+                            preexec_fn=on_terminal)
+    os.close(slave)
+    time.sleep(1.5)
+    os.write(master, b"typed\n")
+    seen = b""
+    deadline = time.time() + 60
+    while time.time() < deadline and b"got:typed" not in seen:
+        r, _, _ = select.select([master], [], [], 1)
+        if r:
+            try:
+                seen += os.read(master, 4096)
+            except OSError:
+                break
+    try:
+        term.wait(30)
+    except subprocess.TimeoutExpired:
+        term.kill()
+        term.wait()
+    os.close(master)
+    check(b"got:typed" in seen and term.returncode == 0,
+          f"stdin from a terminal reaches the far command: {term.returncode} {seen[-300:]!r}")
+
     # Output is the command's, byte for byte, as it comes: no newline added, nothing held back.
     p = dispatch("printf", "no newline")
     check(p.stdout == "no newline", f"stdout unchanged: {p.stdout!r}")
@@ -375,7 +409,7 @@ def check_dispatch(al, refused, tmp, far1, far2, client_key, known, hosts_starte
             break
         time.sleep(0.05)
     time.sleep(0.5)
-    slow.send_signal(signal.SIGINT)
+    os.killpg(slow.pid, signal.SIGINT)  # as a terminal's Ctrl-C: to the whole foreground group
     try:
         slow.wait(60)
     except subprocess.TimeoutExpired:
@@ -475,6 +509,7 @@ def check_dispatch(al, refused, tmp, far1, far2, client_key, known, hosts_starte
         p = dispatch("true", pol=with_isolation("isolated"))
         refused(p, "EXECUTOR_UNAVAILABLE", "a run asking for more than the attestation shows")
         check("attested sandboxed" in p.stderr, f"the refusal names the level found: {p.stderr}")
+    # The level is the planned tier's own: a Landlock-tier run asks what the Landlock tier showed.
 
     # What the plan needs and the row does not assert: refused by name, with the fix.
     container = os.path.join(tmp, "container.json")
