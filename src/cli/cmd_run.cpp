@@ -186,21 +186,11 @@ int run_confined(Globals& g, RunOptions& o, const std::function<Result<void>(Ses
                    s.id().c_str());
   }
 
-  // The waiter sleeps in poll on a signalfd and an eventfd that says the command is done.
+  // A stop signal interrupts the session (the command and all it started are stopped).
   std::atomic<bool> interrupted = false;
-  UniqueFd sigfd(::signalfd(-1, &mask, SFD_CLOEXEC));
-  UniqueFd donefd(::eventfd(0, EFD_CLOEXEC));
-  std::thread waiter([&] {
-    pollfd fds[2] = {{sigfd.get(), POLLIN, 0}, {donefd.get(), POLLIN, 0}};
-    while (::poll(fds, 2, -1) >= 0 || errno == EINTR) {
-      if (fds[1].revents & POLLIN) return;
-      if (fds[0].revents & POLLIN) {
-        signalfd_siginfo si{};
-        (void)!::read(sigfd.get(), &si, sizeof si);
-        interrupted = true;
-        s.interrupt();
-      }
-    }
+  StopSignalWaiter waiter(mask, [&] {
+    interrupted = true;
+    s.interrupt();
   });
   exec::Command command;
   command.argv = o.command;
@@ -211,9 +201,7 @@ int run_confined(Globals& g, RunOptions& o, const std::function<Result<void>(Ses
   // The last look before the spawn: a seat finalised meanwhile (by another machine that judged
   // its holder dead, or by an operator) takes no command.
   if (auto held_still = seat.still_held(); !held_still) {
-    uint64_t one = 1;
-    (void)!::write(donefd.get(), &one, sizeof one);
-    waiter.join();
+    waiter.done();
     (void)s.kill();
     return refuse_run(held_still.error());
   }
@@ -221,9 +209,7 @@ int run_confined(Globals& g, RunOptions& o, const std::function<Result<void>(Ses
   if (g.json) {
     auto started = StdoutRelay::start();
     if (!started) {
-      uint64_t one = 1;
-      (void)!::write(donefd.get(), &one, sizeof one);
-      waiter.join();
+      waiter.done();
       (void)s.kill();
       return refuse_run(started.error());
     }
@@ -231,9 +217,7 @@ int run_confined(Globals& g, RunOptions& o, const std::function<Result<void>(Ses
     command.stdout_fd = relay->write_end();
   }
   auto outcome = s.run_command(command);
-  uint64_t one = 1;
-  (void)!::write(donefd.get(), &one, sizeof one);
-  waiter.join();
+  waiter.done();
   // What airlock prints on stdout from here (the summary, a refusal) starts a line of its own.
   if (relay && relay->finish()) std::fputc('\n', stdout);
   if (!outcome) {

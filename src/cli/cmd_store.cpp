@@ -678,6 +678,18 @@ Result<FarMachine> far_machine(Globals& g, store::Store& st, const std::string& 
   return f;
 }
 
+// What `machine install` recorded of the airlock there (transport.installed), and its digest:
+// absent is AIRLOCK_CONFIG_ERROR naming the fix.
+Result<std::pair<Json, std::string>> installed_airlock(const store::MachineRecord& row) {
+  const Json& inst = jget(row.transport, "installed");
+  if (jstr(inst, "sha256").empty())
+    return fail(Code::ConfigError,
+                fmt::format("machine {} has no airlock installed by this fleet: run `airlock machine install {}`", row.id,
+                            row.id),
+                {{"machine", row.id}, {"fix", "airlock machine install " + row.id}});
+  return std::pair{inst, jstr(inst, "sha256")};
+}
+
 // The first word of a line `sha256sum` printed: 64 lowercase hex digits, or "".
 std::string digest_word(std::string_view line) {
   std::string_view w = line.substr(0, std::min(line.find_first_of(" \n"), line.size()));
@@ -824,14 +836,9 @@ int machine_probe_remote(Globals& g, const std::string& name) {
   if (!st) return refuse(st.error(), g.json);
   auto far = far_machine(g, **st, name);
   if (!far) return refuse(far.error(), g.json);
-  const Json& inst = far->row.transport.contains("installed") ? far->row.transport["installed"] : Json();
-  if (!inst.is_object() || !inst.contains("sha256") || !inst["sha256"].is_string())
-    return refuse(Error{Code::ConfigError,
-                        fmt::format("machine {} has no airlock installed by this fleet: run `airlock machine install {}`",
-                                    name, name),
-                        {{"machine", name}, {"fix", "airlock machine install " + name}}},
-                  g.json);
-  std::string want = inst["sha256"].get<std::string>();
+  auto installed = installed_airlock(far->row);
+  if (!installed) return refuse(installed.error(), g.json);
+  const auto& [inst, want] = *installed;
   std::string script = fmt::format("d={}; test -x \"$d\"/airlock || {{ echo \"no airlock in $d\" >&2; exit 3; }}\n",
                                    shell_quote(far->target.dir)) +
                        custody_prelude(far->target.dir, inst) +
@@ -900,14 +907,9 @@ int machine_attest(Globals& g, const std::string& name) {
   if (!st) return refuse(st.error(), g.json);
   auto far = far_machine(g, **st, name);
   if (!far) return refuse(far.error(), g.json);
-  const Json inst = far->row.transport.value("installed", Json());
-  if (!inst.is_object() || !inst.value("sha256", Json()).is_string())
-    return refuse(Error{Code::ConfigError,
-                        fmt::format("machine {} has no airlock installed by this fleet: run `airlock machine install {}`",
-                                    name, name),
-                        {{"machine", name}, {"fix", "airlock machine install " + name}}},
-                  g.json);
-  std::string want = inst["sha256"].get<std::string>();
+  auto installed = installed_airlock(far->row);
+  if (!installed) return refuse(installed.error(), g.json);
+  const auto& [inst, want] = *installed;
   std::string script = custody_prelude(far->target.dir, inst) +
                        "sha256sum < \"$d\"/airlock; exec \"$d\"/airlock --state-dir \"$d\"/state escape-suite --json";
   std::fprintf(stderr, "airlock: running the escape suite on %s (every tier it applies; a minute or more)\n", name.c_str());
@@ -1011,10 +1013,9 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name) {
   Json seen = read_seen(far->state).value_or(Json::object());
   Json mark = seen.value(name, Json(0));
   Judgement j = judge(row, *fleet, mark.is_number_integer() ? mark.get<int64_t>() : 0);
-  const Json inst = row.transport.value("installed", Json());
-  if (!inst.is_object() || !inst.value("sha256", Json()).is_string())
-    return refuse_fix(Code::ConfigError, fmt::format("machine {} has no airlock installed by this fleet", name),
-                      "airlock machine install " + name);
+  auto installed = installed_airlock(row);
+  if (!installed) return refuse(installed.error(), g.json);
+  const Json& inst = installed->first;
   if (!j.believed)
     return refuse_fix(Code::ExecutorUnavailable,
                       fmt::format("machine {}'s row is not believed ({}: {}): nothing runs there", name, j.reason_name,
@@ -1133,28 +1134,16 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name) {
   // A stop signal of ours stops the far run (its airlock takes SIGTERM as a stop: the command and
   // what it started are killed, nothing is written back, and its receipts say so).
   const std::string stop_far = fmt::format("d={}; t={}; test -s \"$t\"/pid && kill -TERM \"$(cat \"$t\"/pid)\"", dir, t);
-  UniqueFd sigfd(::signalfd(-1, &mask, SFD_CLOEXEC));
-  UniqueFd donefd(::eventfd(0, EFD_CLOEXEC));
   std::atomic<bool> stopped = false;
-  std::thread waiter([&] {
-    pollfd fds[2] = {{sigfd.get(), POLLIN, 0}, {donefd.get(), POLLIN, 0}};
-    while (::poll(fds, 2, -1) >= 0 || errno == EINTR) {
-      if (fds[1].revents & POLLIN) return;
-      if (fds[0].revents & POLLIN) {
-        signalfd_siginfo si{};
-        (void)!::read(sigfd.get(), &si, sizeof si);
-        if (stopped.exchange(true)) continue;
-        auto k = ssh_run(far->target, stop_far, -1, std::chrono::seconds(30), 4096);
-        if (!k || k->status != 0) ::kill(pid, SIGKILL);  // the far run is left to its own limits
-      }
-    }
+  StopSignalWaiter waiter(mask, [&] {
+    if (stopped.exchange(true)) return;
+    auto k = ssh_run(far->target, stop_far, -1, std::chrono::seconds(30), 4096);
+    if (!k || k->status != 0) ::kill(pid, SIGKILL);  // the far run is left to its own limits
   });
   int wst = 0;
   while (::waitpid(pid, &wst, 0) < 0 && errno == EINTR) {
   }
-  uint64_t one = 1;
-  (void)!::write(donefd.get(), &one, sizeof one);
-  waiter.join();
+  waiter.done();
   const int ssh_status = WIFEXITED(wst) ? WEXITSTATUS(wst) : 128 + WTERMSIG(wst);
 
   // In one connection: how the far run stands (`done`, `killed`: it ended without its outcome,

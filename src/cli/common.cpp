@@ -1,6 +1,11 @@
 // CLI plumbing: state directory, profile, refusal printing, policy loading.
 #include "cli/common.h"
 
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
 #include <sys/stat.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -260,6 +265,28 @@ std::vector<std::string> as_typed(const std::vector<std::string>& raw, const std
   }
   if (best > raw.size()) return parsed;  // not found: as parsed (never expected)
   return {raw.begin() + static_cast<std::ptrdiff_t>(best), raw.end()};
+}
+
+StopSignalWaiter::StopSignalWaiter(const sigset_t& mask, std::function<void()> on_stop)
+    : sigfd_(::signalfd(-1, &mask, SFD_CLOEXEC)), donefd_(::eventfd(0, EFD_CLOEXEC)) {
+  thread_ = std::thread([this, on_stop = std::move(on_stop)] {
+    pollfd fds[2] = {{sigfd_.get(), POLLIN, 0}, {donefd_.get(), POLLIN, 0}};
+    while (::poll(fds, 2, -1) >= 0 || errno == EINTR) {
+      if (fds[1].revents & POLLIN) return;
+      if (fds[0].revents & POLLIN) {
+        signalfd_siginfo si{};
+        (void)!::read(sigfd_.get(), &si, sizeof si);
+        on_stop();
+      }
+    }
+  });
+}
+
+void StopSignalWaiter::done() {
+  if (!thread_.joinable()) return;
+  uint64_t one = 1;
+  (void)!::write(donefd_.get(), &one, sizeof one);
+  thread_.join();
 }
 
 sigset_t block_stop_signals(bool operator_kill) {

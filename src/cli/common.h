@@ -3,11 +3,14 @@
 
 #include <signal.h>
 
+#include <functional>
 #include <optional>
+#include <thread>
 #include <string>
 #include <vector>
 
 #include "base/error.h"
+#include "base/unique_fd.h"
 #include "plan/host_facts.h"
 #include "plan/plan.h"
 #include "policy/policy_diff.h"
@@ -107,6 +110,21 @@ Result<SessionStart> prepare_session(const Globals& g, const std::optional<std::
 // takes them from a signalfd on the returned mask and stops the session.
 // `operator_kill`: SIGUSR1 too, the cue of `airlock session kill` (Session::listen_for_operator_kill).
 sigset_t block_stop_signals(bool operator_kill = false);
+
+// A thread that sleeps until a signal of `mask` (block_stop_signals') arrives, calling `on_stop`
+// for each, until done() (also called by the destructor).
+class StopSignalWaiter {
+ public:
+  StopSignalWaiter(const sigset_t& mask, std::function<void()> on_stop);
+  ~StopSignalWaiter() { done(); }
+  StopSignalWaiter(const StopSignalWaiter&) = delete;
+  StopSignalWaiter& operator=(const StopSignalWaiter&) = delete;
+  void done();
+
+ private:
+  UniqueFd sigfd_, donefd_;
+  std::thread thread_;
+};
 
 // A command line as typed. CLI11 reads an argument "[a,b]" as the list a, b, and "[]" as nothing,
 // so `airlock run grep '[0-9]' f` would run `grep 0-9 f`: `parsed` (what CLI11 made of the
