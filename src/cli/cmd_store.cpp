@@ -777,14 +777,20 @@ int machine_install(Globals& g, const std::string& name) {
     UniqueFd in(::open(local.c_str(), O_RDONLY | O_CLOEXEC));
     if (!in) return refuse(fail_errno(Code::IoError, "open " + local, errno).error(), g.json);
     std::string tmp = fmt::format("\"$d\"/.{}.new-{}", f, tag);
+    // A copy cut short (the connection lost, this airlock stopped) or not the bytes sent is removed
+    // there: it never hashes as what was sent, and the script removes it on any way out but success.
     std::string script = fmt::format(
-        "set -eu; umask 022; d={}; mkdir -p -- \"$d\"; cat > {tmp}; chmod 0755 {tmp}; sha256sum < {tmp}", dir,
-        fmt::arg("tmp", tmp));
+        "set -eu; umask 022; d={}; mkdir -p -- \"$d\"\n"
+        "trap 'rm -f {tmp}' EXIT; trap 'rm -f {tmp}; exit 1' HUP INT TERM PIPE\n"
+        "cat > {tmp}; chmod 0755 {tmp}; h=$(sha256sum < {tmp}); echo \"$h\"; test \"$h\" = \"{sha}  -\"\n"
+        "trap - EXIT HUP INT TERM PIPE",
+        dir, fmt::arg("tmp", tmp), fmt::arg("sha", sha));
     std::fprintf(stderr, "airlock: copying %s to %s\n", f.c_str(), name.c_str());
     auto r = ssh_run(far->target, script, in.get(), std::chrono::seconds(900), 4096);
     if (!r) return refuse(r.error(), g.json);
-    if (r->status != 0) return refuse(far_failed(*far, "copying " + f, *r), g.json);
     std::string there = digest_word(r->out);
+    if (r->status != 0 && (r->status == 255 || there.empty()))
+      return refuse(far_failed(*far, "copying " + f, *r), g.json);
     if (there != sha)
       return refuse(Error{Code::CustodyUnsafe,
                           fmt::format("machine {}: the copy of {} hashes to {} there, not {}: nothing installed",

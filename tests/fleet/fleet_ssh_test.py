@@ -217,6 +217,26 @@ def run_checks(airlock, tmp, hosts):
     check(not [f for f in os.listdir(far1.install_dir) if ".new-" in f] if os.path.isdir(far1.install_dir) else False,
           "no temporary copy is left in the installation directory")
 
+    # An install stopped midway (Ctrl-C while a copy is on its way) leaves no partial copy there.
+    stopped = subprocess.Popen([*al.cmd, "machine", "install", "far1"], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    for _ in range(200):
+        if os.path.isdir(far1.install_dir) and [f for f in os.listdir(far1.install_dir) if ".new-" in f]:
+            break
+        time.sleep(0.01)
+    os.killpg(stopped.pid, signal.SIGINT)
+    stopped.wait(60)
+    left = []
+    for _ in range(100):
+        left = [f for f in os.listdir(far1.install_dir) if ".new-" in f]
+        if not left:
+            break
+        time.sleep(0.1)
+    check(not left, f"a stopped install leaves no partial copy there: {left}")
+    check(os.path.exists(far_bin) and sha256(far_bin) == local_sha, "the installed airlock is untouched")
+    p = al("machine", "install", "far1")
+    check(p.returncode == 0, f"install again after the stopped one: {p.stderr}")
+
     # Probe over ssh: the far airlock's own measurement, signed, believed; the same facts this
     # machine measures of itself (it is the same kernel).
     p = al("machine", "probe", "far1")
