@@ -1269,11 +1269,20 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name) {
         if (jstr(open, "workspace") != *o.workspace) mismatch("the run there had another workspace");
         if (jstr(receipts.back(), "kind") != "session.close" && !far_killed)
           mismatch("the chain does not end with session.close");
+        // A receipt holds an argument that is not UTF-8 in its lossy form, its exact bytes under
+        // not_utf8 (repair_utf8): the argv sent is compared in the same two parts.
+        Json sent = {{"argv", o.command}};
+        Json sent_exact = repair_utf8(sent);
         size_t runs = 0;
         for (const auto& r : receipts)
           if (jstr(r, "kind") == "tool.run") {
             ++runs;
-            if (r.value("argv", Json()) != Json(o.command)) mismatch("the command run there is not the one sent");
+            Json exact = Json::array();
+            if (const Json& n = jget(r, "not_utf8"); n.is_array())
+              for (const auto& e : n)
+                if (jstr(e, "pointer").starts_with("/argv/")) exact.push_back(e);
+            if (jget(r, "argv") != sent["argv"] || exact != sent_exact)
+              mismatch("the command run there is not the one sent");
           }
         if (runs > 1) mismatch("more than one command ran there");
       }

@@ -378,6 +378,11 @@ def check_dispatch(al, refused, tmp, far1, far2, client_key, known, hosts_starte
     check(p.returncode == 0 and p.stdout == "".join(f"[{a}]" for a in odd),
           f"odd arguments pass through unchanged: {p.stdout!r} {p.stderr}")
     check(not os.path.exists(os.path.join(ws, "PWNED")), "no argument was run as a command")
+    # An argument that is not UTF-8 runs as its bytes, and the far receipts still bind to it.
+    p = subprocess.run([*al.cmd, "run", "--machine", "far1", "--policy", policy, "--workspace", ws, "--",
+                        "printf", "[%s]", os.fsdecode(b"\xff\xfe-x")], capture_output=True, timeout=120)
+    check(p.returncode == 0 and p.stdout == b"[\xff\xfe-x]",
+          f"a non-UTF-8 argument passes through and its receipts verify: {p.returncode} {p.stdout!r} {p.stderr[-400:]!r}")
 
     # stdin is the command's: from a pipe, and from a terminal the dispatcher runs on (ssh reads
     # it in the terminal's foreground group; it must not stop there).
