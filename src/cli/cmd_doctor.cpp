@@ -5,34 +5,13 @@
 
 #include <fmt/ranges.h>
 
+#include "base/encoding.h"
 #include "cli/verbs.h"
 #include "exec/executor.h"
 #include "exec/planner.h"
 
 namespace airlock::cli {
 namespace {
-
-struct Scenario {
-  const char* label;
-  policy::Workload workload;
-  policy::Tenancy tenancy;
-  policy::NetworkMode network;
-};
-
-constexpr Scenario kScenarios[] = {
-    {"trusted_toolchain, single_tenant, code network off", policy::Workload::TrustedToolchain,
-     policy::Tenancy::SingleTenant, policy::NetworkMode::Off},
-    {"trusted_toolchain, single_tenant, code network allowlist", policy::Workload::TrustedToolchain,
-     policy::Tenancy::SingleTenant, policy::NetworkMode::Allowlist},
-    {"trusted_toolchain, multi_tenant", policy::Workload::TrustedToolchain, policy::Tenancy::MultiTenant,
-     policy::NetworkMode::Off},
-    {"untrusted_code", policy::Workload::UntrustedCode, policy::Tenancy::SingleTenant, policy::NetworkMode::Off},
-};
-
-Json outcome_json(const Result<plan::ExecutionPlan>& r) {
-  if (r) return {{"runs_on", policy::to_string(r->executor())}, {"tier", r->tier()}};
-  return {{"refused", r.error().to_json()}};
-}
 
 // The same line from the report's JSON, so the text and --json cannot disagree.
 std::string outcome_text(const Json& o) {
@@ -41,37 +20,6 @@ std::string outcome_text(const Json& o) {
 }
 
 }  // namespace
-
-Json doctor_report(plan::Profile profile, const plan::HostFacts& facts) {
-  // Every tier this build implements (exec's registry); a tier it does not is no executor here.
-  plan::BuiltTiers built = exec::built_tiers();
-  Json executors = Json::array();
-  for (auto k : built) {
-    auto c = plan::assess(k, facts, profile, built);
-    executors.push_back({{"executor", policy::to_string(k)},
-                         {"level", plan::isolation_level(k)},
-                         {"available", c.available},
-                         {"reason", c.reason}});
-  }
-  policy::TaskPolicy def = policy::builtin_default();
-  Json scenarios = Json::array();
-  for (const auto& s : kScenarios) {
-    policy::TaskPolicy p = def;
-    p.workload = s.workload;
-    p.tenancy = s.tenancy;
-    p.code_network.mode = s.network;
-    if (s.network == policy::NetworkMode::Allowlist)
-      p.code_network.rules = {policy::EgressRule{"example.com", std::nullopt, {443}, {"https"}, false}};
-    scenarios.push_back({{"policy", s.label}, {"outcome", outcome_json(plan::plan_execution(p, facts, profile, built))}});
-  }
-  return {{"profile", plan::to_string(profile)},
-          {"host_facts", plan::to_json(facts)},
-          {"executors", executors},
-          {"builtin_default", outcome_json(plan::plan_execution(def, facts, profile, built))},
-          {"protected_paths", policy::to_json(def.protected_paths)},
-          {"denied_names", def.denied_names},
-          {"scenarios", scenarios}};
-}
 
 void add_doctor(CLI::App& app, Globals& g, Action& run) {
   auto* doctor = app.add_subcommand("doctor", "show which executors can run on this host and why");
@@ -84,6 +32,9 @@ void add_doctor(CLI::App& app, Globals& g, Action& run) {
       if (!state) return refuse(state.error(), g.json);
       plan::HostFacts facts = exec::HostProbe(*state, exec::HostProbe::Measure::Fresh).facts(plan::FactNeeds::all());
       Json report = doctor_report(*profile, facts);
+      // The fleet's machines as this machine judges them (a store that cannot be read is said, not fatal).
+      auto machines = fleet_machines(g, *state);
+      report["machines"] = machines ? *machines : Json({{"error", machines.error().to_json()}});
       if (g.json) {
         std::printf("%s\n", report.dump(2).c_str());
         return 0;
@@ -124,6 +75,17 @@ void add_doctor(CLI::App& app, Globals& g, Action& run) {
       std::printf("\npolicies by workload:\n");
       for (const auto& sc : report["scenarios"])
         std::printf("  %-58s %s\n", sc["policy"].get<std::string>().c_str(), outcome_text(sc["outcome"]).c_str());
+      if (!machines) {
+        std::printf("\nother machines: the store cannot be read: %s\n",
+                    escape_for_terminal(machines.error().message).c_str());
+      } else if (!machines->empty()) {
+        // Text from the store is anyone's with the database: escaped for the terminal.
+        std::printf("\nother machines (`airlock machine list`; isolation is what the escape suite showed there):\n");
+        for (const auto& m : *machines)
+          std::printf("  %-16s %-10s %s\n", escape_for_terminal(m.value("id", std::string())).c_str(),
+                      m.value("isolation", std::string("none")).c_str(),
+                      escape_for_terminal(m.value("isolation_why", std::string())).c_str());
+      }
       return 0;
     };
   });

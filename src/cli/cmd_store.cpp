@@ -321,6 +321,18 @@ Json machine_json(const store::MachineRecord& m, const Judgement& j) {
   if (!j.believed) out["not_believed"] = {{"reason", j.reason_name}, {"message", j.reason}};
   std::string why;
   out["isolation"] = policy::to_string(j.believed ? current_level(m, &why) : policy::MachineIsolation::None);
+  if (why.empty() && j.believed && m.attestation.is_object()) {
+    // What earned the level: the tiers that contained every escape row there, and when.
+    std::vector<std::string> held;
+    if (const Json& ex = jget(m.attestation, "executors"); ex.is_array())
+      for (const auto& e : ex)
+        if (jbool(e, "contained")) held.push_back(jstr(e, "executor"));
+    const Json& at = jget(m.attestation, "attested_at_ms");
+    why = fmt::format("attested {}: {} contained every escape row there", utc(at.is_number_integer() ? at.get<int64_t>() : 0),
+                      held.empty() ? std::string("no tier") : fmt::format("{}", fmt::join(held, ", ")));
+  } else if (why.empty() && !j.believed) {
+    why = "the row is not believed (" + j.reason_name + ")";
+  }
   if (!why.empty()) out["isolation_why"] = why;
   out["attestation"] = m.attestation;
   return out;
@@ -462,29 +474,37 @@ Result<void> advance_seen(const std::string& state, const std::map<std::string, 
   return {};
 }
 
+// Every machine row of the store as judged here, for `machine list` and `doctor`; the marks of
+// rows whose signature verified move on.
+struct MachinesSeen {
+  Json arr = Json::array();
+  std::vector<std::vector<std::string>> rows = {kMachineHeader};
+};
+Result<MachinesSeen> machines_seen(store::Store& st, const std::string& state) {
+  FleetKey fleet = TRY(fleet_public(state));
+  auto ms = TRY(st.machines());
+  Json seen = TRY(read_seen(state));
+  MachinesSeen out;
+  std::map<std::string, int64_t> marks;
+  for (const auto& m : ms) {
+    Json mark = seen.value(m.id, Json(0));
+    Judgement j = judge(m, fleet, mark.is_number_integer() ? mark.get<int64_t>() : 0);
+    if (signature_verified(j)) marks[m.id] = m.signed_at_ms;
+    out.arr.push_back(machine_json(m, j));
+    out.rows.push_back(machine_row(m, j));
+  }
+  TRY(advance_seen(state, marks));
+  return out;
+}
+
 int machine_list(Globals& g) {
   auto st = open_store(g);
   if (!st) return refuse(st.error(), g.json);
   auto state = resolve_state_dir(g.state_dir);
   if (!state) return refuse(state.error(), g.json);
-  auto fleet = fleet_public(*state);
-  if (!fleet) return refuse(fleet.error(), g.json);
-  auto ms = (*st)->machines();
-  if (!ms) return refuse(ms.error(), g.json);
-  auto seen = read_seen(*state);
+  auto seen = machines_seen(**st, *state);
   if (!seen) return refuse(seen.error(), g.json);
-  Json arr = Json::array();
-  std::vector<std::vector<std::string>> rows = {kMachineHeader};
-  std::map<std::string, int64_t> marks;
-  for (const auto& m : *ms) {
-    Json mark = seen->value(m.id, Json(0));
-    Judgement j = judge(m, *fleet, mark.is_number_integer() ? mark.get<int64_t>() : 0);
-    if (signature_verified(j)) marks[m.id] = m.signed_at_ms;
-    arr.push_back(machine_json(m, j));
-    rows.push_back(machine_row(m, j));
-  }
-  if (auto a = advance_seen(*state, marks); !a) return refuse(a.error(), g.json);
-  return emit(g, "machines", arr, rows);
+  return emit(g, "machines", seen->arr, seen->rows);
 }
 
 // `user@host[:port]`, each part of characters ssh takes as a name and none starting with '-' (so
@@ -1443,6 +1463,14 @@ int runs_show(Globals& g, const StoreOptionsCli& o) {
 }  // namespace
 
 int run_on_machine_cli(Globals& g, RunOptions& o, const std::string& name) { return run_on_machine(g, o, name); }
+
+Result<Json> fleet_machines(const Globals& g, const std::string& state) {
+  // A store that was never made is not made by looking: no machines.
+  if (g.store_url.empty() && ::access((state + "/airlock.db").c_str(), F_OK) != 0) return Json::array();
+  auto st = TRY(open_store(g, state));
+  auto seen = TRY(machines_seen(*st, state));
+  return seen.arr;
+}
 
 void add_store_verbs(CLI::App& app, Globals& g, Action& run) {
   static StoreOptionsCli o;

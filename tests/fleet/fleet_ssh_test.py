@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Other machines over real OpenSSH: `airlock machine add|install|probe` against test hosts.
 
-Each far "machine" is Debian's sshd started here on a loopback port of its own, with its own host
-key, its own authorized key and its own installation directory; it runs in a mount namespace of
-its own whose /run is a fresh tmpfs (sshd's privilege separation needs /run/sshd, which this test
-may not make on the host). Nothing outside the test's temporary directory is written, and every
-sshd is stopped at the end.
+The whole test runs in a network namespace it makes. Each far "machine" is Debian's sshd on port
+22 of a network namespace of its own, reached over a veth pair, with its own host key, hostname
+(UTS namespace), machine id (its /etc/machine-id, bound in a mount namespace whose /run is a fresh
+tmpfs: sshd's privilege separation needs /run/sshd), authorized key and installation directory.
+Nothing outside the test's temporary directory and namespaces is written, and every sshd is
+stopped at the end.
 
 Checked: a machine not installed yet cannot be probed; install copies this airlock, checked there
 by the platform's sha256sum, and records its digest; probe records the far airlock's own
@@ -18,6 +19,10 @@ stdout and exit status pass through, its far receipts verify here and join this 
 its seat is held in this store under the far machine's id (a slot of one seat refuses a second).
 One far host runs under a seccomp filter that makes landlock_create_ruleset fail with ENOSYS, as a
 kernel without Landlock would: its probe says so and a Landlock-tier run there is refused by name.
+Two dispatchers with machine ids and states of their own share the test PostgreSQL cluster
+(AIRLOCK_TEST_PG_DIR, fixture pg) as their store: 3 seats across the 2 far machines are held
+exactly under 50 concurrent dispatches, the other 47 refused by name. `airlock doctor` shows each
+machine's attested level and why.
 Usage: fleet_ssh_test.py AIRLOCK   (exit 77: not root, or no sshd here)
 """
 import hashlib
@@ -41,12 +46,6 @@ def check(cond, what):
     if not cond:
         failures.append(what)
         print(f"FAIL: {what}", flush=True)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def sha256(path):
@@ -83,13 +82,21 @@ def without_landlock():
 
 
 class FarHost:
-    """One sshd on 127.0.0.1:PORT with a host key of its own, in a mount namespace of its own."""
+    """One sshd on port 22 of a network namespace of its own, reached from the test's namespace over
+    a veth pair, with a host key, a hostname (its own UTS namespace) and a machine id (its own
+    /etc/machine-id, bound in a mount namespace of its own) of its own."""
+
+    count = 0
 
     def __init__(self, root, name, client_pub, landlock=True):
+        FarHost.count += 1
+        self.n = FarHost.count
+        self.name = name
         self.landlock = landlock
         self.dir = os.path.join(root, name)
         os.makedirs(self.dir)
-        self.port = free_port()
+        self.addr = f"10.77.{self.n}.2"
+        self.machine_id = hashlib.sha256(f"{name}-{os.getpid()}".encode()).hexdigest()[:32]
         self.host_key = os.path.join(self.dir, "host_key")
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", self.host_key], check=True)
         auth = os.path.join(self.dir, "authorized_keys")
@@ -103,40 +110,65 @@ class FarHost:
         os.chmod(force, 0o755)
         self.config = os.path.join(self.dir, "sshd_config")
         with open(self.config, "w") as f:
-            f.write(f"Port {self.port}\nListenAddress 127.0.0.1\nHostKey {self.host_key}\nPidFile none\n"
+            f.write(f"Port 22\nListenAddress {self.addr}\nHostKey {self.host_key}\nPidFile none\n"
                     f"AuthorizedKeysFile {auth}\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
                     "UsePAM no\nStrictModes no\nPermitRootLogin prohibit-password\nLogLevel ERROR\n"
+                    "MaxStartups 100:30:200\n"
                     f"ForceCommand {force}\n")
+        with open(os.path.join(self.dir, "machine-id"), "w") as f:
+            f.write(self.machine_id + "\n")
         self.install_dir = os.path.join(self.dir, "airlock")
         self.proc = None
         self.start()
 
     def start(self):
+        # In its namespaces: /run a fresh tmpfs (privilege separation needs /run/sshd), its own
+        # hostname and machine id; then it waits for the test to hand it its end of the veth pair.
+        ready = os.path.join(self.dir, "ready")
+        script = ("set -e; mount -t tmpfs -o mode=755 tmpfs /run; mkdir -m 755 /run/sshd; hostname \"$2\"; "
+                  "mount --bind \"$3\"/machine-id /etc/machine-id; ip link set lo up; touch \"$3\"/ready; "
+                  "i=0; until ip link show eth0 >/dev/null 2>&1; do i=$((i+1)); test $i -lt 500; sleep 0.01; done; "
+                  "ip addr add \"$4\"/24 dev eth0; ip link set eth0 up; exec /usr/sbin/sshd -D -e -f \"$1\"")
         self.proc = subprocess.Popen(
-            ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-             "mount -t tmpfs -o mode=755 tmpfs /run && mkdir -m 755 /run/sshd && exec /usr/sbin/sshd -D -e -f \"$1\"",
-             "sh", self.config],
+            ["unshare", "--net", "--mount", "--uts", "--propagation", "private", "sh", "-c", script,
+             "sh", self.config, self.name, self.dir, self.addr],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
             preexec_fn=None if self.landlock else without_landlock)
-        for _ in range(100):
+        for _ in range(500):
+            if os.path.exists(ready) or self.proc.poll() is not None:
+                break
+            time.sleep(0.01)
+        if not os.path.exists(ready):
+            raise SystemExit(f"the far host's namespaces were not made: {self.proc.stderr.read() if self.proc.poll() is not None else 'timeout'}")
+        veth = f"fleet{self.n}"
+        subprocess.run(["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", str(self.proc.pid)],
+                       check=True)
+        subprocess.run(["ip", "addr", "add", f"10.77.{self.n}.1/24", "dev", veth], check=True)
+        subprocess.run(["ip", "link", "set", veth, "up"], check=True)
+        for _ in range(200):
             with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.port)) == 0:
+                s.settimeout(1)
+                if s.connect_ex((self.addr, 22)) == 0:
                     return
             if self.proc.poll() is not None:
                 raise SystemExit(f"sshd did not start: {self.proc.stderr.read()}")
             time.sleep(0.05)
-        raise SystemExit("sshd did not listen within 5 s")
+        raise SystemExit("sshd did not listen within 10 s")
 
     def stop(self):
+        # Its network namespace (and the veth pair with it) goes with its last process.
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(10)
         self.proc = None
 
+    def ssh(self):
+        return f"root@{self.addr}"
+
     def known_hosts_line(self):
         with open(self.host_key + ".pub") as f:
             kind, key = f.read().split()[:2]
-        return f"[127.0.0.1]:{self.port} {kind} {key}\n"
+        return f"{self.addr} {kind} {key}\n"
 
 
 def main():
@@ -149,6 +181,12 @@ def main():
         print("SKIP: no sshd (Debian's openssh-server; scripts/install-deps installs it)")
         sys.exit(1 if require_all else SKIP)
 
+    if os.environ.get("AIRLOCK_FLEET_NETNS") != str(os.getpid()):
+        # The whole test runs in a network namespace it makes: the far hosts' veth pairs and
+        # addresses never touch the host's network.
+        os.execvp("unshare", ["unshare", "--net", "sh", "-c",
+                              'AIRLOCK_FLEET_NETNS=$$ exec "$@"', "sh", sys.executable, *sys.argv])
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     with tempfile.TemporaryDirectory(prefix="airlock-fleet-") as tmp:
         hosts = []
         try:
@@ -175,7 +213,7 @@ def run_checks(airlock, tmp, hosts):
         f.write(far1.known_hosts_line() + far2.known_hosts_line())
     wrong_known = os.path.join(tmp, "wrong_known_hosts")  # far2's address with far1's key
     with open(wrong_known, "w") as f:
-        f.write(far1.known_hosts_line().replace(str(far1.port), str(far2.port), 1))
+        f.write(far1.known_hosts_line().replace(far1.addr, far2.addr, 1))
 
     def al(*args):
         p = subprocess.run([airlock, "--state-dir", state, *args], capture_output=True, text=True, timeout=600)
@@ -195,7 +233,7 @@ def run_checks(airlock, tmp, hosts):
     check(p.returncode == 0, f"fleet init: {p.stderr}")
     for h, kh in ((far1, known), (far2, known)):
         name = os.path.basename(h.dir)
-        p = al("machine", "add", name, "--ssh", f"root@127.0.0.1:{h.port}", "--identity", client_key,
+        p = al("machine", "add", name, "--ssh", h.ssh(), "--identity", client_key,
                "--known-hosts", kh, "--dir", h.install_dir)
         check(p.returncode == 0, f"machine add {name}: {p.stderr}")
 
@@ -249,7 +287,7 @@ def run_checks(airlock, tmp, hosts):
         mine = json.loads(local.stdout)
         check(r["far1"]["facts"]["landlock_abi"] == mine["facts"]["landlock_abi"],
               "far1's Landlock ABI is what this kernel has")
-        check(r["far1"]["hostname"] == mine["hostname"], "far1's hostname is the far side's")
+        check(r["far1"]["hostname"] == "far1", f"far1's hostname is the far side's own: {r['far1']['hostname']}")
         check(r["far1"]["transport"]["installed"]["sha256"] == local_sha, "the row keeps the installed digest")
 
     check_dispatch(al, refused, tmp, far1, far2, client_key, known, hosts)
@@ -268,7 +306,7 @@ def run_checks(airlock, tmp, hosts):
     check(p.returncode == 0, f"probe after install again: {p.stderr}")
 
     # A host key other than the one believed: ssh refuses, nothing is copied.
-    p = al("machine", "add", "far2b", "--ssh", f"root@127.0.0.1:{far2.port}", "--identity", client_key,
+    p = al("machine", "add", "far2b", "--ssh", far2.ssh(), "--identity", client_key,
            "--known-hosts", wrong_known, "--dir", far2.install_dir)
     check(p.returncode == 0, f"machine add far2b: {p.stderr}")
     p = al("machine", "install", "far2b")
@@ -320,6 +358,8 @@ def run_checks(airlock, tmp, hosts):
             refused(p, "CUSTODY_UNSAFE", f"{verb} through an older signed row put back")
             check("replayed" in p.stderr, f"the refusal names the replay: {p.stderr}")
 
+    check_shared_store(airlock, tmp, far1, far2, client_key, known)
+
     # A stopped sshd: unreachable, by name.
     far1.stop()
     p = al("machine", "probe", "far1")
@@ -331,6 +371,105 @@ def run_checks(airlock, tmp, hosts):
     os.symlink(known, os.path.join(tmp, "kh-link"))
     p = al("machine", "add", "x", "--ssh", "root@127.0.0.1:1", "--known-hosts", os.path.join(tmp, "kh-link"))
     refused(p, "CUSTODY_UNSAFE", "--known-hosts through a link")
+
+
+def check_shared_store(airlock, tmp, far1, far2, client_key, known):
+    """Two dispatching machines sharing the test PostgreSQL cluster as their store: 3 seats across 2
+    far machines (2 on far1, 1 on far2) are held exactly under 50 concurrent dispatches."""
+    pg_dir = os.environ.get("AIRLOCK_TEST_PG_DIR", "")
+    conninfo = os.path.join(pg_dir, "conninfo")
+    if not pg_dir or not os.path.exists(conninfo):
+        why = open(os.path.join(pg_dir, "missing")).read().strip() if pg_dir and os.path.exists(
+            os.path.join(pg_dir, "missing")) else "AIRLOCK_TEST_PG_DIR is not set (run through CTest, fixture pg)"
+        print(f"SKIP shared store: {why}")
+        check(os.environ.get("AIRLOCK_REQUIRE_ALL_TIERS") != "1", f"the shared-store checks need PostgreSQL: {why}")
+        return
+    admin = open(conninfo).read().strip()
+    db = f"airlock_fleet{os.getpid()}"
+    subprocess.run(["psql", "-q", "-d", admin, "-c", f"CREATE DATABASE {db}"], check=True, capture_output=True)
+    try:
+        at = admin.index("/postgres?")
+        url = admin[:at] + "/" + db + admin[at + 9:]
+        run_shared_store(airlock, tmp, far1, far2, client_key, known, url)
+    finally:
+        subprocess.run(["psql", "-q", "-d", admin, "-c", f"DROP DATABASE IF EXISTS {db} WITH (FORCE)"],
+                       capture_output=True)
+
+
+def run_shared_store(airlock, tmp, far1, far2, client_key, known, url):
+    # Dispatcher A holds the fleet key and records the machines; dispatcher B, another machine
+    # id with a state of its own, trusts A's public key and dispatches through the same rows.
+    a_state, b_state = os.path.join(tmp, "ctl-a"), os.path.join(tmp, "ctl-b")
+    a = [airlock, "--state-dir", a_state, "--store", url, "--machine-id", "ctl-a"]
+    b = [airlock, "--state-dir", b_state, "--store", url, "--machine-id", "ctl-b"]
+
+    def run(cmd, *args):
+        return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=600)
+    p = run(a, "fleet", "init")
+    check(p.returncode == 0, f"fleet init (A): {p.stderr}")
+    pub = re.search(r"public key (\S+)", p.stdout)
+    check(pub is not None, f"fleet init prints its public key: {p.stdout}")
+    if not pub:
+        return
+    p = run(b, "fleet", "trust", pub.group(1))
+    check(p.returncode == 0, f"fleet trust (B): {p.stderr}")
+    for h in (far1, far2):
+        steps = [["machine", "add", h.name, "--ssh", h.ssh(), "--identity", client_key, "--known-hosts", known,
+                  "--dir", os.path.join(h.dir, "airlock-shared")],
+                 ["machine", "install", h.name], ["machine", "probe", h.name]]
+        for step in steps:
+            p = run(a, *step)
+            check(p.returncode == 0, f"{' '.join(step[:2])} {h.name} (A, shared store): {p.stderr}")
+    listed = run(b, "machine", "list", "--json")
+    check(listed.returncode == 0 and all(m["believed"] for m in json.loads(listed.stdout or '{"machines":[]}')["machines"]),
+          f"B believes the rows A signed: {listed.stdout} {listed.stderr}")
+    for spec, n in (("far1:default", "2"), ("far2:default", "1")):
+        p = run(a, "slot", "set", spec, "--max-sessions", n)
+        check(p.returncode == 0, f"slot set {spec}: {p.stderr}")
+    ws = os.path.join(tmp, "shared-ws")
+    os.mkdir(ws)
+    policy = os.path.join(tmp, "shared-ns.json")
+    with open(policy, "w") as f:
+        json.dump({"schema_version": "airlock.task_policy.v1", "executor": "namespaces",
+                   "limits": {"command_timeout_seconds": 300}}, f)
+    # 50 at once, from both dispatchers, to both machines; an admitted run holds its seat until
+    # the test writes its stdin, so every request is decided while the seats are held.
+    procs = []
+    for i in range(50):
+        cmd = a if i % 2 == 0 else b
+        machine = far1.name if (i // 2) % 2 == 0 else far2.name
+        procs.append((machine, subprocess.Popen([*cmd, "run", "-q", "--machine", machine, "--policy", policy,
+                                                 "--workspace", ws, "--", "sh", "-c", "read x; echo ran:$x"],
+                                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)))
+    refused, deadline = [], time.time() + 300
+    while time.time() < deadline and len(refused) < 47:
+        refused = [(m, pr) for m, pr in procs if pr.poll() is not None]
+        time.sleep(0.1)
+    time.sleep(1)
+    refused = [(m, pr) for m, pr in procs if pr.poll() is not None]
+    held = [(m, pr) for m, pr in procs if pr.poll() is None]
+    live = run(a, "runs", "list", "--live", "--json")
+    live_runs = json.loads(live.stdout)["runs"] if live.returncode == 0 else []
+    check(len(held) == 3 and sorted(m for m, _ in held) == ["far1", "far1", "far2"],
+          f"exactly 3 dispatches hold seats, 2 on far1 and 1 on far2: {sorted(m for m, _ in held)}")
+    check(sorted(r["machine"] for r in live_runs) == ["far1", "far1", "far2"],
+          f"the shared store shows the 3 seats under the far machines' ids: {live_runs}")
+    codes = []
+    for _, pr in refused:
+        err = pr.stderr.read().decode(errors="replace")
+        codes.append("CAPACITY_EXHAUSTED" if pr.returncode == 125 and "AIRLOCK_CAPACITY_EXHAUSTED" in err
+                     else f"{pr.returncode}: {err[-300:]}")
+    odd = [c for c in codes if c != "CAPACITY_EXHAUSTED"]
+    check(len(codes) == 47 and not odd, f"the other 47 are refused for capacity, by name: {len(codes)} {odd[:3]}")
+    for _, pr in held:
+        out, err = pr.communicate(b"go\n", timeout=120)
+        check(pr.returncode == 0 and out == b"ran:go\n", f"a seated dispatch ran to its end: {pr.returncode} {out} {err[-300:]}")
+    for _, pr in procs:
+        if pr.poll() is None:
+            pr.kill()
+            pr.wait()
+    live = run(b, "runs", "list", "--live", "--json")
+    check(live.returncode == 0 and not json.loads(live.stdout)["runs"], f"every seat was released: {live.stdout}")
 
 
 def check_dispatch(al, refused, tmp, far1, far2, client_key, known, hosts_started):
@@ -371,6 +510,15 @@ def check_dispatch(al, refused, tmp, far1, far2, client_key, known, hosts_starte
     mine = [r for r in runs if r["id"] == summary.get("run")]
     check(mine and mine[0]["machine"] == "far1" and mine[0]["outcome"] == "exit 0",
           f"the seat was taken under the far machine's id: {mine}")
+
+    # The far machine took its own seat in its own store, under its own machine id.
+    far_db = os.path.join(far1.install_dir, "state", "airlock.db")
+    ids = set()
+    if os.path.exists(far_db):
+        con = sqlite3.connect(far_db)
+        ids = {r[0] for r in con.execute("SELECT machine_id FROM runs")}
+        con.close()
+    check(ids == {far1.machine_id}, f"the far run was seated under far1's own machine id: {ids}")
 
     # Arguments that quote differently in other shells reach the command as they were typed.
     odd = ["x\\'", " (id >PWNED) ", "y\\'", "$(id)", "a\nb", "`id`", "'\""]
@@ -528,6 +676,17 @@ def check_dispatch(al, refused, tmp, far1, far2, client_key, known, hosts_starte
     listed = json.loads(al("machine", "list", "--json").stdout)["machines"]
     far1_row = [m for m in listed if m["id"] == "far1"]
     check(far1_row and far1_row[0]["isolation"] in ("sandboxed", "isolated"), f"machine list shows the level: {far1_row}")
+    doc = al("doctor", "--json")
+    doc_far1 = [m for m in json.loads(doc.stdout).get("machines", []) if m.get("id") == "far1"] if doc.returncode == 0 else []
+    check(doc_far1 and doc_far1[0]["isolation"] == far1_row[0]["isolation"]
+          and "namespaces" in doc_far1[0].get("isolation_why", "") and "contained" in doc_far1[0]["isolation_why"],
+          f"doctor shows far1's level and why: {doc_far1} {doc.stderr}")
+    doc = al("doctor")
+    check(re.search(r"^  far1 +(sandboxed|isolated) +attested .*namespaces", doc.stdout, re.M) is not None,
+          f"doctor's text shows far1's level and why: {doc.stdout[-600:]}")
+    doc_far4 = [m for m in json.loads(al("doctor", "--json").stdout)["machines"] if m.get("id") == "far2"]
+    check(doc_far4 and doc_far4[0]["isolation"] == "none" and doc_far4[0].get("isolation_why"),
+          f"doctor says why a machine has no level: {doc_far4}")
     p = dispatch("true", pol=with_isolation("sandboxed"))
     check(p.returncode == 0, f"a run asking for what the attestation shows: {p.stderr}")
     if far1_row and far1_row[0]["isolation"] == "sandboxed":
@@ -575,7 +734,7 @@ def check_dispatch(al, refused, tmp, far1, far2, client_key, known, hosts_starte
     kh4 = os.path.join(tmp, "known_hosts4")
     with open(kh4, "w") as f:
         f.write(far4.known_hosts_line())
-    for step in (["machine", "add", "far4", "--ssh", f"root@127.0.0.1:{far4.port}", "--identity", client_key,
+    for step in (["machine", "add", "far4", "--ssh", far4.ssh(), "--identity", client_key,
                   "--known-hosts", kh4, "--dir", far4.install_dir], ["machine", "install", "far4"],
                  ["machine", "probe", "far4", "--json"]):
         p = al(*step)
@@ -595,7 +754,7 @@ def check_dispatch(al, refused, tmp, far1, far2, client_key, known, hosts_starte
     far4.stop()
 
     # Never probed: refused, naming the probe.
-    p = al("machine", "add", "far3", "--ssh", f"root@127.0.0.1:{far2.port}", "--identity", client_key,
+    p = al("machine", "add", "far3", "--ssh", far2.ssh(), "--identity", client_key,
            "--known-hosts", known, "--dir", os.path.join(tmp, "far3"))
     check(p.returncode == 0, f"machine add far3: {p.stderr}")
     p = al("machine", "install", "far3")
