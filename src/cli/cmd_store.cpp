@@ -507,6 +507,22 @@ int machine_list(Globals& g) {
   return emit(g, "machines", seen->arr, seen->rows);
 }
 
+// `airlock machine remove NAME`: the row is deleted (its slots and runs stay). What recovers a row
+// taken as replayed or forged: `machine add` signs a new one, later than any mark seen here.
+int machine_remove(Globals& g, const std::string& name) {
+  auto st = open_store(g);
+  if (!st) return refuse(st.error(), g.json);
+  auto gone = (*st)->remove_machine(name);
+  if (!gone) return refuse(gone.error(), g.json);
+  if (!*gone)
+    return refuse(Error{Code::NotFound, fmt::format("no machine {} in {}", name, (*st)->url()), {{"machine", name}}}, g.json);
+  if (g.json)
+    std::printf("%s\n", Json({{"machine", name}, {"removed", true}}).dump(2, ' ', false, Json::error_handler_t::replace).c_str());
+  else
+    std::printf("machine %s removed from %s\n", escape_for_terminal(name).c_str(), (*st)->url().c_str());
+  return 0;
+}
+
 // `user@host[:port]`, each part of characters ssh takes as a name and none starting with '-' (so
 // the target can never be read as an option); the port 1..65535, 22 when absent.
 Result<std::string> parse_ssh_target(const std::string& spec) {
@@ -936,10 +952,34 @@ int machine_attest(Globals& g, const std::string& name) {
   auto installed = installed_airlock(far->row);
   if (!installed) return refuse(installed.error(), g.json);
   const auto& [inst, want] = *installed;
+  // The suite's pid is kept there, so a stop here (Ctrl-C, SIGTERM, SIGHUP) stops it there: the
+  // suite takes SIGTERM as a cancel, stops its running probe and removes its canaries.
+  const std::string tag = random_id().substr(0, 12);
   std::string script = custody_prelude(far->target.dir, inst) +
-                       "sha256sum < \"$d\"/airlock; exec \"$d\"/airlock --state-dir \"$d\"/state escape-suite --json";
+                       fmt::format("umask 077; mkdir -p \"$d\"/attest; sha256sum < \"$d\"/airlock; "
+                                   "\"$d\"/airlock --state-dir \"$d\"/state escape-suite --json & "
+                                   "echo $! > \"$d\"/attest/{0}.pid; s=0; wait $! || s=$?; rm -f \"$d\"/attest/{0}.pid; exit $s",
+                                   tag);
   std::fprintf(stderr, "airlock: running the escape suite on %s (every tier it applies; a minute or more)\n", name.c_str());
+  sigset_t mask = block_stop_signals();
+  std::atomic<bool> stopped = false;
+  StopSignalWaiter waiter(mask, [&] {
+    if (stopped.exchange(true)) return;
+    (void)ssh_run(far->target,
+                  fmt::format("d={}; f=\"$d\"/attest/{}.pid; for i in $(seq 100); do test -s \"$f\" && break; sleep 0.1; "
+                              "done; test -s \"$f\" && kill -TERM \"$(cat \"$f\")\"",
+                              shell_quote(far->target.dir), tag),
+                  -1, std::chrono::seconds(30), 4096);
+  });
   auto r = ssh_run(far->target, script, -1, std::chrono::seconds(3600), 64u << 20);
+  waiter.done();
+  if (stopped)
+    return refuse(Error{Code::SessionKilled,
+                        fmt::format("machine {}: the attestation was stopped; the escape suite there was cancelled and "
+                                    "nothing was recorded",
+                                    name),
+                        {{"machine", name}}},
+                  g.json);
   if (!r) return refuse(r.error(), g.json);
   std::string there = digest_word(r->out);
   if (there.empty() && r->status != 0) return refuse(far_failed(*far, "the escape suite", *r), g.json);
@@ -1500,6 +1540,11 @@ void add_store_verbs(CLI::App& app, Globals& g, Action& run) {
   madd->add_option("--dir", o.dir, "airlock's installation directory there (default .airlock, below its home)");
   madd->add_flag("--json", g.json, "print JSON");
   madd->callback([&g, &run] { run = [&g] { return machine_add(g, o); }; });
+  static std::string remove_name;
+  auto* mremove = machine->add_subcommand("remove", "delete a machine's row (a row not believed is recovered by adding it again)");
+  mremove->add_option("name", remove_name, "the machine")->required();
+  mremove->add_flag("--json", g.json, "print JSON");
+  mremove->callback([&g, &run] { run = [&g] { return machine_remove(g, remove_name); }; });
   auto* mlist = machine->add_subcommand("list", "the machines recorded, each judged against this build");
   mlist->add_flag("--json", g.json, "print JSON");
   mlist->callback([&g, &run] { run = [&g] { return machine_list(g); }; });

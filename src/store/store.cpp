@@ -216,6 +216,11 @@ Result<bool> Store::replace_machine(const MachineRecord& m, int64_t was_signed_a
   return !r.rows.empty() && r.rows[0][0].value_or("") == m.signature;
 }
 
+Result<bool> Store::remove_machine(const std::string& id) {
+  auto r = TRY(exec_locked("DELETE FROM machines WHERE id = ? RETURNING id", {id}));
+  return !r.rows.empty();
+}
+
 Result<std::vector<MachineRecord>> Store::machines() {
   auto r = TRY(exec_locked(
       "SELECT id, hostname, landlock_abi, facts, probed_at, transport, signature, signed_at, attestation FROM machines"

@@ -127,6 +127,8 @@ class Store {
   // swap): false when another writer replaced it meanwhile, and nothing is written.
   Result<bool> replace_machine(const MachineRecord& m, int64_t was_signed_at);
   Result<std::vector<MachineRecord>> machines();
+  // Deletes the row of `id`: false when there was none.
+  Result<bool> remove_machine(const std::string& id);
 
   // Declares a slot (max_sessions none: one seat). Existing live runs are left alone.
   Result<void> set_slot(const SlotRecord& s);

@@ -372,6 +372,26 @@ TEST_P(StoreTest, AMachineRowIsReplacedOnlyIfNobodyReplacedItMeanwhile) {
   EXPECT_EQ((*rows)[0].attestation, m.attestation) << "the attestation column round-trips";
 }
 
+TEST_P(StoreTest, AMachineRowIsRemovedByIdAndOnlyThatRow) {
+  auto s = open();
+  ASSERT_TRUE(s);
+  for (const char* id : {"far", "near"}) {
+    MachineRecord m;
+    m.id = id;
+    m.signed_at_ms = 1;
+    ASSERT_TRUE(s->put_machine(m));
+  }
+  auto gone = s->remove_machine("far");
+  ASSERT_TRUE(gone.has_value()) << gone.error().message;
+  EXPECT_TRUE(*gone);
+  auto again = s->remove_machine("far");
+  ASSERT_TRUE(again.has_value()) << again.error().message;
+  EXPECT_FALSE(*again) << "a row that is not there is said to be absent";
+  auto rows = s->machines();
+  ASSERT_TRUE(rows.has_value() && rows->size() == 1u);
+  EXPECT_EQ((*rows)[0].id, "near");
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, StoreTest, ::testing::Values("sqlite", "postgresql"),
                          [](const auto& info) { return info.param; });
 

@@ -357,6 +357,19 @@ def run_checks(airlock, tmp, hosts):
             p = al("machine", verb, "far3")
             refused(p, "CUSTODY_UNSAFE", f"{verb} through an older signed row put back")
             check("replayed" in p.stderr, f"the refusal names the replay: {p.stderr}")
+        # Recovered by removing the row and adding the machine again: a new signature, later
+        # than the mark.
+        p = al("machine", "remove", "far3")
+        check(p.returncode == 0, f"machine remove far3: {p.stderr}")
+        check("far3" not in rows(), "the removed row is gone")
+        p = al("machine", "remove", "far3")
+        refused(p, "NOT_FOUND", "removing a machine that is not there")
+        steps = [["machine", "add", "far3", "--ssh", far2.ssh(), "--identity", client_key, "--known-hosts", known,
+                  "--dir", os.path.join(tmp, "far3")], ["machine", "install", "far3"], ["machine", "probe", "far3"]]
+        for step in steps:
+            p = al(*step)
+            check(p.returncode == 0, f"{' '.join(step[:2])} far3 after its removal: {p.stderr}")
+        check(rows().get("far3", {}).get("believed") is True, f"far3 is believed again: {rows().get('far3')}")
 
     check_shared_store(airlock, tmp, far1, far2, client_key, known)
 
@@ -663,6 +676,33 @@ def check_dispatch(al, refused, tmp, far1, far2, client_key, known, hosts_starte
     p = dispatch("true", pol=with_isolation("sandboxed"))
     refused(p, "EXECUTOR_UNAVAILABLE", "a run asking for an attested machine before any attestation")
     check("never attested" in p.stderr and "airlock machine attest far1" in p.stderr, f"names the fix: {p.stderr}")
+    # An attestation stopped midway (Ctrl-C) cancels the suite there and records nothing.
+    stopped = subprocess.Popen([*al.cmd, "machine", "attest", "far1"], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    attest_dir = os.path.join(far1.install_dir, "attest")
+    for _ in range(300):
+        if os.path.isdir(attest_dir) and os.listdir(attest_dir):
+            break
+        time.sleep(0.05)
+    time.sleep(1)
+    os.killpg(stopped.pid, signal.SIGINT)
+    try:
+        stopped.wait(120)
+    except subprocess.TimeoutExpired:
+        stopped.kill()
+        stopped.wait()
+    err = stopped.stderr.read()
+    check(stopped.returncode == 125 and "AIRLOCK_SESSION_KILLED" in err, f"a stopped attestation: {stopped.returncode} {err[-400:]}")
+    suite = f"{far1.install_dir}/airlock --state-dir .* escape-suite"
+    for _ in range(100):
+        if not subprocess.run(["pgrep", "-f", suite], capture_output=True).stdout:
+            break
+        time.sleep(0.1)
+    check(not subprocess.run(["pgrep", "-f", suite], capture_output=True).stdout,
+          "the escape suite there stopped with the attestation")
+    check(not os.listdir(attest_dir), f"its pid file is gone: {os.listdir(attest_dir)}")
+    far1_now = [m for m in json.loads(al("machine", "list", "--json").stdout)["machines"] if m["id"] == "far1"]
+    check(far1_now and far1_now[0].get("attestation") is None, f"a stopped attestation records nothing: {far1_now}")
     p = al("machine", "attest", "far1", "--json")
     check(p.returncode == 0, f"attest far1: {p.stderr}")
     if p.returncode == 0:
