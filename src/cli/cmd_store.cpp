@@ -1046,6 +1046,9 @@ int machine_attest(Globals& g, const std::string& name) {
 // How old a probe may be for a run to be composed on it, and which ids far output may name.
 constexpr int64_t kRowFreshMs = 24LL * 3600 * 1000;
 constexpr size_t kFarReceiptsMax = 64u << 20;
+// Which runs of a machine a dispatch looks for as orphans there: started in the last 7 days, 64 at most.
+constexpr int64_t kOrphanWindowMs = 7LL * 24 * 3600 * 1000;
+constexpr size_t kOrphansAtMost = 64;
 
 bool plain_id(std::string_view s) {
   return !s.empty() && s.size() <= 128 && std::all_of(s.begin(), s.end(), [](char c) {
@@ -1171,14 +1174,37 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name) {
   // the policy travels inside the script; the run's directory keeps its pid and summary.
   const std::string dir = shell_quote(far->target.dir), want = inst["sha256"].get<std::string>();
   const std::string t = fmt::format("\"$d\"/dispatch/{}", run_id);
+  // Far runs whose dispatcher is gone (a SIGKILLed airlock here leaves its far run going while
+  // the store judges its seat free): stopped there before this one starts, so what runs there is
+  // what the store seats. Each is known by its dispatch directory and its process by the
+  // command line that names it (a pid alone may have been reused); a directory whose run has
+  // ended is removed.
+  std::string orphans;
+  if (auto all = held->store->runs(false)) {
+    size_t n = 0;
+    const std::string self = machine_identity(g);
+    for (const auto& r : *all) {
+      if (r.machine_id != name || r.id == run_id || !plain_id(r.id) || now_ms() - r.started_at_ms > kOrphanWindowMs)
+        continue;
+      bool gone = r.live() ? !store::holder_alive(r, self, now_ms(), held->store->options().heartbeat_expiry_ms)
+                           : r.outcome == "holder_dead";
+      if (gone && n++ < kOrphansAtMost) orphans += " " + r.id;
+    }
+  }
   std::string script = custody_prelude(far->target.dir, inst) + fmt::format(
       "t={t}\n"
+      "{orphans}"
       "umask 077; mkdir -p \"$d\"/dispatch; mkdir \"$t\"\n"
       "printf %s {policy} | base64 -d > \"$t\"/policy.json\n"
       "echo $$ > \"$t\"/pid\n"
       "exec \"$d\"/airlock --state-dir \"$d\"/state run{quiet} --summary-file \"$t\"/summary.json --policy \"$t\"/policy.json "
       "--workspace {ws}{slot} --",
       fmt::arg("t", t), fmt::arg("quiet", o.quiet ? " -q" : ""),
+      fmt::arg("orphans", orphans.empty() ? std::string()
+                          : "for r in" + orphans + "; do o=\"$d\"/dispatch/$r; test -d \"$o\" || continue; "
+                            "p=$(cat \"$o\"/pid 2>/dev/null || true); "
+                            "if test -n \"$p\" && grep -qa \"dispatch/$r/summary.json\" /proc/\"$p\"/cmdline 2>/dev/null; "
+                            "then kill -TERM \"$p\" 2>/dev/null || true; else rm -rf \"$o\"; fi; done\n"),
       fmt::arg("policy", shell_quote(base64_encode(policy::to_json(*pol).dump()))),
       fmt::arg("ws", shell_quote(*o.workspace)),
       fmt::arg("slot", o.slot != "default" ? " --slot " + shell_quote(o.slot) : std::string()));

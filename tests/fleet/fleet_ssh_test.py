@@ -663,6 +663,38 @@ def check_dispatch(al, refused, tmp, far1, far2, client_key, known, hosts_starte
     refused(p, "CAPACITY_EXHAUSTED", "a second run on a far slot of one seat")
     slow.wait(60)
     check(slow.returncode == 0, f"the run holding the seat: {slow.stderr.read()}")
+
+    # A dispatcher SIGKILLed mid-run (with its ssh): the far run goes on, and the store judges the
+    # seat's holder dead. The next dispatch there is admitted and stops that orphan before its
+    # own command starts, so what runs there is what the store seats; the one after removes the
+    # orphan's directory.
+    before = set(os.listdir(dispatch_dir))
+    orphan = subprocess.Popen([*al.cmd, "run", "--machine", "far1", "--policy", policy, "--workspace", ws, "--",
+                               "sh", "-c", "sleep 28.5"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    orphan_dir = None
+    for _ in range(200):
+        new = [d for d in os.listdir(dispatch_dir) if d not in before]
+        if new and os.path.exists(os.path.join(dispatch_dir, new[0], "pid")):
+            orphan_dir = os.path.join(dispatch_dir, new[0])
+            break
+        time.sleep(0.05)
+    time.sleep(0.5)
+    os.killpg(orphan.pid, signal.SIGKILL)
+    orphan.wait()
+    running = lambda: subprocess.run(["pgrep", "-f", "sleep 28.5"], capture_output=True).stdout
+    check(orphan_dir is not None and running(), "the far run of a SIGKILLed dispatcher goes on there")
+    p = dispatch("true")
+    check(p.returncode == 0, f"the next dispatch is admitted (the orphan's seat is free): {p.stderr}")
+    for _ in range(100):
+        if not running():
+            break
+        time.sleep(0.1)
+    check(not running(), "the orphaned far run was stopped by the next dispatch")
+    p = dispatch("true")
+    check(p.returncode == 0, f"a dispatch after the orphan was stopped: {p.stderr}")
+    check(orphan_dir is not None and not os.path.exists(orphan_dir),
+          f"the orphan's directory there is removed: {os.listdir(dispatch_dir)}")
     al("slot", "set", "far1:default", "--max-sessions", "4")
 
     # Isolation claimed on evidence: a policy asking for an attested level is refused until the
