@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <thread>
 
+#include "base/encoding.h"
+#include "base/fs.h"
 #include "base/hash.h"
 #include "broker/protocol.h"
 #include "broker/session.h"
@@ -20,9 +22,25 @@ namespace {
 // The session verb takes what every one-session verb takes, and the seat it sits in.
 struct SessionVerbOptions : SessionCliOptions {
   std::string slot = store::kDefaultSlot;
+  std::string summary_file;  // --summary-file: the session's id from its open, its end once ended
+  std::string machine;       // --machine: the session is opened on that machine of the fleet
 };
 
 int session_verb(Globals& g, SessionVerbOptions& o) {
+  if (!o.machine.empty()) {
+    if (o.run_id || o.credentials_command || !o.summary_file.empty())
+      return refuse(Error{Code::OptionInvalid,
+                          "--machine takes --policy, --defaults, --workspace and --slot; --run-id, "
+                          "--credentials-command and --summary-file are not sent to another machine",
+                          {{"machine", o.machine}}},
+                    false);
+    RunOptions r;
+    r.policy_file = o.policy_file;
+    r.defaults = o.defaults;
+    r.workspace = o.workspace;
+    r.slot = o.slot;
+    return session_on_machine_cli(g, r, o.machine);
+  }
   // Discovery as for `run`, from the workspace when one is given.
   auto start = prepare_session(g, o.defaults, o.policy_file, false, o.workspace);
   if (!start) return refuse(start.error(), g.json);
@@ -46,6 +64,20 @@ int session_verb(Globals& g, SessionVerbOptions& o) {
     return refuse(session.error(), false);
   }
   auto& s = **session;
+  // The summary file names the session from its open, and says how it ended once it has (a
+  // reader, `session --machine`, tells a session killed before its end by the missing outcome).
+  auto summary = [&](Json outcome) {
+    if (o.summary_file.empty()) return Result<void>{};
+    Json j = {{"session", s.id()}, {"receipts", s.receipts_path()}};
+    if (!outcome.is_null()) j["outcome"] = std::move(outcome);
+    return write_file_atomic(o.summary_file, j.dump() + "\n", 0600);
+  };
+  if (auto w = summary(nullptr); !w) {
+    (void)s.kill("the summary file could not be written");
+    seat.release(std::string(to_name(w.error().code)));
+    emit_line({{"id", nullptr}, {"ok", false}, {"error", w.error().to_json()}});
+    return refuse(w.error(), false);
+  }
   (void)s.listen_for_operator_kill();
   (void)seat.record_enforcement(std::string(policy::to_string(s.plan().executor())), s.plan().tier(), s.plan().why,
                                 plan::to_json(start->facts));
@@ -95,7 +127,10 @@ int session_verb(Globals& g, SessionVerbOptions& o) {
   (void)s.kill("end of input");
   // The reader has returned (EOF or a signal): both close the inbox.
   reader.join();
-  seat.release(closed ? "closed" : std::string(to_name(Code::SessionKilled)));
+  std::string ended = closed ? "closed" : std::string(to_name(Code::SessionKilled));
+  if (auto w = summary({{"ended", ended}}); !w)
+    std::fprintf(stderr, "airlock: the summary could not be written: %s\n", escape_for_terminal(w.error().message).c_str());
+  seat.release(ended);
   return 0;
 }
 
@@ -129,6 +164,11 @@ void add_session(CLI::App& app, Globals& g, Action& run) {
       "session", "open a broker session and speak the action protocol: JSON lines on stdin and stdout");
   add_session_options(cmd, o, PolicyOption::Optional);
   cmd->add_option("--slot", o.slot, "the slot whose seat the session takes: NAME or MACHINE:NAME (default: default)");
+  cmd->add_option("--summary-file", o.summary_file,
+                  "write the session's id here once it is open, and how it ended once it has (JSON)");
+  cmd->add_option("--machine", o.machine,
+                  "open the session on this machine of the fleet (`airlock machine add`), over ssh; --workspace is a "
+                  "path there");
   auto* kill = cmd->add_subcommand(
       "kill", "the kill switch for a running `airlock mcp` or `airlock session` by its id: nothing more is written back");
   kill->add_option("id", kill_id, "the session's id (its receipts file's name)")->required();

@@ -44,6 +44,9 @@ int run_confined(Globals& g, RunOptions& o, const std::function<Result<void>(Ses
 // `airlock run --machine NAME`: the run composed on another machine of the fleet, over its ssh
 // transport, only where its signed row asserts what the plan needs (cmd_store.cpp).
 int run_on_machine_cli(Globals& g, RunOptions& o, const std::string& name);
+// `airlock session --machine NAME`: the action protocol spoken with a session on that machine,
+// through the same gate; its receipts come back as a run's do (o.command is empty).
+int session_on_machine_cli(Globals& g, RunOptions& o, const std::string& name);
 // The machines of the store as `machine list --json` shows them, each judged here (its signature,
 // its facts, its attested isolation and why): for `airlock doctor`.
 Result<Json> fleet_machines(const Globals& g, const std::string& state);

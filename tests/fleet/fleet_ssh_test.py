@@ -524,6 +524,39 @@ def check_dispatch(al, refused, tmp, far1, far2, client_key, known, hosts_starte
     check(mine and mine[0]["machine"] == "far1" and mine[0]["outcome"] == "exit 0",
           f"the seat was taken under the far machine's id: {mine}")
 
+    # A session there: the action protocol over the same stdio, through the same gate; what it
+    # wrote lands on close, and its receipts come back into this run's chain.
+    reqs = [{"id": 1, "action": "write_file", "path": "from-session.txt", "content": "far session\n"},
+            {"id": 2, "action": "read_file", "path": "from-session.txt"},
+            {"id": 3, "action": "list_dir", "path": "."},
+            {"id": 4, "action": "close"}]
+    p = subprocess.run([*al.cmd, "session", "--machine", "far1", "--policy", policy, "--workspace", ws],
+                       input="".join(json.dumps(r) + "\n" for r in reqs), capture_output=True, text=True, timeout=120)
+    out = [json.loads(l) for l in p.stdout.splitlines() if l.strip()]
+    check(p.returncode == 0 and len(out) == 5, f"a far session answers every request: {p.returncode} {p.stdout[-600:]} {p.stderr[-600:]}")
+    if len(out) == 5:
+        check(out[0].get("event") == "session.open" and out[0]["result"]["executor"] == "namespaces",
+              f"the far session says what confines it first: {out[0]}")
+        check(all(o.get("ok") for o in out[1:]), f"every action there succeeded: {out[1:]}")
+        check(out[2]["result"].get("content") == "far session\n", f"a far session reads what it wrote: {out[2]}")
+        check(out[4]["result"].get("closed") is True, f"the far session closed: {out[4]}")
+    with open(os.path.join(ws, "from-session.txt")) as f:
+        check(f.read() == "far session\n", "what the far session wrote landed in the far workspace on close")
+    chain = re.search(r"added to (\S+\.jsonl)", p.stderr)
+    check(chain is not None, f"the far session's receipts are added here: {p.stderr[-400:]}")
+    if chain:
+        v = al("receipts", "verify", chain.group(1))
+        check(v.returncode == 0, f"the far session's chain verifies here: {v.stdout} {v.stderr}")
+        with open(chain.group(1)) as f:
+            kinds = [json.loads(l) for l in f]
+        fk = [r["receipt"]["kind"] for r in kinds if r["kind"] == "far.receipt"]
+        check(kinds[0]["kind"] == "dispatch.open" and kinds[0].get("verb") == "session" and kinds[-1]["kind"] == "dispatch.close"
+              and fk[:1] == ["session.open"] and fk[-1:] == ["session.close"],
+              f"the far session's receipts are in this chain: {[r['kind'] for r in kinds]} {fk}")
+    p = subprocess.run([*al.cmd, "session", "--machine", "far1", "--policy", policy, "--workspace", ws, "--run-id", "x"],
+                       capture_output=True, text=True, timeout=60)
+    refused(p, "OPTION_INVALID", "a far session with an option not sent there")
+
     # The far machine took its own seat in its own store, under its own machine id.
     far_db = os.path.join(far1.install_dir, "state", "airlock.db")
     ids = set()
