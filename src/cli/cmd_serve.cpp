@@ -2,8 +2,10 @@
 #include <sys/resource.h>
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 
 #include "exec/planner.h"
 #include "server/server.h"
@@ -43,6 +45,18 @@ Result<int> serve(Globals& g, ServeOptions& o) {
     if (o.token_file && so.operator_token == TRY(server::read_token_file(*o.token_file)))
       return fail(Code::OptionInvalid, "--operator-token-file holds the agent's token (--token-file): an agent could "
                                        "approve its own calls");
+  }
+  // Sessions on other machines are dispatched by the airlock beside this executable, with this
+  // server's state directory, store and machine id.
+  std::error_code ec;
+  if (auto self = std::filesystem::read_symlink("/proc/self/exe", ec).string(); !ec && !self.empty()) {
+    std::string airlock = self.substr(0, self.rfind('/') + 1) + "airlock";
+    if (::access(airlock.c_str(), X_OK) == 0) {
+      so.dispatch_command = {airlock, "--state-dir", so.state_dir};
+      if (!g.store_url.empty()) so.dispatch_command.insert(so.dispatch_command.end(), {"--store", g.store_url});
+      if (!g.machine_id.empty()) so.dispatch_command.insert(so.dispatch_command.end(), {"--machine-id", g.machine_id});
+      if (!g.profile.empty()) so.dispatch_command.insert(so.dispatch_command.end(), {"--profile", g.profile});
+    }
   }
   so.executors_report = [profile = so.profile, host = std::make_shared<exec::HostProbe>(so.state_dir)] {
     return doctor_report(profile, host->facts(plan::FactNeeds::all()));

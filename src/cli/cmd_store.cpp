@@ -27,6 +27,7 @@
 #include "base/signing.h"
 #include "base/unique_fd.h"
 #include "cli/build_info.h"
+#include "cli/line_reader.h"
 #include "cli/ssh_transport.h"
 #include "cli/store_support.h"
 #include "cli/verbs.h"
@@ -1059,33 +1060,36 @@ bool plain_id(std::string_view s) {
 // `session`: the far verb is `airlock session` (the action protocol over the same stdio) instead of
 // `airlock run -- CMD`; its receipts bind to the session, any number of commands included.
 int run_on_machine(Globals& g, RunOptions& o, const std::string& name, bool session) {
+  // A session's peer reads protocol lines: each refusal is one too ({"id": null, "ok": false}).
+  auto no = [&](const Error& e) {
+    if (session) emit_line({{"id", nullptr}, {"ok", false}, {"error", e.to_json()}});
+    return refuse(e, g.json);
+  };
   auto refuse_fix = [&](Code code, std::string message, std::string fix) {
-    return refuse(Error{code, std::move(message), {{"machine", name}, {"fix", std::move(fix)}}}, g.json);
+    return no(Error{code, std::move(message), {{"machine", name}, {"fix", std::move(fix)}}});
   };
   if (!o.workspace || o.workspace->empty() || o.workspace->front() != '/' || !is_valid_utf8(*o.workspace))
-    return refuse(Error{Code::OptionInvalid,
+    return no(Error{Code::OptionInvalid,
                         "--machine needs --workspace: the absolute path of the run's workspace on that machine",
-                        {{"machine", name}}},
-                  g.json);
+                        {{"machine", name}}});
   if (o.slot.find(':') != std::string::npos)
-    return refuse(Error{Code::OptionInvalid, "with --machine, --slot names a slot of that machine: NAME only",
-                        {{"slot", o.slot}}},
-                  g.json);
+    return no(Error{Code::OptionInvalid, "with --machine, --slot names a slot of that machine: NAME only",
+                        {{"slot", o.slot}}});
   auto profile = parse_profile(g.profile);
-  if (!profile) return refuse(profile.error(), g.json);
+  if (!profile) return no(profile.error());
   auto st = open_store(g);
-  if (!st) return refuse(st.error(), g.json);
+  if (!st) return no(st.error());
   auto far = far_machine(g, **st, name);
-  if (!far) return refuse(far.error(), g.json);
+  if (!far) return no(far.error());
   const store::MachineRecord& row = far->row;
   // The gate: the row must be believed whole, installed, probed since, and recently.
   auto fleet = fleet_public(far->state);
-  if (!fleet) return refuse(fleet.error(), g.json);
+  if (!fleet) return no(fleet.error());
   Json seen = read_seen(far->state).value_or(Json::object());
   Json mark = seen.value(name, Json(0));
   Judgement j = judge(row, *fleet, mark.is_number_integer() ? mark.get<int64_t>() : 0);
   auto installed = installed_airlock(row);
-  if (!installed) return refuse(installed.error(), g.json);
+  if (!installed) return no(installed.error());
   const Json& inst = installed->first;
   if (!j.believed)
     return refuse_fix(Code::ExecutorUnavailable,
@@ -1106,7 +1110,7 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name, bool sess
                                   utc(row.probed_at_ms)),
                       "airlock machine probe " + name);
   auto pol = load_policy(find_policy_layers(o.defaults, o.policy_file, std::nullopt), far->state, false);
-  if (!pol) return refuse(pol.error(), g.json);
+  if (!pol) return no(pol.error());
   pol->workspace = *o.workspace;
   // Composed only where the row asserts what the plan needs: the plan is made from its facts.
   auto plan = plan::plan_execution(*pol, *j.facts, *profile, exec::built_tiers());
@@ -1117,7 +1121,7 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name, bool sess
     e.facts["fix"] = fmt::format("what the machine's row lacks is named above; once its kernel or configuration "
                                  "provides it, `airlock machine probe {}` measures it again",
                                  name);
-    return refuse(e, g.json);
+    return no(e);
   }
   if (pol->machine_isolation != policy::MachineIsolation::None) {
     std::string why;
@@ -1134,20 +1138,20 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name, bool sess
   std::string policy_digest = policy::digest(*pol);
   sigset_t mask = block_stop_signals();
   auto held = reserve_seat(g, far->state, name + ":" + o.slot, policy_digest);
-  if (!held) return refuse(held.error(), g.json);
+  if (!held) return no(held.error());
   store::Seat& seat = *held->seat;
   const std::string run_id = seat.run().id;
   (void)make_dirs(far->state + "/receipts");  // its failure is the create's
   auto log = ledger::ReceiptLog::create(far->state + "/receipts/" + run_id + ".jsonl", run_id);
   if (!log) {
     seat.release(std::string(to_name(log.error().code)));
-    return refuse(log.error(), g.json);
+    return no(log.error());
   }
   auto end = [&](const Error* e, Json close) {
     if (e) close["refused"] = e->to_json();
     (void)log->append("dispatch.close", std::move(close));
     seat.release(e ? std::string(to_name(e->code)) : close.value("outcome", std::string("ended")));
-    if (e) return refuse(*e, g.json);
+    if (e) return no(*e);
     return 0;
   };
   (void)seat.record_enforcement(std::string(policy::to_string(plan->executor())), plan->tier(),
@@ -1171,6 +1175,18 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name, bool sess
     std::fprintf(stderr, "airlock: machine %s: %s tier planned from its signed row (probed %s), run %s\n",
                  name.c_str(), std::string(policy::to_string(plan->executor())).c_str(), utc(row.probed_at_ms).c_str(),
                  run_id.c_str());
+  // A session's peer learns the dispatch (its run, where its receipts are kept here) first; the
+  // far session's own lines follow, then dispatch.close.
+  if (session)
+    emit_line({{"id", nullptr},
+               {"ok", true},
+               {"event", "dispatch.open"},
+               {"result",
+                {{"run", run_id},
+                 {"machine", name},
+                 {"receipts", log->path()},
+                 {"executor", policy::to_string(plan->executor())},
+                 {"tier", plan->tier()}}}});
 
   // One script: the installation is the far user's alone and its airlock the one installed (the
   // platform's sha256sum), checked right before the exec (only that user could swap it between);
@@ -1414,6 +1430,11 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name, bool sess
   }
   (void)log->append("dispatch.close", close);
   seat.release(outcome);
+  if (session)
+    emit_line({{"id", nullptr},
+               {"ok", true},
+               {"event", "dispatch.close"},
+               {"result", {{"run", run_id}, {"outcome", outcome}, {"far_receipts", far_chain}}}});
   for (const auto& r : refusals)
     if (r.is_object())
       std::fprintf(stderr, "airlock: refused: %s: machine %s: %s\n", escape_for_terminal(jstr(r, "code")).c_str(),

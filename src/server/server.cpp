@@ -34,6 +34,7 @@
 #include "ledger/receipts.h"
 #include "server/framing.h"
 #include "server/http_status.h"
+#include "server/session_handle.h"
 
 namespace airlock::server {
 
@@ -404,7 +405,7 @@ Result<ListenAddress> parse_listen(const std::string& spec) {
 
 struct Server::Impl {
   struct Entry {
-    std::unique_ptr<broker::Session> session;
+    std::unique_ptr<SessionHandle> session;
     std::mutex ops;  // actions and close, one at a time; kill and receipts never wait for it
     std::atomic<bool> ended = false;  // written under Impl::mu
     std::atomic<std::chrono::steady_clock::rep> last_used{std::chrono::steady_clock::now().time_since_epoch().count()};
@@ -490,7 +491,7 @@ struct Server::Impl {
                           std::chrono::seconds(opts.idle_seconds))
                           .count();
     for (auto& [id, e] : open) {
-      broker::Session& s = *e->session;
+      SessionHandle& s = *e->session;
       if (!s.ended() && e->ops.try_lock()) {
         std::lock_guard one(e->ops, std::adopt_lock);
         (void)s.enforce_budget();
@@ -547,6 +548,15 @@ struct Server::Impl {
   Result<std::pair<int, Json>> open_session(const httplib::Request& req) {
     // Duplicate keys are refused here as in a policy file (parse_json), as a malformed body: 400.
     auto doc = TRY(body_object(req));
+    // "machine": the session is opened on that machine of the fleet (docs/store.md), through the
+    // same gate as `airlock session --machine`; the rest of the body is its policy.
+    std::optional<std::string> machine;
+    if (auto m = doc.find("machine"); m != doc.end()) {
+      if (!m->is_string() || m->get<std::string>().empty())
+        return fail(Code::ProtocolError, "$.machine must be the name of a machine of the fleet", {{"path", "$.machine"}});
+      machine = m->get<std::string>();
+      doc.erase(m);
+    }
     auto pol = TRY(policy::parse_layer(doc, opts.base_policy));
     reap();
     if (opts.max_state_bytes) {
@@ -565,6 +575,7 @@ struct Server::Impl {
         return fail(Code::CapacityExhausted, fmt::format("{} sessions are open, the most this server runs", live()),
                     {{"max_sessions", opts.max_sessions}});
     }
+    if (machine) return open_far(*machine, pol);
     plan::HostFacts facts = exec::facts_for(pol, *host);
     broker::SessionOptions so(opts.state_dir, opts.profile);
     so.vm_pool = opts.vm_pool;
@@ -586,6 +597,33 @@ struct Server::Impl {
       return fail(Code::CapacityExhausted, "the server is shutting down");
     }
     auto e = std::make_shared<Entry>();
+    e->session = local_session(std::move(s));
+    sessions.emplace(e->session->id(), e);
+    ++changes;
+    changed_cv.notify_all();
+    return std::pair{201, out};
+  }
+
+  Result<std::pair<int, Json>> open_far(const std::string& machine, const policy::TaskPolicy& pol) {
+    if (!pol.workspace || pol.workspace->empty() || pol.workspace->front() != '/')
+      return fail(Code::ProtocolError, "a session on another machine needs $.workspace: the absolute path of its workspace there",
+                  {{"path", "$.workspace"}, {"machine", machine}});
+    FarSessionSpec spec;
+    spec.command = opts.dispatch_command;
+    spec.state_dir = opts.state_dir;
+    spec.machine = machine;
+    spec.workspace = *pol.workspace;
+    spec.policy = policy::to_json(pol);
+    spec.task_id = pol.task_id;
+    spec.policy_digest = policy::digest(pol);
+    Json out;
+    auto s = TRY(open_far_session(spec, out));
+    std::lock_guard lk(mu);
+    if (stopping) {
+      (void)s->kill("server shutdown");
+      return fail(Code::CapacityExhausted, "the server is shutting down");
+    }
+    auto e = std::make_shared<Entry>();
     e->session = std::move(s);
     sessions.emplace(e->session->id(), e);
     ++changes;
@@ -596,7 +634,7 @@ struct Server::Impl {
   Result<std::pair<int, Json>> act(const std::string& id, std::string_view action, const httplib::Request& req,
                                    Listener& l) {
     auto e = TRY(find(id));
-    broker::Session& s = *e->session;
+    SessionHandle& s = *e->session;
     // No body is no arguments: `curl -X POST …/kill` pulls the kill switch, it is not a 400.
     auto body = req.body.empty() ? Result<Json>(Json::object()) : body_object(req);
     if (body) {
@@ -617,7 +655,7 @@ struct Server::Impl {
     (*body)["action"] = std::string(action);
     Json resp;
     if (action == "kill" || action == "receipts") {
-      resp = broker::handle_request(s, *body);
+      resp = s.handle(*body);
     } else {
       // An action holds a worker while it runs, and so does each request waiting for its session's
       // turn: past threads - reserve of them on this listener the next is refused, so the kill
@@ -640,7 +678,7 @@ struct Server::Impl {
         ~Done() { n.fetch_sub(1); }
       } done{l.acting};
       std::lock_guard one(e->ops);
-      resp = broker::handle_request(s, *body);
+      resp = s.handle(*body);
       e->touch();  // the end of an action is use too: a long run_tool is not idleness
     }
     if (s.ended() || s.killed()) mark_ended(id, *e);  // closed, killed, or its budget ran out

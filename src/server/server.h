@@ -79,6 +79,9 @@ struct ServerOptions {
   uint64_t max_session_receipt_bytes = 16u << 20;
   // Guests each microvm session keeps booted ahead (SessionOptions::vm_pool).
   size_t vm_pool = 0;
+  // A posted session with "machine" is opened by this airlock with its global options
+  // (`COMMAND… session --machine NAME`); empty: such a session is refused.
+  std::vector<std::string> dispatch_command;
 };
 
 // A request body as a JSON object (blank: an empty object), parsed as any untrusted JSON

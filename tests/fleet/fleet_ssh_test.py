@@ -26,6 +26,7 @@ machine's attested level and why.
 Usage: fleet_ssh_test.py AIRLOCK   (exit 77: not root, or no sshd here)
 """
 import hashlib
+import http.client
 import json
 import os
 import re
@@ -485,6 +486,103 @@ def run_shared_store(airlock, tmp, far1, far2, client_key, known, url):
     check(live.returncode == 0 and not json.loads(live.stdout)["runs"], f"every seat was released: {live.stdout}")
 
 
+class UnixHTTP(http.client.HTTPConnection):
+    def __init__(self, path):
+        super().__init__("localhost", timeout=300)
+        self.unix_path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.connect(self.unix_path)
+
+
+def api(sock, method, path, body=None):
+    c = UnixHTTP(sock)
+    c.request(method, path, json.dumps(body) if body is not None else None, {"Content-Type": "application/json"})
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, json.loads(data) if data else None
+
+
+def check_served_session(al, tmp, ws):
+    """`airlock serve`: a posted session with "machine" is opened there, through the same gate."""
+    sock = os.path.join(tmp, "serve.sock")
+    server = subprocess.Popen([*al.cmd, "serve", "--socket", sock], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    try:
+        line = server.stdout.readline()
+        check(line and "listening" in line, f"airlock serve started: {line} {server.poll()}")
+        body = {"schema_version": "airlock.task_policy.v1", "executor": "namespaces", "task_id": "far-task",
+                "machine": "far1", "workspace": ws}
+        status, opened = api(sock, "POST", "/v1/sessions", body)
+        check(status == 201 and opened.get("machine") == "far1" and opened.get("executor") == "namespaces",
+              f"a served session opens on far1: {status} {opened}")
+        if status != 201:
+            return
+        sid = opened["session"]
+        base = f"/v1/sessions/{sid}"
+        status, w = api(sock, "POST", base + "/write_file", {"path": "served.txt", "content": "served far\n"})
+        check(status == 200 and w.get("bytes") == 11, f"write_file through the server, there: {status} {w}")
+        status, r = api(sock, "POST", base + "/read_file", {"path": "served.txt"})
+        check(status == 200 and r.get("content") == "served far\n", f"read_file there: {status} {r}")
+        status, bad = api(sock, "POST", base + "/read_file", {"path": "/etc/shadow"})
+        check(status >= 400 and bad["error"]["code"].startswith("AIRLOCK_"), f"a refusal there is the far session's: {status} {bad}")
+        status, listed = api(sock, "GET", "/v1/sessions")
+        mine = [x for x in listed["sessions"] if x["session"] == sid]
+        check(mine and mine[0]["machine"] == "far1" and mine[0]["actions"] == 3 and mine[0]["refused"] == 1,
+              f"GET /v1/sessions shows the far session: {mine}")
+        status, closed = api(sock, "POST", base + "/close", {})
+        check(status == 200 and closed.get("closed") is True, f"close there: {status} {closed}")
+        with open(os.path.join(ws, "served.txt")) as f:
+            check(f.read() == "served far\n", "what the served far session wrote landed there on close")
+        chain = opened.get("receipts", "")
+        kinds = []
+        for _ in range(300):
+            if os.path.exists(chain):
+                with open(chain) as f:
+                    kinds = [json.loads(l)["kind"] for l in f if l.endswith("\n")]
+                if kinds and kinds[-1] == "dispatch.close":
+                    break
+            time.sleep(0.1)
+        check(kinds[:1] == ["dispatch.open"] and kinds[-1:] == ["dispatch.close"] and kinds.count("far.receipt") >= 4,
+              f"the served far session's receipts came back into its chain: {kinds}")
+        v = al("receipts", "verify", chain)
+        check(v.returncode == 0, f"that chain verifies: {v.stdout} {v.stderr}")
+        status, after = api(sock, "POST", base + "/read_file", {"path": "served.txt"})
+        check(status >= 400 and after["error"]["code"] in ("AIRLOCK_SESSION_CLOSED", "AIRLOCK_SESSION_UNKNOWN"),
+              f"a closed far session takes no more actions: {status} {after}")
+        # Refused by the gate, by name, before anything runs there: a machine not in the fleet.
+        status, nope = api(sock, "POST", "/v1/sessions", dict(body, machine="nowhere"))
+        check(status >= 400 and nope["error"]["code"] == "AIRLOCK_NOT_FOUND", f"an unknown machine: {status} {nope}")
+        status, nows = api(sock, "POST", "/v1/sessions", {k: v for k, v in body.items() if k != "workspace"})
+        check(status == 400 and "workspace" in nows["error"]["message"], f"a far session without a workspace: {status} {nows}")
+        # The kill switch reaches the far session; its receipts still come back.
+        status, k_open = api(sock, "POST", "/v1/sessions", body)
+        check(status == 201, f"a second served far session: {status} {k_open}")
+        if status == 201:
+            status, killed = api(sock, "POST", f"/v1/sessions/{k_open['session']}/kill", {})
+            check(status == 200 and killed.get("killed") is True, f"kill there: {status} {killed}")
+            kinds = []
+            for _ in range(300):
+                if os.path.exists(k_open["receipts"]):
+                    with open(k_open["receipts"]) as f:
+                        kinds = [json.loads(l) for l in f if l.endswith("\n")]
+                    if kinds and kinds[-1]["kind"] == "dispatch.close":
+                        break
+                time.sleep(0.1)
+            far_kinds = [r["receipt"]["kind"] for r in kinds if r["kind"] == "far.receipt"]
+            check(far_kinds[-1:] == ["session.close"] and kinds[-1:] and kinds[-1]["kind"] == "dispatch.close",
+                  f"a killed far session's receipts came back: {far_kinds}")
+    finally:
+        server.terminate()
+        try:
+            server.wait(120)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
 def check_dispatch(al, refused, tmp, far1, far2, client_key, known, hosts_started):
     """`airlock run --machine`: composed on the far machine only where its row allows."""
     ws = os.path.join(tmp, "far1-workspace")  # a path on the far machine (the same host here)
@@ -533,13 +631,17 @@ def check_dispatch(al, refused, tmp, far1, far2, client_key, known, hosts_starte
     p = subprocess.run([*al.cmd, "session", "--machine", "far1", "--policy", policy, "--workspace", ws],
                        input="".join(json.dumps(r) + "\n" for r in reqs), capture_output=True, text=True, timeout=120)
     out = [json.loads(l) for l in p.stdout.splitlines() if l.strip()]
-    check(p.returncode == 0 and len(out) == 5, f"a far session answers every request: {p.returncode} {p.stdout[-600:]} {p.stderr[-600:]}")
-    if len(out) == 5:
-        check(out[0].get("event") == "session.open" and out[0]["result"]["executor"] == "namespaces",
-              f"the far session says what confines it first: {out[0]}")
-        check(all(o.get("ok") for o in out[1:]), f"every action there succeeded: {out[1:]}")
-        check(out[2]["result"].get("content") == "far session\n", f"a far session reads what it wrote: {out[2]}")
-        check(out[4]["result"].get("closed") is True, f"the far session closed: {out[4]}")
+    check(p.returncode == 0 and len(out) == 7, f"a far session answers every request: {p.returncode} {p.stdout[-600:]} {p.stderr[-600:]}")
+    if len(out) == 7:
+        check(out[0].get("event") == "dispatch.open" and out[0]["result"]["machine"] == "far1",
+              f"the dispatch says its run and chain first: {out[0]}")
+        check(out[1].get("event") == "session.open" and out[1]["result"]["executor"] == "namespaces",
+              f"then the far session says what confines it: {out[1]}")
+        check(all(o.get("ok") for o in out[2:]), f"every action there succeeded: {out[2:]}")
+        check(out[3]["result"].get("content") == "far session\n", f"a far session reads what it wrote: {out[3]}")
+        check(out[5]["result"].get("closed") is True, f"the far session closed: {out[5]}")
+        check(out[6].get("event") == "dispatch.close" and out[6]["result"]["far_receipts"]["verified"] is True,
+              f"the dispatch ends saying the far receipts verified here: {out[6]}")
     with open(os.path.join(ws, "from-session.txt")) as f:
         check(f.read() == "far session\n", "what the far session wrote landed in the far workspace on close")
     chain = re.search(r"added to (\S+\.jsonl)", p.stderr)
@@ -556,6 +658,8 @@ def check_dispatch(al, refused, tmp, far1, far2, client_key, known, hosts_starte
     p = subprocess.run([*al.cmd, "session", "--machine", "far1", "--policy", policy, "--workspace", ws, "--run-id", "x"],
                        capture_output=True, text=True, timeout=60)
     refused(p, "OPTION_INVALID", "a far session with an option not sent there")
+
+    check_served_session(al, tmp, ws)
 
     # The far machine took its own seat in its own store, under its own machine id.
     far_db = os.path.join(far1.install_dir, "state", "airlock.db")

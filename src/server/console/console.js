@@ -211,12 +211,13 @@ async function refreshSessions() {
     el("td", {}, sessionLink(s.session)),
     el("td", {}, s.task_id),
     el("td", { class: "mono", title: s.policy_digest }, short(s.policy_digest)),
-    el("td", {}, s.executor + " (tier " + s.tier + ")"),
+    el("td", {}, s.executor + " (tier " + s.tier + ")" + (s.machine ? " on " + s.machine : "")),
     el("td", {}, duration(s.age_seconds)),
     el("td", { "data-field": "actions" }, String(s.actions)),
     el("td", { "data-field": "refused", class: s.refused ? "error" : "" }, String(s.refused)),
     el("td", { "data-field": "running" }, runningCell(s)),
-    el("td", {}, cpu(s.tool_runs.cpu_us) + ", peak " + bytes(s.tool_runs.peak_rss_kb * 1024)),
+    el("td", {}, s.tool_runs ? cpu(s.tool_runs.cpu_us) + ", peak " + bytes(s.tool_runs.peak_rss_kb * 1024)
+                             : "measured on " + s.machine),
     el("td", {}, killCell(s))));
   $("open-count").textContent = "(" + r.sessions.length + ")";
   $("no-sessions").hidden = r.sessions.length > 0;

@@ -1,0 +1,419 @@
+// The sessions a server holds: here (broker::Session) or on another machine of the fleet.
+#include "server/session_handle.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "base/child_process.h"
+#include "base/fs.h"
+#include "base/hash.h"
+#include "base/unique_fd.h"
+#include "broker/protocol.h"
+
+extern char** environ;
+
+namespace airlock::server {
+namespace {
+
+class LocalSession final : public SessionHandle {
+ public:
+  explicit LocalSession(std::unique_ptr<broker::Session> s) : s_(std::move(s)) {}
+  const std::string& id() const override { return s_->id(); }
+  bool ended() const override { return s_->ended(); }
+  bool killed() const override { return s_->killed(); }
+  Result<void> kill(std::string_view why) override { return s_->kill(why); }
+  Json status() const override { return s_->status(); }
+  Result<void> enforce_budget() override { return s_->enforce_budget(); }
+  std::string receipts_path() const override { return s_->receipts_path(); }
+  Json output_tails() const override { return s_->output_tails(); }
+  Json handle(const Json& request) override { return broker::handle_request(*s_, request); }
+  Result<void> note_refusal(std::string_view kind, const Json& args, const Error& e) override {
+    return s_->note_refusal(kind, args, e);
+  }
+
+ private:
+  std::unique_ptr<broker::Session> s_;
+};
+
+// How long a far session may take to open (the gate, two ssh connections, the far open), and to
+// hand its receipts back once its input is closed.
+constexpr auto kOpenWithin = std::chrono::seconds(300);
+constexpr auto kEndWithin = std::chrono::seconds(120);
+constexpr size_t kLineMost = 64u << 20;  // a read_file answer carries up to its bound, base64'd
+constexpr size_t kErrTail = 4096;
+
+class FarSession final : public SessionHandle {
+ public:
+  ~FarSession() override {
+    close_input();
+    {
+      std::unique_lock lk(mu_);
+      if (!cv_.wait_for(lk, kEndWithin, [&] { return exited_; })) {
+        lk.unlock();
+        (void)child_.signal(SIGTERM);  // the dispatcher stops the far session and collects what it can
+        lk.lock();
+        if (!cv_.wait_for(lk, std::chrono::seconds(60), [&] { return exited_; })) {
+          lk.unlock();
+          (void)child_.signal(SIGKILL);
+        }
+      }
+    }
+    if (reader_.joinable()) reader_.join();
+  }
+
+  Result<Json> start(const FarSessionSpec& spec, const std::string& policy_file) {
+    machine_ = spec.machine;
+    int in[2], out[2], err[2];
+    if (::pipe2(in, O_CLOEXEC) < 0) return fail_errno(Code::IoError, "pipe2", errno);
+    UniqueFd in_rd(in[0]);
+    in_.reset(in[1]);
+    if (::pipe2(out, O_CLOEXEC) < 0) return fail_errno(Code::IoError, "pipe2", errno);
+    out_.reset(out[0]);
+    UniqueFd out_wr(out[1]);
+    if (::pipe2(err, O_CLOEXEC) < 0) return fail_errno(Code::IoError, "pipe2", errno);
+    err_.reset(err[0]);
+    UniqueFd err_wr(err[1]);
+    std::vector<std::string> args = spec.command;
+    for (const char* a : {"session", "--machine"}) args.emplace_back(a);
+    args.push_back(spec.machine);
+    args.insert(args.end(), {"--policy", policy_file, "--workspace", spec.workspace});
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, in_rd.get(), 0);
+    posix_spawn_file_actions_adddup2(&fa, out_wr.get(), 1);
+    posix_spawn_file_actions_adddup2(&fa, err_wr.get(), 2);
+    // Its own signal mask and dispositions: the server's blocked stop signals are not its.
+    posix_spawnattr_t at;
+    posix_spawnattr_init(&at);
+    sigset_t none, dflt;
+    sigemptyset(&none);
+    sigemptyset(&dflt);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) sigaddset(&dflt, sig);
+    posix_spawnattr_setsigmask(&at, &none);
+    posix_spawnattr_setsigdefault(&at, &dflt);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    pid_t pid = -1;
+    int rc = ::posix_spawn(&pid, argv[0], &fa, &at, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&at);
+    // Only the child holds these ends: its exit is the reader's end of input.
+    in_rd.reset();
+    out_wr.reset();
+    err_wr.reset();
+    if (rc != 0) return fail_errno(Code::ConfigError, "cannot start " + args[0], rc);
+    auto pidfd = open_pidfd(pid);
+    if (!pidfd) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+      return std::unexpected(pidfd.error());
+    }
+    child_ = ChildProcess(pid, std::move(*pidfd));
+    opened_at_ = std::chrono::steady_clock::now();
+    reader_ = std::thread([this] { read_loop(); });
+
+    // First the dispatch (this side's run and chain), then the far session's open; a refusal on
+    // either side is a line with "ok": false.
+    std::unique_lock lk(mu_);
+    Json dispatch, open;
+    auto have = [&] {
+      for (const auto& e : events_) {
+        if (!e.value("ok", false)) return true;
+        if (e.value("event", "") == "dispatch.open") dispatch = e["result"];
+        if (e.value("event", "") == "session.open") open = e["result"];
+      }
+      return eof_ || (dispatch.is_object() && open.is_object());
+    };
+    bool in_time = cv_.wait_for(lk, kOpenWithin, have);
+    for (const auto& e : events_)
+      if (!e.value("ok", false)) {
+        auto err = Error::from_json(e.value("error", Json()));
+        return std::unexpected(err ? *err
+                                   : Error{Code::ProtocolError, fmt::format("machine {}: a refusal airlock cannot read", machine_),
+                                           {{"machine", machine_}}});
+      }
+    if (!in_time || !dispatch.is_object() || !open.is_object() || !dispatch.value("run", Json()).is_string() ||
+        !dispatch.value("receipts", Json()).is_string())
+      return fail(Code::ServerUnreachable,
+                  fmt::format("machine {}: the session there did not open{}: {}", machine_, in_time ? "" : " in time",
+                              err_tail_.empty() ? "nothing said" : err_tail_),
+                  {{"machine", machine_}});
+    id_ = dispatch["run"].get<std::string>();
+    receipts_ = dispatch["receipts"].get<std::string>();
+    executor_ = open.value("executor", Json(""));
+    tier_ = open.value("tier", Json());
+    far_session_ = open.value("session", Json(""));
+    return Json{{"session", id_},
+                {"machine", machine_},
+                {"far_session", far_session_},
+                {"executor", executor_},
+                {"tier", tier_},
+                {"enforced", open.value("enforced", Json())},
+                {"receipts", receipts_}};
+  }
+
+  void describe(std::string task_id, std::string policy_digest) {
+    task_id_ = std::move(task_id);
+    policy_digest_ = std::move(policy_digest);
+  }
+
+  const std::string& id() const override { return id_; }
+  bool ended() const override {
+    std::lock_guard lk(mu_);
+    return exited_;
+  }
+  bool killed() const override { return killed_; }
+
+  Result<void> kill(std::string_view why) override {
+    if (!killed_.exchange(true)) {
+      {
+        std::lock_guard lk(mu_);
+        if (ended_how_.empty()) {
+          ended_how_ = "killed";
+          ended_reason_ = std::string(why);
+        }
+      }
+      // The far reader acts on a kill at once; then its input ends, and the dispatch brings the
+      // receipts back.
+      (void)send(Json{{"id", 0}, {"action", "kill"}});
+      close_input();
+    }
+    return {};
+  }
+
+  Json status() const override {
+    std::lock_guard lk(mu_);
+    auto since = [](std::chrono::steady_clock::time_point t) {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t).count();
+    };
+    Json running = nullptr, ended = nullptr;
+    if (!running_kind_.empty()) running = {{"kind", running_kind_}, {"for_ms", since(running_since_)}, {"usage", nullptr}};
+    if (exited_ || killed_) ended = {{"how", ended_how_.empty() ? "ended" : ended_how_}, {"reason", ended_reason_}};
+    return {{"session", id_},
+            {"machine", machine_},
+            {"far_session", far_session_},
+            {"task_id", task_id_},
+            {"policy_digest", policy_digest_},
+            {"executor", executor_},
+            {"tier", tier_},
+            {"age_seconds", since(opened_at_) / 1000},
+            {"actions", actions_},
+            {"refused", refused_},
+            {"receipts", nullptr},
+            {"killed", killed_.load()},
+            {"running", std::move(running)},
+            {"ended", exited_ ? std::move(ended) : Json(nullptr)},
+            {"tool_runs", nullptr}};
+  }
+
+  Result<void> enforce_budget() override { return {}; }  // the far session enforces its own
+  std::string receipts_path() const override { return receipts_; }
+  Json output_tails() const override { return Json::object(); }
+  // The far session never saw it: it is answered here, and only the dispatch's chain is ours.
+  Result<void> note_refusal(std::string_view, const Json&, const Error&) override { return {}; }
+
+  Json handle(const Json& request) override {
+    Json agent_id = request.value("id", Json());
+    std::string action = broker::request_action(request);
+    auto answer_error = [&](Error e) {
+      std::lock_guard lk(mu_);
+      ++refused_;
+      return Json{{"id", agent_id}, {"ok", false}, {"error", e.to_json()}};
+    };
+    uint64_t n;
+    {
+      std::unique_lock lk(mu_);
+      if (eof_ || (killed_ && action != "kill") || closed_) {
+        Error gone{closed_ ? Code::SessionClosed : Code::SessionKilled,
+                   fmt::format("the session on machine {} has ended", machine_), {{"machine", machine_}}};
+        lk.unlock();
+        return answer_error(std::move(gone));
+      }
+      n = next_id_++;
+      ++actions_;
+      running_kind_ = action;
+      running_since_ = std::chrono::steady_clock::now();
+    }
+    Json req = request;
+    req["id"] = n;
+    if (!send(req)) {
+      std::lock_guard lk(mu_);
+      running_kind_.clear();
+      --actions_;
+    }
+    std::unique_lock lk(mu_);
+    cv_.wait(lk, [&] { return answers_.contains(n) || eof_; });
+    running_kind_.clear();
+    if (!answers_.contains(n)) {
+      lk.unlock();
+      return answer_error(Error{Code::SessionKilled,
+                                fmt::format("the session on machine {} ended before it answered{}", machine_,
+                                            err_tail_.empty() ? "" : ": " + last_line(err_tail_)),
+                                {{"machine", machine_}}});
+    }
+    Json resp = std::move(answers_[n]);
+    answers_.erase(n);
+    resp["id"] = agent_id;
+    bool ok = resp.value("ok", false);
+    if (!ok) ++refused_;
+    lk.unlock();
+    if (ok && action == "close") {
+      {
+        std::lock_guard g(mu_);
+        closed_ = true;
+        if (ended_how_.empty()) ended_how_ = "closed";
+      }
+      close_input();  // the far session ends; the dispatch brings its receipts back
+    }
+    if (action == "kill") (void)kill("kill switch");
+    return resp;
+  }
+
+ private:
+  static std::string last_line(std::string s) {
+    while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+    if (auto nl = s.rfind('\n'); nl != std::string::npos) s.erase(0, nl + 1);
+    return s;
+  }
+
+  bool send(const Json& line) {
+    std::string text = line.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
+    std::lock_guard lk(write_mu_);
+    if (!in_) return false;
+    for (size_t at = 0; at < text.size();) {
+      ssize_t w = ::write(in_.get(), text.data() + at, text.size() - at);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return false;
+      at += static_cast<size_t>(w);
+    }
+    return true;
+  }
+
+  void close_input() {
+    std::lock_guard lk(write_mu_);
+    in_.reset();
+  }
+
+  void take_line(std::string_view text) {
+    auto j = parse_json(text, Code::ProtocolError, "a far session's line");
+    std::lock_guard lk(mu_);
+    if (!j || !j->is_object()) {
+      err_tail_ += "an unreadable line from the dispatch\n";
+      return;
+    }
+    const Json& id = (*j)["id"];
+    if (id.is_number_unsigned() && id.get<uint64_t>() != 0)
+      answers_[id.get<uint64_t>()] = std::move(*j);
+    else if (id.is_null() && events_.size() < 64)
+      events_.push_back(std::move(*j));
+    cv_.notify_all();
+  }
+
+  void read_loop() {
+    std::string buf;
+    char chunk[65536];
+    while (out_ || err_) {
+      pollfd p[2] = {{out_ ? out_.get() : -1, POLLIN, 0}, {err_ ? err_.get() : -1, POLLIN, 0}};
+      if (::poll(p, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        break;
+      }
+      for (int i = 0; i < 2; ++i) {
+        if (!p[i].revents) continue;
+        UniqueFd& fd = i == 0 ? out_ : err_;
+        ssize_t got = ::read(fd.get(), chunk, sizeof chunk);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) {
+          fd.reset();
+          continue;
+        }
+        if (i == 1) {
+          std::lock_guard lk(mu_);
+          err_tail_.append(chunk, static_cast<size_t>(got));
+          if (err_tail_.size() > kErrTail) err_tail_.erase(0, err_tail_.size() - kErrTail);
+          continue;
+        }
+        buf.append(chunk, static_cast<size_t>(got));
+        for (size_t nl; (nl = buf.find('\n')) != std::string::npos;) {
+          take_line(std::string_view(buf).substr(0, nl));
+          buf.erase(0, nl + 1);
+        }
+        if (buf.size() > kLineMost) {  // a line past any answer's bound: the dispatch is not believed
+          out_.reset();
+          (void)child_.signal(SIGTERM);
+        }
+      }
+    }
+    {
+      std::lock_guard lk(mu_);
+      eof_ = true;
+      cv_.notify_all();
+    }
+    (void)child_.wait();
+    std::lock_guard lk(mu_);
+    exited_ = true;
+    if (ended_how_.empty()) {
+      ended_how_ = "killed";
+      ended_reason_ = "the dispatch ended: " + last_line(err_tail_);
+    }
+    cv_.notify_all();
+  }
+
+  std::string machine_, id_, receipts_, far_session_, task_id_, policy_digest_;
+  Json executor_, tier_;
+  std::chrono::steady_clock::time_point opened_at_{}, running_since_{};
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<uint64_t, Json> answers_;
+  std::vector<Json> events_;
+  uint64_t next_id_ = 1, actions_ = 0, refused_ = 0;
+  std::string running_kind_, err_tail_, ended_how_, ended_reason_;
+  bool eof_ = false, exited_ = false, closed_ = false;
+  std::atomic<bool> killed_ = false;
+  std::mutex write_mu_;
+  UniqueFd in_, out_, err_;
+  ChildProcess child_;
+  std::thread reader_;
+};
+
+}  // namespace
+
+std::unique_ptr<SessionHandle> local_session(std::unique_ptr<broker::Session> s) {
+  return std::make_unique<LocalSession>(std::move(s));
+}
+
+Result<std::unique_ptr<SessionHandle>> open_far_session(const FarSessionSpec& spec, Json& opened) {
+  if (spec.command.empty())
+    return fail(Code::ExecutorUnavailable,
+                "this server dispatches no session to another machine: no airlock beside airlock-serve",
+                {{"machine", spec.machine}});
+  // The effective policy, handed to the dispatch in a file of this user's alone; it is read
+  // before the dispatch says it is open, and removed then.
+  std::string dir = spec.state_dir + "/dispatch";
+  TRY(make_dirs(dir, 0700));
+  std::string file = fmt::format("{}/{}.policy.json", dir, random_id());
+  TRY(write_file_atomic(file, spec.policy.dump(), 0600));
+  auto far = std::make_unique<FarSession>();
+  auto r = far->start(spec, file);
+  ::unlink(file.c_str());
+  if (!r) return std::unexpected(r.error());
+  far->describe(spec.task_id, spec.policy_digest);
+  opened = std::move(*r);
+  return std::unique_ptr<SessionHandle>(std::move(far));
+}
+
+}  // namespace airlock::server
