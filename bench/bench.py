@@ -9,11 +9,13 @@ A benchmark returns a Section: rows (one per variant: a median and a spread, or 
 not run), the issue's targets judged on this run's figures, and notes. Nothing here compares
 against a figure from another run: every ratio is to a baseline measured in the same run."""
 import argparse
+import http.client
 import json
 import os
 import re
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -596,8 +598,86 @@ def memory(ctx):
                    "for airlock, the supervisor, a clone of `airlock run` that never execs, so its RSS is mostly "
                    "pages shared with its parent and PSS is the honest figure. For gVisor the command itself "
                    "runs inside the sentry and is counted with it.")
-    s.notes.append("Daemon per idle session: not measured yet (`airlock serve` is not in this harness yet).")
+    for tier in ("landlock", "namespaces"):
+        why = ctx.tier_refusal(tier)
+        name = f"airlock-serve idle session ({tier})"
+        if why:
+            rows.append(Row(name, "airlock serve", unavailable=why))
+            continue
+        per, detail = idle_session_memory(ctx, tier, n=4 if ctx.quick else 16)
+        if per is None:
+            rows.append(Row(name, "airlock serve", unavailable=detail))
+            continue
+        rows.append(Row(name, "airlock serve", statistics.median(per), min(per), max(per), per, len(per), extra=detail))
+    s.notes.append("`airlock serve idle session`: what one more open session adds to the server's whole process tree "
+                   "(PSS), the server's own heap and each session's sandbox built ahead for its next command "
+                   "(supervisor and init, waiting) included: a fresh server with no session is measured, then with "
+                   "N sessions open and idle; (after - before) / N, one figure per repetition.")
     return s
+
+
+class UnixHTTP(http.client.HTTPConnection):
+    def __init__(self, path):
+        super().__init__("localhost", timeout=120)
+        self.unix_path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.connect(self.unix_path)
+
+
+def unix_call(sock, method, path, body=None):
+    c = UnixHTTP(sock)
+    c.request(method, path, json.dumps(body) if body is not None else None, {"Content-Type": "application/json"})
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, json.loads(data) if data else None
+
+
+def tree_pss(root):
+    """PSS in KiB of a process and every descendant."""
+    table = proc_table()
+    return sum(m[0] for m in (smaps(pid) for pid in tree(root, table)) if m)
+
+
+def idle_session_memory(ctx, tier, n, reps=3):
+    """([MiB per idle session, one per repetition], extra) or (None, why): a fresh `airlock serve`
+    measured empty, then with n sessions of `tier` open and idle."""
+    per, procs = [], []
+    for rep in range(reps):
+        state = ctx.work / f"idle-{tier}-{rep}"
+        state.mkdir()
+        sock = str(ctx.work / f"idle-{tier}-{rep}.sock")
+        proc = subprocess.Popen([ctx.airlock, "--state-dir", str(state), "serve", "--socket", sock],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            if not proc.stdout.readline():
+                return None, "airlock serve did not start: " + proc.stderr.read()[:300]
+            time.sleep(0.5)
+            before = tree_pss(proc.pid)
+            ids = []
+            for _ in range(n):
+                status, opened = unix_call(sock, "POST", "/v1/sessions", {
+                    "schema_version": "airlock.task_policy.v1", "executor": tier, "workspace": str(ctx.workspace)})
+                if status != 201:
+                    return None, f"a session did not open: {status} {opened}"
+                ids.append(opened["session"])
+            time.sleep(2)  # each session's sandbox for its next command is built in the background
+            after = tree_pss(proc.pid)
+            procs.append(len(tree(proc.pid, proc_table())))
+            per.append((after - before) / n / 1024)
+            for sid in ids:
+                unix_call(sock, "POST", f"/v1/sessions/{sid}/close", {})
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            shutil.rmtree(state, ignore_errors=True)
+    return per, {"sessions": str(n), "processes (server tree, sessions open)": f"{statistics.median(procs):.0f}"}
 
 
 # ---------------------------------------------------------------------------------------------
