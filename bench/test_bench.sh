@@ -31,6 +31,7 @@ row airlock-landlock-lib 'airlock library'
 row airlock-landlock-warm 'airlock library'
 row airlock-host-lib 'airlock library'
 row airlock-landlock 'airlock CLI'  # teardown and memory
+row 'airlock-serve idle session \(landlock\)' 'airlock serve'  # memory: the daemon per idle session
 row 'session read_file \+ receipt' 'airlock library'
 row 'intent \+ outcome, fdatasync per intent' 'airlock library'
 for c in 1 2 8 32; do  # scale: a rate per concurrency
@@ -50,6 +51,7 @@ if [ "${AIRLOCK_REQUIRE_ALL_TIERS:-0}" = 1 ]; then
   row airlock-namespaces-warm 'airlock library'
   row airlock-namespaces-serve 'airlock serve'
   row airlock-namespaces 'airlock CLI'
+  row 'airlock-serve idle session \(namespaces\)' 'airlock serve'
 fi
 # Spawn rows carry their cause beside the effect: CPU ms and page faults per run.
 grep -qE '^\| variant \| kind \| median ms \| spread ms \(p10-p90\) \| CPU ms \| page faults \|' "$md" ||
