@@ -34,7 +34,8 @@ void add_doctor(CLI::App& app, Globals& g, Action& run) {
       Json report = doctor_report(*profile, facts);
       // The fleet's machines as this machine judges them (a store that cannot be read is said, not fatal).
       auto machines = fleet_machines(g, *state);
-      report["machines"] = machines ? *machines : Json({{"error", machines.error().to_json()}});
+      report["machines"] = machines ? *machines : Json::array();
+      if (!machines) report["machines_error"] = machines.error().to_json();
       if (g.json) {
         std::printf("%s\n", report.dump(2).c_str());
         return 0;

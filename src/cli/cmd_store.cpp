@@ -1202,7 +1202,8 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name, bool sess
   if (auto all = held->store->runs(false)) {
     size_t n = 0;
     const std::string self = machine_identity(g);
-    for (const auto& r : *all) {
+    for (auto it = all->rbegin(); it != all->rend(); ++it) {  // newest first: the latest orphans matter most
+      const store::RunRecord& r = *it;
       if (r.machine_id != name || r.id == run_id || !plain_id(r.id) || now_ms() - r.started_at_ms > kOrphanWindowMs)
         continue;
       bool gone = r.live() ? !store::holder_alive(r, self, now_ms(), held->store->options().heartbeat_expiry_ms)
@@ -1213,6 +1214,10 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name, bool sess
   std::string script = custody_prelude(far->target.dir, inst) + fmt::format(
       "t={t}\n"
       "{orphans}"
+      // The workspace is the run's, never airlock's own installation (its pid files, its state).
+      "p=$(cd \"$d\" && pwd -P); if w=$(cd {ws} 2>/dev/null && pwd -P); then case \"$w/\" in \"$p/\"*) "
+      "bad \"the workspace $w is inside airlock's installation $p\";; esac; case \"$p/\" in \"$w/\"*) "
+      "bad \"the workspace $w holds airlock's installation $p\";; esac; fi\n"
       "umask 077; mkdir -p \"$d\"/dispatch; mkdir \"$t\"\n"
       "printf %s {policy} | base64 -d > \"$t\"/policy.json\n"
       "echo $$ > \"$t\"/pid\n"
@@ -1237,24 +1242,92 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name, bool sess
   // ssh stays in the terminal's foreground group (it may read the terminal) with the stop signals
   // blocked, as they are here: a Ctrl-C is ours to turn into a stop of the far run (ssh ending
   // would leave it running). stdin, stdout and stderr are the terminal's, byte for byte.
+  // A session's lines are relayed here instead: the peer must be able to tell this side's lines
+  // (dispatch.open, dispatch.close, refusals) from the far side's, and the far session must say
+  // it is confined as planned.
+  UniqueFd relay_rd, relay_wr;
+  if (session) {
+    int rp[2];
+    if (::pipe2(rp, O_CLOEXEC) < 0) {
+      Error e = fail_errno(Code::IoError, "pipe2 for ssh", errno).error();
+      return end(&e, Json::object());
+    }
+    relay_rd.reset(rp[0]);
+    relay_wr.reset(rp[1]);
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  if (session) posix_spawn_file_actions_adddup2(&fa, relay_wr.get(), 1);
   pid_t pid = -1;
-  int rc = ::posix_spawnp(&pid, "ssh", nullptr, nullptr, argv.data(), environ);
+  int rc = ::posix_spawnp(&pid, "ssh", &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  relay_wr.reset();
   if (rc != 0) {
     Error e = fail_errno(Code::ConfigError, "cannot start ssh (Debian's openssh-client)", rc).error();
     return end(&e, Json::object());
   }
   // A stop signal of ours stops the far run (its airlock takes SIGTERM as a stop: the command and
   // what it started are killed, nothing is written back, and its receipts say so).
-  const std::string stop_far = fmt::format("d={}; t={}; test -s \"$t\"/pid && kill -TERM \"$(cat \"$t\"/pid)\"", dir, t);
+  // `ours`: the pid kept there is still this run's airlock (its command line names the run's
+  // directory), not a pid reused, nor one written there by anything else.
+  const std::string ours = fmt::format(
+      "ours() {{ p=$(cat \"$t\"/pid 2>/dev/null) && test -n \"$p\" && grep -qa \"dispatch/{}/summary.json\" "
+      "/proc/\"$p\"/cmdline 2>/dev/null; }}; ",
+      run_id);
+  const std::string stop_far = fmt::format("d={}; t={}; {}ours && kill -TERM \"$p\"", dir, t, ours);
   std::atomic<bool> stopped = false;
-  StopSignalWaiter waiter(mask, [&] {
+  auto stop = [&] {
     if (stopped.exchange(true)) return;
     auto k = ssh_run(far->target, stop_far, -1, std::chrono::seconds(30), 4096);
     if (!k || k->status != 0) ::kill(pid, SIGKILL);  // the far run is left to its own limits
-  });
+  };
+  StopSignalWaiter waiter(mask, stop);
+  std::string relay_problem;  // written by the relay alone, read once it has been joined
+  std::thread relay;
+  if (session)
+    relay = std::thread([&] {
+      std::string buf;
+      char chunk[65536];
+      auto pass = [&](std::string_view line) {
+        auto j = parse_json(line, Code::ProtocolError, "a far session's line");
+        if (j && j->is_object() && jget(*j, "id").is_null()) {
+          std::string event = jstr(*j, "event");
+          const Json& r = jget(*j, "result");
+          std::string bad;
+          if (event.starts_with("dispatch."))
+            bad = "the far side sent a " + event + " line, which only this side writes";
+          else if (event == "session.open" &&
+                   (jstr(r, "executor") != policy::to_string(plan->executor()) || jget(r, "tier") != Json(plan->tier())))
+            bad = fmt::format("the far session says it is confined by {} (tier {}), not the {} planned",
+                              escape_for_terminal(jstr(r, "executor")), jget(r, "tier").dump(),
+                              policy::to_string(plan->executor()));
+          if (!bad.empty()) {
+            if (relay_problem.empty()) relay_problem = bad;
+            stop();  // here: ssh's output waits in the pipe meanwhile
+            return;  // not relayed: the peer hears this side's refusal at the end
+          }
+        }
+        std::string out(line);
+        out += '\n';
+        std::fwrite(out.data(), 1, out.size(), stdout);
+        std::fflush(stdout);
+      };
+      for (;;) {
+        ssize_t got = ::read(relay_rd.get(), chunk, sizeof chunk);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) break;
+        buf.append(chunk, static_cast<size_t>(got));
+        for (size_t nl; (nl = buf.find('\n')) != std::string::npos;) {
+          pass(std::string_view(buf).substr(0, nl));
+          buf.erase(0, nl + 1);
+        }
+      }
+      if (!buf.empty()) pass(buf);
+    });
   int wst = 0;
   while (::waitpid(pid, &wst, 0) < 0 && errno == EINTR) {
   }
+  if (relay.joinable()) relay.join();
   waiter.done();
   const int ssh_status = WIFEXITED(wst) ? WEXITSTATUS(wst) : 128 + WTERMSIG(wst);
 
@@ -1265,15 +1338,15 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name, bool sess
   // stopped, and the seat is held until it has ended.
   auto fetch = [&] {
     return ssh_run(far->target,
-                   fmt::format("d={}; t={}; for i in $(seq 600); do grep -q '\"outcome\"' \"$t\"/summary.json 2>/dev/null && break; "
-                               "test -s \"$t\"/pid && kill -0 \"$(cat \"$t\"/pid)\" 2>/dev/null || break; sleep 0.1; done; "
+                   fmt::format("d={}; t={}; {}for i in $(seq 600); do grep -q '\"outcome\"' \"$t\"/summary.json 2>/dev/null && break; "
+                               "ours || break; sleep 0.1; done; "
                                "if grep -q '\"outcome\"' \"$t\"/summary.json 2>/dev/null; then echo done; "
-                               "elif test -s \"$t\"/pid && kill -0 \"$(cat \"$t\"/pid)\" 2>/dev/null; then echo running; exit 0; "
+                               "elif ours; then echo running; exit 0; "
                                "else echo killed; fi; "
                                "test -e \"$t\"/summary.json || exit 0; cat \"$t\"/summary.json; "
                                "s=$(grep -o '\"session\":\"[0-9a-f]*\"' \"$t\"/summary.json | head -n 1 | cut -d '\"' -f 4); "
                                "rm -rf \"$t\"; test -n \"$s\" && cat \"$d\"/state/receipts/\"$s\".jsonl",
-                               dir, t),
+                               dir, t, ours),
                    -1, std::chrono::seconds(300), kFarReceiptsMax + (1u << 20));
   };
   auto got = fetch();
@@ -1394,6 +1467,7 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name, bool sess
       }
     }
   }
+  if (problem.empty() && !relay_problem.empty()) problem = relay_problem;
   far_chain["verified"] = problem.empty();
   if (!problem.empty()) far_chain["error"] = problem;
   for (const auto& r : receipts) {

@@ -445,21 +445,26 @@ struct Server::Impl {
   dev_t socket_dev = 0;
   ino_t socket_ino = 0;
 
+  size_t opening = 0;  // far sessions being opened (under mu): counted as open
   size_t live() const {
-    size_t n = 0;
+    size_t n = opening;
     for (const auto& [id, e] : sessions)
       if (!e->ended && !e->session->killed()) ++n;
     return n;
   }
 
   void mark_ended(const std::string& id, Entry& e) {
+    std::vector<std::shared_ptr<Entry>> evicted;  // destroyed after the lock: a far session's end may wait
     {
       std::lock_guard lk(mu);
       if (e.ended) return;
       e.ended = true;
       ended.push_back(id);
       while (ended.size() > kEndedKept) {
-        sessions.erase(ended.front());
+        if (auto it = sessions.find(ended.front()); it != sessions.end()) {
+          evicted.push_back(std::move(it->second));
+          sessions.erase(it);
+        }
         ended.pop_front();
       }
     }
@@ -608,6 +613,21 @@ struct Server::Impl {
     if (!pol.workspace || pol.workspace->empty() || pol.workspace->front() != '/')
       return fail(Code::ProtocolError, "a session on another machine needs $.workspace: the absolute path of its workspace there",
                   {{"path", "$.workspace"}, {"machine", machine}});
+    {
+      std::lock_guard lk(mu);
+      if (stopping) return fail(Code::CapacityExhausted, "the server is shutting down");
+      if (live() >= opts.max_sessions)
+        return fail(Code::CapacityExhausted, fmt::format("{} sessions are open, the most this server runs", live()),
+                    {{"max_sessions", opts.max_sessions}});
+      ++opening;
+    }
+    struct Opened {
+      Impl& i;
+      ~Opened() {
+        std::lock_guard lk(i.mu);
+        --i.opening;
+      }
+    } counted{*this};
     FarSessionSpec spec;
     spec.command = opts.dispatch_command;
     spec.state_dir = opts.state_dir;
@@ -618,9 +638,15 @@ struct Server::Impl {
     spec.policy_digest = policy::digest(pol);
     Json out;
     auto s = TRY(open_far_session(spec, out));
+    std::unique_ptr<SessionHandle> refused;  // declared before the lock: destroyed after it
     std::lock_guard lk(mu);
-    if (stopping) {
-      (void)s->kill("server shutdown");
+    if (stopping || sessions.contains(s->id())) {
+      bool dup = !stopping;
+      (void)s->kill(dup ? "its id is another session's" : "server shutdown");
+      refused = std::move(s);
+      if (dup)
+        return fail(Code::ProtocolError, fmt::format("machine {}: the dispatch named a session id already open here", machine),
+                    {{"machine", machine}});
       return fail(Code::CapacityExhausted, "the server is shutting down");
     }
     auto e = std::make_shared<Entry>();

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "base/child_process.h"
@@ -21,6 +23,7 @@
 #include "base/hash.h"
 #include "base/unique_fd.h"
 #include "broker/protocol.h"
+#include "ledger/receipts.h"
 
 extern char** environ;
 
@@ -53,24 +56,38 @@ constexpr auto kOpenWithin = std::chrono::seconds(300);
 constexpr auto kEndWithin = std::chrono::seconds(120);
 constexpr size_t kLineMost = 64u << 20;  // a read_file answer carries up to its bound, base64'd
 constexpr size_t kErrTail = 4096;
+constexpr auto kWriteWithin = std::chrono::seconds(30);  // a far side that stops reading is ended
+
+// "ok": true, and nothing else taken for it (a far side's line is anyone's there).
+bool is_ok(const Json& j) {
+  auto it = j.find("ok");
+  return it != j.end() && it->is_boolean() && it->get<bool>();
+}
+bool plain_id(std::string_view s) {
+  return !s.empty() && s.size() <= 128 && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+  });
+}
 
 class FarSession final : public SessionHandle {
  public:
   ~FarSession() override {
+    if (!reader_.joinable()) return;  // never started: child_ kills and reaps what there is
     close_input();
     {
       std::unique_lock lk(mu_);
       if (!cv_.wait_for(lk, kEndWithin, [&] { return exited_; })) {
         lk.unlock();
-        (void)child_.signal(SIGTERM);  // the dispatcher stops the far session and collects what it can
+        signal_child(SIGTERM);  // the dispatcher stops the far session and collects what it can
         lk.lock();
         if (!cv_.wait_for(lk, std::chrono::seconds(60), [&] { return exited_; })) {
           lk.unlock();
-          (void)child_.signal(SIGKILL);
+          // The whole group: ssh too, whose ends of the pipes would keep the reader waiting.
+          if (pgid_ > 0) ::kill(-pgid_, SIGKILL);
         }
       }
     }
-    if (reader_.joinable()) reader_.join();
+    reader_.join();
   }
 
   Result<Json> start(const FarSessionSpec& spec, const std::string& policy_file) {
@@ -106,7 +123,8 @@ class FarSession final : public SessionHandle {
     for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) sigaddset(&dflt, sig);
     posix_spawnattr_setsigmask(&at, &none);
     posix_spawnattr_setsigdefault(&at, &dflt);
-    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    posix_spawnattr_setpgroup(&at, 0);  // its own group, ssh with it: killed together if need be
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
     pid_t pid = -1;
     int rc = ::posix_spawn(&pid, argv[0], &fa, &at, argv.data(), environ);
     posix_spawn_file_actions_destroy(&fa);
@@ -123,6 +141,9 @@ class FarSession final : public SessionHandle {
       return std::unexpected(pidfd.error());
     }
     child_ = ChildProcess(pid, std::move(*pidfd));
+    pgid_ = pid;
+    // Writes never block a caller for long (kWriteWithin): kill and close must not wait behind one.
+    (void)::fcntl(in_.get(), F_SETFL, ::fcntl(in_.get(), F_GETFL) | O_NONBLOCK);
     opened_at_ = std::chrono::steady_clock::now();
     reader_ = std::thread([this] { read_loop(); });
 
@@ -132,15 +153,17 @@ class FarSession final : public SessionHandle {
     Json dispatch, open;
     auto have = [&] {
       for (const auto& e : events_) {
-        if (!e.value("ok", false)) return true;
-        if (e.value("event", "") == "dispatch.open") dispatch = e["result"];
-        if (e.value("event", "") == "session.open") open = e["result"];
+        if (!is_ok(e)) return true;
+        Json event = e.value("event", Json());
+        if (event == "dispatch.open") dispatch = e.value("result", Json());
+        if (event == "session.open") open = e.value("result", Json());
       }
       return eof_ || (dispatch.is_object() && open.is_object());
     };
     bool in_time = cv_.wait_for(lk, kOpenWithin, have);
+    opened_ = true;  // from here on, id-null lines are the dispatch's end
     for (const auto& e : events_)
-      if (!e.value("ok", false)) {
+      if (!is_ok(e)) {
         auto err = Error::from_json(e.value("error", Json()));
         return std::unexpected(err ? *err
                                    : Error{Code::ProtocolError, fmt::format("machine {}: a refusal airlock cannot read", machine_),
@@ -154,6 +177,10 @@ class FarSession final : public SessionHandle {
                   {{"machine", machine_}});
     id_ = dispatch["run"].get<std::string>();
     receipts_ = dispatch["receipts"].get<std::string>();
+    // The dispatch is this side's: its run is a plain id and its chain is where this state keeps it.
+    if (!plain_id(id_) || receipts_ != spec.state_dir + "/receipts/" + id_ + ".jsonl")
+      return fail(Code::ProtocolError, fmt::format("machine {}: the dispatch named a run or chain that is not this side's", machine_),
+                  {{"machine", machine_}});
     executor_ = open.value("executor", Json(""));
     tier_ = open.value("tier", Json());
     far_session_ = open.value("session", Json(""));
@@ -187,10 +214,9 @@ class FarSession final : public SessionHandle {
           ended_reason_ = std::string(why);
         }
       }
-      // The far reader acts on a kill at once; then its input ends, and the dispatch brings the
-      // receipts back.
-      (void)send(Json{{"id", 0}, {"action", "kill"}});
-      close_input();
+      // The dispatcher takes SIGTERM as a stop: the far session is killed there (nothing more is
+      // written back) and its receipts still come back. Nothing here waits for the far side.
+      signal_child(SIGTERM);
     }
     return {};
   }
@@ -217,7 +243,10 @@ class FarSession final : public SessionHandle {
             {"killed", killed_.load()},
             {"running", std::move(running)},
             {"ended", exited_ ? std::move(ended) : Json(nullptr)},
-            {"tool_runs", nullptr}};
+            {"tool_runs", nullptr},
+            // How the dispatch ended here: its far receipts verified and bound (dispatch.close), or
+            // the refusal it ended with.
+            {"dispatch", dispatch_end_}};
   }
 
   Result<void> enforce_budget() override { return {}; }  // the far session enforces its own
@@ -234,6 +263,11 @@ class FarSession final : public SessionHandle {
       ++refused_;
       return Json{{"id", agent_id}, {"ok", false}, {"error", e.to_json()}};
     };
+    if (action == "kill") {
+      (void)kill("kill switch");
+      return Json{{"id", agent_id}, {"ok", true}, {"result", {{"killed", true}}}};
+    }
+    if (action == "receipts") return Json{{"id", agent_id}, {"ok", true}, {"result", local_receipts()}};
     uint64_t n;
     {
       std::unique_lock lk(mu_);
@@ -244,6 +278,7 @@ class FarSession final : public SessionHandle {
         return answer_error(std::move(gone));
       }
       n = next_id_++;
+      waiting_.insert(n);
       ++actions_;
       running_kind_ = action;
       running_since_ = std::chrono::steady_clock::now();
@@ -251,13 +286,20 @@ class FarSession final : public SessionHandle {
     Json req = request;
     req["id"] = n;
     if (!send(req)) {
-      std::lock_guard lk(mu_);
-      running_kind_.clear();
-      --actions_;
+      {
+        std::lock_guard lk(mu_);
+        running_kind_.clear();
+        waiting_.erase(n);
+      }
+      signal_child(SIGTERM);
+      return answer_error(Error{Code::SessionKilled,
+                                fmt::format("the session on machine {} does not read its requests: it is stopped", machine_),
+                                {{"machine", machine_}}});
     }
     std::unique_lock lk(mu_);
     cv_.wait(lk, [&] { return answers_.contains(n) || eof_; });
     running_kind_.clear();
+    waiting_.erase(n);
     if (!answers_.contains(n)) {
       lk.unlock();
       return answer_error(Error{Code::SessionKilled,
@@ -267,8 +309,15 @@ class FarSession final : public SessionHandle {
     }
     Json resp = std::move(answers_[n]);
     answers_.erase(n);
+    bool ok = is_ok(resp);
+    bool shaped = ok ? resp.contains("result") : resp.value("ok", Json()) == Json(false) && resp.value("error", Json()).is_object();
+    lk.unlock();
+    if (!shaped)
+      return answer_error(Error{Code::ProtocolError,
+                                fmt::format("the session on machine {} answered with a line airlock does not write", machine_),
+                                {{"machine", machine_}}});
     resp["id"] = agent_id;
-    bool ok = resp.value("ok", false);
+    lk.lock();
     if (!ok) ++refused_;
     lk.unlock();
     if (ok && action == "close") {
@@ -279,7 +328,6 @@ class FarSession final : public SessionHandle {
       }
       close_input();  // the far session ends; the dispatch brings its receipts back
     }
-    if (action == "kill") (void)kill("kill switch");
     return resp;
   }
 
@@ -294,13 +342,43 @@ class FarSession final : public SessionHandle {
     std::string text = line.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
     std::lock_guard lk(write_mu_);
     if (!in_) return false;
+    auto deadline = std::chrono::steady_clock::now() + kWriteWithin;
     for (size_t at = 0; at < text.size();) {
       ssize_t w = ::write(in_.get(), text.data() + at, text.size() - at);
       if (w < 0 && errno == EINTR) continue;
+      if (w < 0 && errno == EAGAIN) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        if (left.count() <= 0) return false;
+        pollfd p{in_.get(), POLLOUT, 0};
+        (void)::poll(&p, 1, static_cast<int>(left.count()));
+        continue;
+      }
       if (w <= 0) return false;
       at += static_cast<size_t>(w);
     }
     return true;
+  }
+
+  // Through the pidfd: never a recycled pid; nothing once the reader has reaped it.
+  void signal_child(int sig) {
+    if (child_.pidfd() >= 0) (void)::syscall(SYS_pidfd_send_signal, child_.pidfd(), sig, nullptr, 0);
+  }
+
+  // This server's chain of the dispatch (dispatch.open; the far receipts join it once the session
+  // has ended): read here, so it never waits behind a far action.
+  Json local_receipts() const {
+    Json out = Json::array();
+    auto text = read_file(receipts_, Code::LedgerCorrupt);
+    if (text)
+      for (size_t at = 0; at < text->size();) {
+        size_t nl = text->find('\n', at);
+        if (nl == std::string::npos) break;
+        auto r = parse_json(std::string_view(*text).substr(at, nl - at), Code::LedgerCorrupt, "a receipt",
+                            ledger::kReceiptLineLimits);
+        if (r) out.push_back(std::move(*r));
+        at = nl + 1;
+      }
+    return {{"receipts", std::move(out)}, {"path", receipts_}, {"far_receipts", "added to this chain when the session ends"}};
   }
 
   void close_input() {
@@ -315,11 +393,19 @@ class FarSession final : public SessionHandle {
       err_tail_ += "an unreadable line from the dispatch\n";
       return;
     }
-    const Json& id = (*j)["id"];
-    if (id.is_number_unsigned() && id.get<uint64_t>() != 0)
-      answers_[id.get<uint64_t>()] = std::move(*j);
-    else if (id.is_null() && events_.size() < 64)
-      events_.push_back(std::move(*j));
+    const bool first = lines_++ == 0;
+    Json id = j->value("id", Json());
+    Json event = j->value("event", Json());
+    if (id.is_number_unsigned()) {
+      if (waiting_.contains(id.get<uint64_t>())) answers_[id.get<uint64_t>()] = std::move(*j);  // nobody else's
+    } else if (id.is_null() && event == "dispatch.open" && !first) {
+      err_tail_ += "a dispatch.open that was not the first line was dropped\n";
+    } else if (id.is_null() && !opened_) {
+      if (events_.size() < 64) events_.push_back(std::move(*j));
+    } else if (id.is_null()) {
+      // After the open, id-null lines end the dispatch: dispatch.close, or the refusal it ended with.
+      if (event == "dispatch.close" || !is_ok(*j)) dispatch_end_ = std::move(*j);
+    }
     cv_.notify_all();
   }
 
@@ -382,7 +468,11 @@ class FarSession final : public SessionHandle {
   std::vector<Json> events_;
   uint64_t next_id_ = 1, actions_ = 0, refused_ = 0;
   std::string running_kind_, err_tail_, ended_how_, ended_reason_;
-  bool eof_ = false, exited_ = false, closed_ = false;
+  bool eof_ = false, exited_ = false, closed_ = false, opened_ = false;
+  uint64_t lines_ = 0;
+  std::set<uint64_t> waiting_;
+  Json dispatch_end_ = nullptr;
+  pid_t pgid_ = -1;
   std::atomic<bool> killed_ = false;
   std::mutex write_mu_;
   UniqueFd in_, out_, err_;
@@ -407,9 +497,12 @@ Result<std::unique_ptr<SessionHandle>> open_far_session(const FarSessionSpec& sp
   TRY(make_dirs(dir, 0700));
   std::string file = fmt::format("{}/{}.policy.json", dir, random_id());
   TRY(write_file_atomic(file, spec.policy.dump(), 0600));
+  struct Unlink {
+    const std::string& f;
+    ~Unlink() { ::unlink(f.c_str()); }
+  } unlink_policy{file};
   auto far = std::make_unique<FarSession>();
   auto r = far->start(spec, file);
-  ::unlink(file.c_str());
   if (!r) return std::unexpected(r.error());
   far->describe(spec.task_id, spec.policy_digest);
   opened = std::move(*r);

@@ -528,6 +528,10 @@ def check_served_session(al, tmp, ws):
         check(status == 200 and r.get("content") == "served far\n", f"read_file there: {status} {r}")
         status, bad = api(sock, "POST", base + "/read_file", {"path": "/etc/shadow"})
         check(status >= 400 and bad["error"]["code"].startswith("AIRLOCK_"), f"a refusal there is the far session's: {status} {bad}")
+        status, rec = api(sock, "GET", base + "/receipts")
+        check(status == 200 and rec.get("path") == opened.get("receipts") and rec["receipts"][:1]
+              and rec["receipts"][0]["kind"] == "dispatch.open",
+              f"a far session's receipts route answers from this server's chain, at once: {status} {str(rec)[:300]}")
         status, listed = api(sock, "GET", "/v1/sessions")
         mine = [x for x in listed["sessions"] if x["session"] == sid]
         check(mine and mine[0]["machine"] == "far1" and mine[0]["actions"] == 3 and mine[0]["refused"] == 1,
@@ -928,6 +932,13 @@ def check_dispatch(al, refused, tmp, far1, far2, client_key, known, hosts_starte
           "nothing ran where the gate refused")
     al("machine", "install", "far1")
     al("machine", "probe", "far1")
+    # A workspace inside airlock's own installation there (its dispatch directories, its state):
+    # refused before anything runs, so a command cannot rewrite the pid files stops are sent by.
+    inside = os.path.join(far1.install_dir, "dispatch")
+    p = al("run", "--machine", "far1", "--policy", policy, "--workspace", inside, "--", "touch", "inside-ran")
+    refused(p, "CUSTODY_UNSAFE", "a far workspace inside airlock's installation there")
+    check("inside airlock's installation" in p.stderr, f"the refusal says why: {p.stderr[-300:]}")
+    check(not os.path.exists(os.path.join(inside, "inside-ran")), "nothing ran in a workspace inside the installation")
     # An installation others could change between the check and the exec: refused, nothing runs.
     os.chmod(far1.install_dir, 0o775)
     p = dispatch("touch", "writable-ran")
