@@ -1177,6 +1177,7 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name, bool sess
                  run_id.c_str());
   // A session's peer learns the dispatch (its run, where its receipts are kept here) first; the
   // far session's own lines follow, then dispatch.close.
+  if (session) ::signal(SIGPIPE, SIG_IGN);  // a peer that went away is a failed write, handled
   if (session)
     emit_line({{"id", nullptr},
                {"ok", true},
@@ -1215,9 +1216,10 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name, bool sess
       "t={t}\n"
       "{orphans}"
       // The workspace is the run's, never airlock's own installation (its pid files, its state).
-      "p=$(cd \"$d\" && pwd -P); if w=$(cd {ws} 2>/dev/null && pwd -P); then case \"$w/\" in \"$p/\"*) "
-      "bad \"the workspace $w is inside airlock's installation $p\";; esac; case \"$p/\" in \"$w/\"*) "
-      "bad \"the workspace $w holds airlock's installation $p\";; esac; fi\n"
+      // Resolved physically (cd -P: a link and a `..` after it are followed as the kernel does).
+      "p=$(cd -P \"$d\" && pwd -P) || bad \"cannot resolve $d\"; w=$(cd -P {ws} && pwd -P) || bad \"cannot resolve the "
+      "workspace\"; case \"$w/\" in \"$p/\"*) bad \"the workspace $w is inside airlock's installation $p\";; esac; "
+      "case \"$p/\" in \"$w/\"*) bad \"the workspace $w holds airlock's installation $p\";; esac\n"
       "umask 077; mkdir -p \"$d\"/dispatch; mkdir \"$t\"\n"
       "printf %s {policy} | base64 -d > \"$t\"/policy.json\n"
       "echo $$ > \"$t\"/pid\n"
@@ -1288,7 +1290,14 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name, bool sess
     relay = std::thread([&] {
       std::string buf;
       char chunk[65536];
+      bool spoiled = false;  // after a bad line, nothing more is relayed
+      auto spoil = [&](std::string why) {
+        if (relay_problem.empty()) relay_problem = std::move(why);
+        spoiled = true;
+        stop();  // here: ssh's output waits in the pipe meanwhile
+      };
       auto pass = [&](std::string_view line) {
+        if (spoiled) return;
         auto j = parse_json(line, Code::ProtocolError, "a far session's line");
         if (j && j->is_object() && jget(*j, "id").is_null()) {
           std::string event = jstr(*j, "event");
@@ -1301,16 +1310,12 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name, bool sess
             bad = fmt::format("the far session says it is confined by {} (tier {}), not the {} planned",
                               escape_for_terminal(jstr(r, "executor")), jget(r, "tier").dump(),
                               policy::to_string(plan->executor()));
-          if (!bad.empty()) {
-            if (relay_problem.empty()) relay_problem = bad;
-            stop();  // here: ssh's output waits in the pipe meanwhile
-            return;  // not relayed: the peer hears this side's refusal at the end
-          }
+          if (!bad.empty()) return spoil(bad);  // not relayed: the peer hears this side's refusal at the end
         }
         std::string out(line);
         out += '\n';
-        std::fwrite(out.data(), 1, out.size(), stdout);
-        std::fflush(stdout);
+        if (std::fwrite(out.data(), 1, out.size(), stdout) != out.size() || std::fflush(stdout) != 0)
+          spoil("the session's peer here stopped reading");  // the far session is stopped, its receipts fetched
       };
       for (;;) {
         ssize_t got = ::read(relay_rd.get(), chunk, sizeof chunk);
@@ -1321,13 +1326,19 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name, bool sess
           pass(std::string_view(buf).substr(0, nl));
           buf.erase(0, nl + 1);
         }
+        if (buf.size() > kFarReceiptsMax) {  // a line past any answer's bound
+          buf.clear();
+          if (!spoiled) spoil("the far session wrote a line longer than any answer");
+        }
       }
       if (!buf.empty()) pass(buf);
     });
+  // The relay ends when ssh does (ssh alone holds the pipe's other end); joined before ssh is
+  // reaped, so a stop it makes never signals a pid reaped meanwhile.
+  if (relay.joinable()) relay.join();
   int wst = 0;
   while (::waitpid(pid, &wst, 0) < 0 && errno == EINTR) {
   }
-  if (relay.joinable()) relay.join();
   waiter.done();
   const int ssh_status = WIFEXITED(wst) ? WEXITSTATUS(wst) : 128 + WTERMSIG(wst);
 
@@ -1477,7 +1488,7 @@ int run_on_machine(Globals& g, RunOptions& o, const std::string& name, bool sess
       return end(&e, {{"far_chain", far_chain}});
     }
   }
-  if (far_killed) {
+  if (far_killed && problem.empty()) {
     Error e{Code::SessionKilled,
             fmt::format("machine {}: the run there was killed before its end (status {}); its {} receipt(s) verify here "
                         "and are in {}",

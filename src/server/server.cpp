@@ -623,7 +623,9 @@ struct Server::Impl {
     }
     struct Opened {
       Impl& i;
+      bool done = false;  // counted down already, in the section that lists the session
       ~Opened() {
+        if (done) return;
         std::lock_guard lk(i.mu);
         --i.opening;
       }
@@ -640,6 +642,8 @@ struct Server::Impl {
     auto s = TRY(open_far_session(spec, out));
     std::unique_ptr<SessionHandle> refused;  // declared before the lock: destroyed after it
     std::lock_guard lk(mu);
+    --opening;
+    counted.done = true;
     if (stopping || sessions.contains(s->id())) {
       bool dup = !stopping;
       (void)s->kill(dup ? "its id is another session's" : "server shutdown");

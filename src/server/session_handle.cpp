@@ -291,7 +291,7 @@ class FarSession final : public SessionHandle {
         running_kind_.clear();
         waiting_.erase(n);
       }
-      signal_child(SIGTERM);
+      (void)kill("it does not read its requests");
       return answer_error(Error{Code::SessionKilled,
                                 fmt::format("the session on machine {} does not read its requests: it is stopped", machine_),
                                 {{"machine", machine_}}});
@@ -310,7 +310,8 @@ class FarSession final : public SessionHandle {
     Json resp = std::move(answers_[n]);
     answers_.erase(n);
     bool ok = is_ok(resp);
-    bool shaped = ok ? resp.contains("result") : resp.value("ok", Json()) == Json(false) && resp.value("error", Json()).is_object();
+    bool shaped = ok ? resp.contains("result")
+                     : resp.value("ok", Json()) == Json(false) && Error::from_json(resp.value("error", Json())).has_value();
     lk.unlock();
     if (!shaped)
       return answer_error(Error{Code::ProtocolError,
@@ -503,7 +504,10 @@ Result<std::unique_ptr<SessionHandle>> open_far_session(const FarSessionSpec& sp
   } unlink_policy{file};
   auto far = std::make_unique<FarSession>();
   auto r = far->start(spec, file);
-  if (!r) return std::unexpected(r.error());
+  if (!r) {
+    (void)far->kill("its open failed");  // the dispatch ends now: nothing waits for it to give up
+    return std::unexpected(r.error());
+  }
   far->describe(spec.task_id, spec.policy_digest);
   opened = std::move(*r);
   return std::unique_ptr<SessionHandle>(std::move(far));

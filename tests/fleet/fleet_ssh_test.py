@@ -939,6 +939,13 @@ def check_dispatch(al, refused, tmp, far1, far2, client_key, known, hosts_starte
     refused(p, "CUSTODY_UNSAFE", "a far workspace inside airlock's installation there")
     check("inside airlock's installation" in p.stderr, f"the refusal says why: {p.stderr[-300:]}")
     check(not os.path.exists(os.path.join(inside, "inside-ran")), "nothing ran in a workspace inside the installation")
+    # The same through a link and a `..` after it (resolved as the kernel resolves them).
+    os.symlink(os.path.join(far1.install_dir, "state"), os.path.join(ws, "to-state"))
+    p = al("run", "--machine", "far1", "--policy", policy, "--workspace", os.path.join(ws, "to-state", "..", "dispatch"),
+           "--", "touch", "inside-ran")
+    refused(p, "CUSTODY_UNSAFE", "a far workspace inside the installation, named through a link and ..")
+    os.unlink(os.path.join(ws, "to-state"))
+    check(not os.path.exists(os.path.join(inside, "inside-ran")), "nothing ran through the link either")
     # An installation others could change between the check and the exec: refused, nothing runs.
     os.chmod(far1.install_dir, 0o775)
     p = dispatch("touch", "writable-ran")
