@@ -183,7 +183,8 @@ class FarSession final : public SessionHandle {
                   {{"machine", machine_}});
     executor_ = open.value("executor", Json(""));
     tier_ = open.value("tier", Json());
-    far_session_ = open.value("session", Json(""));
+    // A far side's word: taken only as the string it must be (anything else would throw here).
+    if (Json fs = open.value("session", Json()); fs.is_string()) far_session_ = fs.get<std::string>();
     return Json{{"session", id_},
                 {"machine", machine_},
                 {"far_session", far_session_},
