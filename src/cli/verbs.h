@@ -83,6 +83,7 @@ void add_mcp(CLI::App& app, Globals& g, Action& run);
 Json doctor_report(plan::Profile profile, const plan::HostFacts& facts);
 // `vm build`, `vm verify`: the microVM tier's guest image and its verification on this host.
 void add_vm(CLI::App& app, Globals& g, Action& run);
+void add_image(CLI::App& app, Globals& g, Action& run);
 // `setup delegate USER`, `setup undelegate USER` (root): cgroups of its own for an unprivileged user.
 void add_setup(CLI::App& app, Globals& g, Action& run);
 

@@ -112,6 +112,23 @@ Json to_json(const Enforced& e) {
                       {"pids_max", vm->guest_pids_max},
                       {"setup_failure", "the guest ends before the command runs"}}},
                     {"teardown", "one guest per run, never reused; QEMU is killed with the namespace's init"}};
+  if (const auto& c = e.container) {
+    j["container"] = {{"engine", c->engine},
+                      {"runtime", c->runtime},
+                      {"rootless", c->rootless},
+                      {"image", c->image},
+                      {"image_id", c->image_id},
+                      {"root", "the image, read-only"},
+                      {"writable", {c->workdir + " (the session's view)", "/tmp (a tmpfs)"}},
+                      {"namespaces", "the engine's: mount, pid, ipc, uts, network (loopback only)"},
+                      {"seccomp_installed_by", c->runtime},
+                      {"cgroup", "the container below airlock's sandbox cgroup"},
+                      {"teardown", "one container per run, removed after it ends, verified gone"}};
+    j["environment"] = "replaced by an allow-list";
+    j["file_descriptors"] = "0-2 handed to the engine, which attaches them";
+    j["descendants"] = "killed with the container";
+    return j;
+  }
   // What every tier does, the host's included (linux::launch).
   j["environment"] = "replaced by an allow-list";
   j["file_descriptors"] = "all but 0-2 closed at exec";

@@ -48,6 +48,15 @@ struct MicrovmEnforced {
   uint64_t guest_pids_max = 0;                  // pids.max of the command's cgroup in the guest
 };
 
+// The container tier's engine and image; the rest of the record is what the engine was told to
+// apply (and the probe's check measured it applies, exec::probe_container).
+struct ContainerEnforced {
+  std::string engine, runtime;
+  bool rootless = false;
+  std::string image, image_id;
+  std::string workdir;
+};
+
 struct Enforced {
   policy::ExecutorKind executor = policy::ExecutorKind::Host;
   int tier = 0;
@@ -63,6 +72,7 @@ struct Enforced {
   NetworkEnforced network = NetworkEnforced::None;
   std::optional<plan::DoorPlan> door;  // with network Door
   std::optional<MicrovmEnforced> microvm;
+  std::optional<ContainerEnforced> container;
 };
 
 // The record session.open carries as "enforced": {"schema": kEnforcedSchema, ...}. The only place

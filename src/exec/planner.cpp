@@ -3,6 +3,7 @@
 
 
 #include "base/clock.h"
+#include "exec/container_engine.h"
 #include "exec/executor.h"
 #include "exec/facts_cache.h"
 #include "exec/session_view.h"
@@ -37,6 +38,7 @@ plan::HostFacts HostProbe::facts(const plan::FactNeeds& needs) const {
     if (key) store_cached_facts(state_dir_, *key, {scope, f});
   }
   if (needs.kvm) probe_microvm(f, state_dir_);
+  if (needs.container) probe_container(f, state_dir_, measure_ == Measure::Fresh);
   return f;
 }
 

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "exec/executor.h"
+#include "exec/container_executor.h"
 #include "exec/microvm_executor.h"
 #include "exec/process_executor.h"
 
@@ -15,6 +16,7 @@ constexpr ExecutorEntry kExecutors[] = {
     {policy::ExecutorKind::Host, make_process_executor},
     {policy::ExecutorKind::Landlock, make_process_executor},
     {policy::ExecutorKind::Namespaces, make_process_executor},
+    {policy::ExecutorKind::Container, make_container_executor},
     {policy::ExecutorKind::Microvm, make_microvm_executor},
 };
 

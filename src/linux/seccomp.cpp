@@ -14,6 +14,8 @@
 
 #include <cerrno>
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "base/unique_fd.h"
 
@@ -72,6 +74,70 @@ constexpr SelfOnly kSelfOnly[] = {
     {"get_robust_list", -1, 0, ""},
 };
 
+// One rule of the filter: `syscall` fails with `err` when its argument (if any) compares true.
+// Rules on one syscall are OR'ed. The one list both renderings read: the BPF program airlock
+// installs itself, and the OCI profile a container engine installs.
+struct Rule {
+  std::string syscall;
+  int err = EPERM;
+  struct Arg {
+    unsigned index;
+    scmp_compare op;  // SCMP_CMP_NE or SCMP_CMP_MASKED_EQ
+    uint64_t value, value_two;
+  };
+  std::optional<Arg> arg;
+};
+
+Result<std::vector<Rule>> rules_of(const plan::SeccompPlan& plan, SeccompApplied& applied) {
+  std::vector<Rule> rules;
+  for (const auto& name : plan.denied_syscalls) {
+    TRY(syscall_number(name));
+    rules.push_back({name, EPERM, std::nullopt});
+    applied.denied_syscalls.push_back(name);
+  }
+  for (const auto& name : plan.self_only_syscalls) {
+    const SelfOnly* rule = nullptr;
+    for (const auto& r : kSelfOnly)
+      if (name == r.name) rule = &r;
+    if (!rule) return fail(Code::InternalError, "seccomp: no self-only rule for syscall " + name, {{"syscall", name}});
+    TRY(syscall_number(name));
+    // Rules on one syscall are OR'ed: any argument that names someone else denies the call.
+    if (rule->kind_arg < 0) {
+      rules.push_back({name, EPERM, Rule::Arg{0, SCMP_CMP_NE, 0, 0}});
+      applied.self_only.push_back({name, ""});
+    } else {
+      rules.push_back({name, EPERM, Rule::Arg{0, SCMP_CMP_NE, rule->self_kind, 0}});
+      rules.push_back({name, EPERM, Rule::Arg{1, SCMP_CMP_NE, 0, 0}});
+      applied.self_only.push_back({name, rule->self_kind_name});
+    }
+  }
+  if (plan.deny_namespace_clone) {
+    // clone3 passes its flags in memory a filter cannot read: ENOSYS makes libc fall back
+    // to clone(2), whose flags the filter can check.
+    rules.push_back({"clone3", ENOSYS, std::nullopt});
+    // One rule per namespace flag: rules on one syscall are OR'ed, so any flag set is denied.
+    for (uint64_t bit = 1; bit != 0; bit <<= 1)
+      if (kNamespaceFlags & bit) rules.push_back({"clone", EPERM, Rule::Arg{0, SCMP_CMP_MASKED_EQ, bit, bit}});
+    applied.namespace_clone_denied = true;
+  }
+  if (plan.no_sockets) {
+    rules.push_back({"socket", EACCES, std::nullopt});
+    applied.sockets = SocketsApplied::None;
+  } else if (plan.only_unix_sockets) {
+    rules.push_back({"socket", EAFNOSUPPORT, Rule::Arg{0, SCMP_CMP_NE, AF_UNIX, 0}});
+    applied.sockets = SocketsApplied::UnixOnly;
+  }
+  for (const auto& name : plan.denied_ioctls) {
+    uint64_t req = name == "TIOCSTI" ? TIOCSTI : name == "TIOCLINUX" ? TIOCLINUX : 0;
+    if (req == 0) return fail(Code::InternalError, "seccomp: unknown ioctl name " + name, {{"ioctl", name}});
+    // Compare the low 32 bits only: the kernel truncates the request to unsigned int, so a
+    // request with high bits set must not slip past.
+    rules.push_back({"ioctl", EPERM, Rule::Arg{1, SCMP_CMP_MASKED_EQ, 0xffffffffULL, req}});
+    applied.denied_ioctls.push_back(name);
+  }
+  return rules;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<PreparedSeccomp>> prepare_seccomp(const plan::SeccompPlan& plan) {
@@ -80,67 +146,12 @@ Result<std::unique_ptr<PreparedSeccomp>> prepare_seccomp(const plan::SeccompPlan
   // Syscalls of a foreign architecture (i386 via int 0x80, x32) kill the process: the
   // default bad-arch action, kept on purpose, since the deny-list names native numbers only.
   SeccompApplied applied;
-  for (const auto& name : plan.denied_syscalls) {
-    int nr = TRY(syscall_number(name));
-    if (int rc = seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EPERM), nr, 0); rc < 0) return rule_failed(name, rc);
-    applied.denied_syscalls.push_back(name);
-  }
-  for (const auto& name : plan.self_only_syscalls) {
-    const SelfOnly* rule = nullptr;
-    for (const auto& r : kSelfOnly)
-      if (name == r.name) rule = &r;
-    if (!rule) return fail(Code::InternalError, "seccomp: no self-only rule for syscall " + name, {{"syscall", name}});
-    int nr = TRY(syscall_number(name));
-    // Rules on one syscall are OR'ed: any argument that names someone else denies the call.
-    if (rule->kind_arg < 0) {
-      if (int rc = seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EPERM), nr, 1, SCMP_A0(SCMP_CMP_NE, 0)); rc < 0)
-        return rule_failed(name, rc);
-      applied.self_only.push_back({name, ""});
-    } else {
-      if (int rc = seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EPERM), nr, 1, SCMP_A0(SCMP_CMP_NE, rule->self_kind));
-          rc < 0)
-        return rule_failed(name, rc);
-      if (int rc = seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EPERM), nr, 1, SCMP_A1(SCMP_CMP_NE, 0)); rc < 0)
-        return rule_failed(name, rc);
-      applied.self_only.push_back({name, rule->self_kind_name});
-    }
-  }
-  if (plan.deny_namespace_clone) {
-    // clone3 passes its flags in memory a filter cannot read: ENOSYS makes libc fall back
-    // to clone(2), whose flags the filter can check.
-    if (int rc = seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0); rc < 0)
-      return rule_failed("clone3", rc);
-    // One rule per namespace flag: rules on one syscall are OR'ed, so any flag set is denied.
-    for (uint64_t bit = 1; bit != 0; bit <<= 1) {
-      if (!(kNamespaceFlags & bit)) continue;
-      if (int rc = seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
-                                    SCMP_A0(SCMP_CMP_MASKED_EQ, bit, bit));
-          rc < 0)
-        return rule_failed("clone", rc);
-    }
-    applied.namespace_clone_denied = true;
-  }
-  if (plan.no_sockets) {
-    if (int rc = seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socket), 0); rc < 0)
-      return rule_failed("socket", rc);
-    applied.sockets = SocketsApplied::None;
-  } else if (plan.only_unix_sockets) {
-    if (int rc = seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EAFNOSUPPORT), SCMP_SYS(socket), 1,
-                                  SCMP_A0(SCMP_CMP_NE, AF_UNIX));
-        rc < 0)
-      return rule_failed("socket", rc);
-    applied.sockets = SocketsApplied::UnixOnly;
-  }
-  for (const auto& name : plan.denied_ioctls) {
-    uint64_t req = name == "TIOCSTI" ? TIOCSTI : name == "TIOCLINUX" ? TIOCLINUX : 0;
-    if (req == 0) return fail(Code::InternalError, "seccomp: unknown ioctl name " + name, {{"ioctl", name}});
-    // Compare the low 32 bits only: the kernel truncates the request to unsigned int, so a
-    // request with high bits set must not slip past.
-    if (int rc = seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1,
-                                  SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffULL, req));
-        rc < 0)
-      return rule_failed("ioctl " + name, rc);
-    applied.denied_ioctls.push_back(name);
+  for (const Rule& r : TRY(rules_of(plan, applied))) {
+    int nr = TRY(syscall_number(r.syscall));
+    int rc = r.arg ? seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(r.err), nr, 1,
+                                      scmp_arg_cmp{r.arg->index, r.arg->op, r.arg->value, r.arg->value_two})
+                   : seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(r.err), nr, 0);
+    if (rc < 0) return rule_failed(r.syscall, rc);
   }
 
   UniqueFd mem(::memfd_create("airlock-seccomp", MFD_CLOEXEC));
@@ -162,6 +173,29 @@ Result<std::unique_ptr<PreparedSeccomp>> prepare_seccomp(const plan::SeccompPlan
   out->fprog.filter = out->program.data();
   applied.instructions = out->program.size();
   out->applied = std::move(applied);
+  return out;
+}
+
+Result<OciSeccomp> oci_seccomp_profile(const plan::SeccompPlan& plan) {
+  OciSeccomp out;
+  Json syscalls = Json::array();
+  for (const Rule& r : TRY(rules_of(plan, out.applied))) {
+    Json entry = {{"names", Json::array({r.syscall})}, {"action", "SCMP_ACT_ERRNO"}, {"errnoRet", r.err}};
+    if (r.arg) {
+      Json a = {{"index", r.arg->index},
+                {"value", r.arg->value},
+                {"op", r.arg->op == SCMP_CMP_NE ? "SCMP_CMP_NE" : "SCMP_CMP_MASKED_EQ"}};
+      if (r.arg->op == SCMP_CMP_MASKED_EQ) a["valueTwo"] = r.arg->value_two;
+      entry["args"] = Json::array({std::move(a)});
+    }
+    syscalls.push_back(std::move(entry));
+  }
+  // The native architecture only, as the rules name native numbers; what the runtime does with a
+  // call of another (int 0x80) is its bad-arch action, which the escape suite measures.
+  out.profile = {{"defaultAction", "SCMP_ACT_ALLOW"},
+                 {"defaultErrnoRet", EPERM},
+                 {"architectures", Json::array({"SCMP_ARCH_X86_64"})},
+                 {"syscalls", std::move(syscalls)}};
   return out;
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/json_util.h"
 #include "plan/plan.h"
 
 namespace airlock::linux {
@@ -43,6 +44,14 @@ struct PreparedSeccomp {
 // Parent side. A name the plan lists that this build cannot compile (an unknown syscall or ioctl,
 // a self-only call without a rule) is AIRLOCK_INTERNAL_ERROR, never skipped silently.
 Result<std::unique_ptr<PreparedSeccomp>> prepare_seccomp(const plan::SeccompPlan& plan);
+
+// The same filter as an OCI runtime profile (the JSON `podman run --security-opt seccomp=FILE`
+// reads), for the container tier, whose engine installs it: the same rules from the same plan.
+struct OciSeccomp {
+  Json profile;
+  SeccompApplied applied;  // instructions: 0 (the engine compiles it)
+};
+Result<OciSeccomp> oci_seccomp_profile(const plan::SeccompPlan& plan);
 
 // Child side, after no_new_privs and Landlock: returns 0 or an errno. Allocation-free.
 int apply_seccomp(const sock_fprog* prog) noexcept;

@@ -41,6 +41,20 @@ Json to_json(const HostFacts& f) {
   // Only when set, so the facts of a host that needs neither read as they always did.
   if (!f.cgroup_v1_base.empty()) j["cgroup_v1_base"] = f.cgroup_v1_base;
   if (!f.cgroup_fix.empty()) j["cgroup_fix"] = f.cgroup_fix;
+  if (f.container != ContainerFacts{}) {
+    Json images = Json::array();
+    for (const auto& i : f.container.images)
+      images.push_back({{"reference", i.reference},
+                        {"image_id", i.image_id},
+                        {"ok", i.ok},
+                        {"reason", i.reason},
+                        {"checked_at", i.checked_at}});
+    j["container"] = {{"engine", f.container.engine},
+                      {"version", f.container.version},
+                      {"runtime", f.container.runtime},
+                      {"rootless", f.container.rootless},
+                      {"images", std::move(images)}};
+  }
   return j;
 }
 
@@ -125,6 +139,35 @@ Result<HostFacts> host_facts_from_json(const Json& j) {
           f.microvm.tsc_khz = mv.get<uint64_t>();
         } else return refuse(mpath, "is not a known host fact");
       }
+    } else if (key == "container") {
+      if (!v.is_object()) return refuse(path, "must be an object");
+      for (const auto& [ck, cv] : v.items()) {
+        const std::string cpath = path_join(path, ck);
+        if (ck == "engine") f.container.engine = TRY(get_string(cv, cpath));
+        else if (ck == "version") f.container.version = TRY(get_string(cv, cpath));
+        else if (ck == "runtime") f.container.runtime = TRY(get_string(cv, cpath));
+        else if (ck == "rootless") f.container.rootless = TRY(get_bool(cv, cpath));
+        else if (ck == "images") {
+          if (!cv.is_array()) return refuse(cpath, "must be an array");
+          for (size_t i = 0; i < cv.size(); ++i) {
+            const std::string ipath = path_join(cpath, i);
+            if (!cv[i].is_object()) return refuse(ipath, "must be an object");
+            ContainerImageFact img;
+            for (const auto& [ik, iv] : cv[i].items()) {
+              const std::string kpath = path_join(ipath, ik);
+              if (ik == "reference") img.reference = TRY(get_string(iv, kpath));
+              else if (ik == "image_id") img.image_id = TRY(get_string(iv, kpath));
+              else if (ik == "ok") img.ok = TRY(get_bool(iv, kpath));
+              else if (ik == "reason") img.reason = TRY(get_string(iv, kpath));
+              else if (ik == "checked_at") {
+                if (!iv.is_number_integer()) return refuse(kpath, "must be an integer");
+                img.checked_at = iv.get<int64_t>();
+              } else return refuse(kpath, "is not a known host fact");
+            }
+            f.container.images.push_back(std::move(img));
+          }
+        } else return refuse(cpath, "is not a known host fact");
+      }
     } else if (key == "credential_files") {
       f.credential_files = TRY(get_string_list(v, path));
     } else if (key == "reasons") {
@@ -143,7 +186,7 @@ HostFacts facts_nothing() {
   constexpr std::string_view kAbsent = "absent (synthetic host)";
   for (const char* fact :
        {"landlock_abi", "seccomp_filter", "no_new_privs", "user_namespaces", "overlayfs_in_userns",
-        "cgroup_v2_controllers", "cgroup_v1_writable", "kvm_usable", "microvm"})
+        "cgroup_v2_controllers", "cgroup_v1_writable", "kvm_usable", "microvm", "container"})
     f.reasons[fact] = std::string(kAbsent);
   return f;
 }

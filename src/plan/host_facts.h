@@ -24,6 +24,25 @@ struct VmFacts {
   uint64_t tsc_khz = 0;      // the host's TSC frequency: a TCG guest skips calibrating its clock
 };
 
+// The container tier's facts (exec::probe_container, their only writer): the OCI engine that ran
+// a one-shot container here, and each pinned image it ran one in, with what that run measured.
+struct ContainerImageFact {
+  std::string reference;  // NAME@sha256:<manifest digest>, as a policy's `image` names it
+  std::string image_id;   // sha256:<config digest>: the engine's content id, what is run
+  bool ok = false;        // the check ran in it and measured the tier's confinement
+  std::string reason;     // what was measured, or why it is not ok
+  int64_t checked_at = 0;  // unix seconds
+  bool operator==(const ContainerImageFact&) const = default;
+};
+struct ContainerFacts {
+  std::string engine;   // the engine's path ("/usr/bin/podman"), "" when none ran a container here
+  std::string version;  // as the engine reports it
+  std::string runtime;  // the OCI runtime that ran the check: "crun" or "runc"
+  bool rootless = false;
+  std::vector<ContainerImageFact> images;
+  bool operator==(const ContainerFacts&) const = default;
+};
+
 struct HostFacts {
   std::string kernel_release;
   bool running_as_root = false;      // effective uid 0
@@ -42,6 +61,7 @@ struct HostFacts {
   std::string cgroup_fix;
   bool kvm_usable = false;           // /dev/kvm opens and KVM_CREATE_VM succeeds
   VmFacts microvm;                   // reasons["microvm"] says why it is not verified
+  ContainerFacts container;          // reasons["container"] says why no engine ran one
   // Credential and configuration files of the agent profiles that exist here (absolute; a
   // symlink's target too): the plan hides every one beneath what the sandbox may read.
   std::vector<std::string> credential_files;
@@ -57,7 +77,8 @@ struct FactNeeds {
   bool overlayfs = false;
   bool cgroups = false;
   bool kvm = false;
-  static FactNeeds all() { return {true, true, true, true}; }
+  bool container = false;  // the engine and the pinned images (never kept in the per-boot cache)
+  static FactNeeds all() { return {true, true, true, true, true}; }
 };
 
 Json to_json(const HostFacts& f);

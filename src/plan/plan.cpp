@@ -244,6 +244,41 @@ Result<std::vector<ExecutorKind>> tiers_to_try(const policy::TaskPolicy& p, cons
   return std::vector{p.executor};
 }
 
+// The container tier for this policy: its image must be one the probe ran the check in here, by
+// that exact digest. A row for another digest of the same name does not qualify; the refusal
+// names what the probe has.
+Candidate container_image_check(const policy::TaskPolicy& p, const HostFacts& f, Candidate c) {
+  c.available = false;
+  if (!p.image) {
+    c.reason = "the policy names no image ($.image, NAME@sha256:...): the container tier runs only a pinned image";
+    return c;
+  }
+  auto exposed = exposed_credential(p.read_only_paths, f);
+  if (exposed) {
+    c.reason = fmt::format("the container tier binds read_only_paths whole and cannot hide the credential file {} "
+                           "beneath {}",
+                           exposed->first, exposed->second);
+    return c;
+  }
+  std::vector<std::string> have;
+  for (const auto& i : f.container.images) {
+    if (i.reference == *p.image) {
+      if (!i.ok) {
+        c.reason = fmt::format("the image {} did not pass the container check here: {}", *p.image, i.reason);
+        return c;
+      }
+      c.available = true;
+      c.reason += fmt::format("; image {} checked here", *p.image);
+      return c;
+    }
+    have.push_back(i.reference);
+  }
+  c.reason = fmt::format("the image {} has no fresh, successful check on this host (`airlock image build`, or "
+                         "`airlock image check`); checked here: {}",
+                         *p.image, have.empty() ? std::string("none") : fmt::format("{}", fmt::join(have, ", ")));
+  return c;
+}
+
 // `assess` for this policy: what the tier cannot give this policy on top of what it cannot give at all.
 Candidate assess_for(const policy::TaskPolicy& p, ExecutorKind e, const HostFacts& f, Profile profile,
                      BuiltTiers built) {
@@ -252,6 +287,10 @@ Candidate assess_for(const policy::TaskPolicy& p, ExecutorKind e, const HostFact
   if (!c.available) return c;
   if (e == ExecutorKind::Host && vendor)
     c.reason = "confinement vendor: the agent tool's own sandbox confines; airlock makes no claim the agent is confined";
+  if (e == ExecutorKind::Container) {
+    c = container_image_check(p, f, c);
+    if (!c.available) return c;
+  }
   // Landlock only adds access: it cannot take a credential file back out of a readable tree.
   if (e == ExecutorKind::Landlock)
     if (auto hit = exposed_credential(landlock_host_paths(p), f)) {
@@ -325,15 +364,16 @@ NamespacesSandbox namespaces_sandbox(const policy::TaskPolicy& p, const HostFact
 
 // The namespaces sandbox makes its own /tmp (the session's scratch directory), /proc and /dev: a
 // read-only path beneath one of them would be hidden there, so it is refused by name, never dropped.
-Result<void> check_read_only_paths_shown(const policy::TaskPolicy& p) {
+Result<void> check_read_only_paths_shown(const policy::TaskPolicy& p, const char* tier = "namespaces",
+                                         std::initializer_list<const char*> owns = {"/tmp", "/proc", "/dev"}) {
   for (const auto& r : p.read_only_paths)
-    for (const char* own : {"/tmp", "/proc", "/dev"})
+    for (const char* own : owns)
       if (is_under(r, own))
         return fail(Code::IsolationPolicyInvalid,
-                    fmt::format("read_only_paths has {}, beneath {}, which the namespaces tier makes its own (the "
+                    fmt::format("read_only_paths has {}, beneath {}, which the {} tier makes its own (the "
                                 "sandbox's {} hides the host's): install it elsewhere, such as /opt or /var/tmp",
-                                r, own, own),
-                    {{"read_only_path", r}, {"hidden_by", own}, {"executor", "namespaces"}});
+                                r, own, tier, own),
+                    {{"read_only_path", r}, {"hidden_by", own}, {"executor", tier}});
   return {};
 }
 
@@ -403,7 +443,23 @@ Result<TierPlan> plan_tier(ExecutorKind e, const policy::TaskPolicy& p, const Ho
       plan.limits.max_processes = cg.pids_max;
       return t;
     }
-    case ExecutorKind::Container:
+    case ExecutorKind::Container: {
+      TRY(check_read_only_paths_shown(p, "container", {"/tmp", "/proc", "/dev", "/work"}));
+      const auto& img = *std::find_if(f.container.images.begin(), f.container.images.end(),
+                                      [&](const auto& i) { return i.reference == *p.image; });  // assess_for found it
+      ContainerTierPlan t;
+      t.container.engine = f.container.engine;
+      t.container.runtime = f.container.runtime;
+      t.container.rootless = f.container.rootless;
+      t.container.image = img.reference;
+      t.container.image_id = img.image_id;
+      NamespacesSandbox sandbox = namespaces_sandbox(p, f);
+      t.cgroup = sandbox.cgroup;
+      t.seccomp = sandbox.seccomp;
+      plan.limits = limits_plan(p, t.cgroup.version == 2 ? ProcessLimitMechanism::CgroupV2Pids
+                                                         : ProcessLimitMechanism::CgroupV1Pids);
+      return t;
+    }
     case ExecutorKind::Auto:
       break;
   }
@@ -513,10 +569,25 @@ Candidate assess(ExecutorKind e, const HostFacts& f, Profile profile, BuiltTiers
                              f.microvm.acceleration);
       return c;
     }
-    case ExecutorKind::Container:
-      // Built, but with no tier plan (TierPlan has no alternative for it): plan_tier could not plan it.
-      c.reason = "the planner has no plan for the container tier";
+    case ExecutorKind::Container: {
+      if (f.container.engine.empty()) {
+        auto it = f.reasons.find("container");
+        c.reason = "no container engine ran a container here: " +
+                   (it != f.reasons.end() ? it->second : std::string("absent"));
+        return c;
+      }
+      if (!cgroup_version(f)) {
+        c.reason = "no cgroup we may write has memory, pids and cpu together, which the container runs below";
+        if (!f.cgroup_fix.empty()) c.reason += "; to fix: " + f.cgroup_fix;
+        return c;
+      }
+      c.available = true;
+      c.reason = fmt::format("a one-shot container of a pinned image ({}, {}{}); no network, read-only root, "
+                             "airlock's seccomp and cgroup v{} limits",
+                             f.container.engine, f.container.runtime, f.container.rootless ? ", rootless" : "",
+                             *cgroup_version(f));
       return c;
+    }
     case ExecutorKind::Auto:
       break;
   }
@@ -573,7 +644,9 @@ FactNeeds fact_needs(const policy::TaskPolicy& p, BuiltTiers built) {
       case ExecutorKind::Microvm:  // QEMU runs inside the namespaces tier
         n.kvm = n.user_namespaces = n.overlayfs = n.cgroups = true;
         break;
-      case ExecutorKind::Container:  // no tier plan: assess() reads no fact for it
+      case ExecutorKind::Container:  // the engine and images, and the cgroup it runs below
+        n.container = n.cgroups = true;
+        break;
       case ExecutorKind::Auto:
         break;
     }
@@ -595,10 +668,15 @@ TierSections sections_of(const TierPlan& tier) {
         } else if constexpr (std::is_same_v<T, MicrovmTierPlan>) {
           s.sandbox = &t.qemu;
           s.guest = &t.guest;
+        } else if constexpr (std::is_same_v<T, ContainerTierPlan>) {
+          s.seccomp = &t.seccomp;
+          s.cgroup = &t.cgroup;
+          s.container = &t.container;
         }
       },
       tier);
   if (s.sandbox) {
+    s.cgroup = &s.sandbox->cgroup;
     s.seccomp = &s.sandbox->seccomp;
     if (s.sandbox->landlock) s.landlock = &*s.sandbox->landlock;
   }
@@ -607,7 +685,7 @@ TierSections sections_of(const TierPlan& tier) {
 
 Json to_json(const ExecutionPlan& p) {
   // Every tier's plan under the same keys, null where the tier has no such section.
-  auto [landlock, seccomp, sandbox, door, microvm] = sections_of(p.confinement);
+  auto [landlock, seccomp, sandbox, door, microvm, cgroup, container] = sections_of(p.confinement);
 
   Json j;
   j["profile"] = to_string(p.profile);
@@ -652,7 +730,9 @@ Json to_json(const ExecutionPlan& p) {
                        {"proc_read_only", n.proc_read_only},
                        {"hostname", n.hostname},
                        {"loopback_only", n.loopback_only}};
-    const CgroupPlan& cg = sandbox->cgroup;
+  }
+  if (cgroup) {
+    const CgroupPlan& cg = *cgroup;
     j["cgroup"] = {{"version", cg.version},
                    {"controllers", cg.controllers},
                    {"memory_bytes", cg.memory_bytes},
@@ -661,6 +741,17 @@ Json to_json(const ExecutionPlan& p) {
                    {"cpu_quota_us", cg.cpu_quota_us},
                    {"cpu_period_us", cg.cpu_period_us}};
   }
+  // Only on the container tier, so the plans of the other tiers read as they did.
+  if (container)
+    j["container"] = {{"engine", container->engine},
+                      {"runtime", container->runtime},
+                      {"rootless", container->rootless},
+                      {"image", container->image},
+                      {"image_id", container->image_id},
+                      {"workdir", container->workdir},
+                      {"tmp_bytes", container->tmp_bytes},
+                      {"read_only_root", true},
+                      {"network", "none"}};
   j["microvm"] = nullptr;
   if (microvm)
     j["microvm"] = {{"qemu", microvm->qemu},

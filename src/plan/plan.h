@@ -208,7 +208,30 @@ struct MicrovmTierPlan {
   NamespacesSandbox qemu;
 };
 
-using TierPlan = std::variant<HostTierPlan, LandlockTierPlan, NamespacesTierPlan, MicrovmTierPlan>;
+// The container tier's image and engine: what exec::ContainerExecutor hands the engine.
+struct ContainerPlan {
+  std::string engine;    // the engine's path, as the probe found it working ("/usr/bin/podman")
+  std::string runtime;   // the OCI runtime that ran the probe's check ("crun" | "runc")
+  bool rootless = false;  // the engine runs as this (non-root) user: its root is this user
+  std::string image;     // NAME@sha256:... as the policy names it
+  std::string image_id;  // sha256:...: the engine's content id of that image, what is run
+  std::string workdir = "/work";  // where the view is, the only writable path besides /tmp
+  uint64_t tmp_bytes = 64u << 20;  // the tmpfs at /tmp
+};
+
+// The container tier: the command in a fresh container of a pinned OCI image, run by a real
+// engine as a one-shot and removed after (--rm, then checked). The container has no network, a
+// read-only root, the view at /work and a tmpfs /tmp, every capability dropped, no_new_privs,
+// airlock's seccomp filter (as an OCI profile), and runs below a cgroup airlock made with the
+// sandbox's limits. No door.
+struct ContainerTierPlan {
+  static constexpr policy::ExecutorKind kKind = policy::ExecutorKind::Container;
+  ContainerPlan container;
+  CgroupPlan cgroup;
+  SeccompPlan seccomp;
+};
+
+using TierPlan = std::variant<HostTierPlan, LandlockTierPlan, NamespacesTierPlan, MicrovmTierPlan, ContainerTierPlan>;
 
 // The tier a tier plan is for.
 policy::ExecutorKind executor_of(const TierPlan& t);
@@ -222,6 +245,8 @@ struct TierSections {
   const NamespacesSandbox* sandbox = nullptr;
   const DoorPlan* door = nullptr;
   const MicrovmPlan* guest = nullptr;
+  const CgroupPlan* cgroup = nullptr;  // the sandbox's, or the container tier's own
+  const ContainerPlan* container = nullptr;
 };
 TierSections sections_of(const TierPlan& t);
 

@@ -141,6 +141,12 @@ std::vector<SchemaField> make_fields() {
        "with the airlock installed there (`airlock machine attest`): `brokered` (attested at all), "
        "`sandboxed` (its Landlock or namespaces tier contained every escape row), `isolated` (its microVM "
        "tier did). Anything less is `AIRLOCK_EXECUTOR_UNAVAILABLE`, naming the level found."},
+      {"image", "string", "none",
+       "The OCI image the `container` tier runs every command and tool in, named by digest: "
+       "`NAME@sha256:<64 hex digits>` (`airlock image build` makes one and prints it). A tag is refused. With an "
+       "image, a tool's program is the image's: it is not looked for on this host. The image must have passed "
+       "`airlock image build`'s (or the doctor's) one-shot check on this host, or the tier is "
+       "`AIRLOCK_EXECUTOR_UNAVAILABLE` naming the digest."},
   };
   f.insert(f.end(), rest.begin(), rest.end());
   return f;
@@ -216,6 +222,7 @@ Json schema_example() {
       {"confinement", "vendor"},
       {"write_back", "immediate"},
       {"machine_isolation", "sandboxed"},
+      {"image", "localhost/tools@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"},
   };
 }
 

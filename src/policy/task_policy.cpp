@@ -37,6 +37,28 @@ TaskPolicy builtin_default() {
   return p;
 }
 
+Result<ImageRef> parse_image_ref(std::string_view text, const std::string& path) {
+  auto bad = [&](std::string why) {
+    return fail(Code::PolicyInvalid, fmt::format("{} is \"{}\": {}", path, text, why), {{"path", path}});
+  };
+  auto at = text.rfind('@');
+  if (at == std::string_view::npos)
+    return bad("an image is named by digest, NAME@sha256:<64 hex digits>; a tag alone can be moved to other bytes");
+  ImageRef r{std::string(text.substr(0, at)), std::string(text.substr(at + 1))};
+  if (r.name.empty() || r.name.size() > 255) return bad("the image's name is empty or longer than 255 characters");
+  for (char c : r.name)
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-' || c == '/'))
+      return bad("an image name uses only lower-case letters, digits, '.', '_', '-' and '/' (no tag: the digest "
+                 "names the bytes)");
+  if (r.name.front() == '/' || r.name.back() == '/' || r.name.find("//") != std::string::npos)
+    return bad("an image name's parts are separated by single '/'");
+  constexpr std::string_view kAlg = "sha256:";
+  const std::string_view hex = std::string_view(r.digest).substr(std::min(r.digest.size(), kAlg.size()));
+  if (!r.digest.starts_with(kAlg) || hex.size() != 64 || hex.find_first_not_of("0123456789abcdef") != std::string_view::npos)
+    return bad("the digest must be sha256:<64 lower-case hex digits>");
+  return r;
+}
+
 Result<std::string> resolve_trusted(const std::string& program) {
   const Json facts = {{"program", program}, {"trusted_path", kTrustedPath}};
   if (program.empty()) return fail(Code::PolicyInvalid, "the program name is empty", facts);
@@ -83,11 +105,12 @@ namespace {
 
 using Keys = std::span<const std::string_view>;
 
-constexpr std::array<std::string_view, 20> kTopKeys = {
+constexpr std::array<std::string_view, 21> kTopKeys = {
     "schema_version",  "task_id",      "workspace", "workload",     "tenancy",
     "executor",        "code_network", "egress",    "readable",     "write_back_paths",
     "read_only_paths", "tools",        "limits",    "denied_names", "agent",
-    "confinement",     "protected_paths", "writable_protected_paths", "write_back", "machine_isolation"};
+    "confinement",     "protected_paths", "writable_protected_paths", "write_back", "machine_isolation",
+    "image"};
 constexpr std::array<std::string_view, 5> kAgentKeys = {"model", "resume", "continue", "executable_sha256",
                                                        "airlock_sha256"};
 constexpr std::array<std::string_view, 2> kCodeNetworkKeys = {"mode", "rules"};
@@ -397,7 +420,7 @@ std::optional<std::string> env_name_problem(const std::string& name) {
   return std::nullopt;
 }
 
-Result<Tool> parse_tool(const Json& v, const std::string& path) {
+Result<Tool> parse_tool(const Json& v, const std::string& path, bool in_image) {
   TRY(require_object(v, path));
   TRY(check_keys(v, path, kToolKeys));
   Tool t;
@@ -424,7 +447,9 @@ Result<Tool> parse_tool(const Json& v, const std::string& path) {
                                            t.argv[0],
                                            found ? fmt::format(" (here that is \"{}\")", *found) : std::string()));
   }
-  auto resolved = resolve_trusted(t.argv[0]);
+  // A policy that names an image runs its tools in that image: the program is the image's,
+  // checked there when it runs (a program the image lacks exits 127), not on this host.
+  auto resolved = in_image ? Result<std::string>(t.argv[0]) : resolve_trusted(t.argv[0]);
   if (!resolved) {
     Error e = std::move(resolved).error();
     e.facts["path"] = argv0_path;
@@ -460,13 +485,13 @@ Result<Tool> parse_tool(const Json& v, const std::string& path) {
   return t;
 }
 
-Result<std::vector<Tool>> parse_tools(const Json& v, const std::string& path) {
+Result<std::vector<Tool>> parse_tools(const Json& v, const std::string& path, bool in_image) {
   if (!v.is_array()) return invalid(path, fmt::format("{} must be an array of tools, got {}", path, show(v)));
   std::vector<Tool> out;
   std::set<std::string> seen;
   for (size_t i = 0; i < v.size(); ++i) {
     std::string tp = path_join(path, i);
-    Tool t = TRY(parse_tool(v[i], tp));
+    Tool t = TRY(parse_tool(v[i], tp, in_image));
     if (!seen.insert(t.name).second)
       return invalid(path_join(tp, "name"),
                      fmt::format("{} is \"{}\", a name already declared by an earlier tool",
@@ -620,8 +645,15 @@ Result<TaskPolicy> parse_layer(const Json& doc, const TaskPolicy& base, bool wor
     p.write_back_paths = TRY(get_path_array(doc["write_back_paths"], "$.write_back_paths", false));
   if (doc.contains("read_only_paths"))
     p.read_only_paths = TRY(get_path_array(doc["read_only_paths"], "$.read_only_paths", true));
+  // Before the tools: a tool of a policy that names an image runs the image's program.
+  if (doc.contains("image")) {
+    if (doc["image"].is_null())
+      p.image.reset();
+    else
+      p.image = TRY(parse_image_ref(TRY(get_nonempty_string(doc["image"], "$.image")))).text();
+  }
   if (doc.contains("tools")) {
-    p.tools = TRY(parse_tools(doc["tools"], "$.tools"));
+    p.tools = TRY(parse_tools(doc["tools"], "$.tools", p.image.has_value()));
     // A tool a lower layer holds for approval stays as that layer defined it: a layer above
     // (a posted session policy, the agent's own) may neither drop it nor redefine it.
     for (const auto& held : base.tools) {
@@ -754,6 +786,7 @@ Json to_json(const TaskPolicy& p) {
   if (!p.writable_protected_paths.empty()) j["writable_protected_paths"] = p.writable_protected_paths;
   if (p.write_back != WriteBack::OnClose) j["write_back"] = to_string(p.write_back);
   if (p.machine_isolation != MachineIsolation::None) j["machine_isolation"] = to_string(p.machine_isolation);
+  if (p.image) j["image"] = *p.image;
   return j;
 }
 

@@ -146,7 +146,20 @@ struct TaskPolicy {
   Confinement confinement = Confinement::Engine;
   WriteBack write_back = WriteBack::OnClose;
   MachineIsolation machine_isolation = MachineIsolation::None;
+  // The OCI image the container tier runs every command in, named by digest only:
+  // "NAME@sha256:<64 hex>" (policy::ImageRef). Other tiers do not read it.
+  std::optional<std::string> image;
 };
+
+// An image named by digest: "NAME@sha256:<64 lower-case hex digits>". A tag alone (or with the
+// digest) is refused: a tag can be moved to other bytes, a digest cannot.
+struct ImageRef {
+  std::string name;    // "localhost/tools"
+  std::string digest;  // "sha256:..."
+  std::string text() const { return name + "@" + digest; }
+};
+// Parses `text`; AIRLOCK_POLICY_INVALID at `path` when it is not NAME@sha256:HEX.
+Result<ImageRef> parse_image_ref(std::string_view text, const std::string& path = "$.image");
 
 // The built-in default: trusted toolchain, one tenant, executor auto, no egress,
 // no network for code, one declared shell tool.

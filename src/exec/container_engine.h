@@ -1,0 +1,114 @@
+// container_engine: the OCI engine the container tier drives (Podman, one container per command),
+// the images `airlock image build` makes for it, and the probe that checks an image here. The
+// probe (probe_container) is the only writer of plan::ContainerFacts.
+//
+// airlock keeps its own image store, apart from the user's: the engine runs with its storage in
+// STATE/containers/storage, its configuration (STATE/containers/containers.conf: no events log,
+// cgroupfs) and HOME there too, and its run directory in a short directory of this user's
+// (/run/airlock-containers-HASH for root, /tmp/airlock-containers-UID-HASH otherwise; the engine
+// takes at most 50 characters). Nothing is ever pulled: every run says --pull never.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/child_process.h"
+#include "base/error.h"
+#include "base/json_util.h"
+#include "plan/host_facts.h"
+#include "plan/plan.h"
+
+namespace airlock::exec {
+
+// The program the probe runs inside a container, beside airlock (src/cli/container_check_main.c).
+inline constexpr std::string_view kContainerCheckProgram = "airlock-container-check";
+// Where the check is bound (read-only) inside the container.
+inline constexpr std::string_view kContainerCheckInside = "/.airlock-check";
+// A check older than this, or from another boot, engine version or runtime, is stale: measured again.
+inline constexpr int64_t kContainerCheckMaxAgeSeconds = 24 * 3600;
+
+// The engine as this user and this state directory run it.
+struct Engine {
+  std::string program;  // "/usr/bin/podman"
+  std::string state_dir;
+  std::string storage, run_root, home, conf;
+  // The engine's global options and environment: every engine command starts with these.
+  std::vector<std::string> argv(std::vector<std::string> rest) const;
+  std::vector<std::string> env() const;
+};
+
+// The engine for `state_dir`, its directories made (the run directory checked to be ours, not a
+// link). AIRLOCK_EXECUTOR_UNAVAILABLE naming what is missing (Debian's podman).
+Result<Engine> open_engine(const std::string& state_dir);
+
+// An engine command run to its end: its exit, stdout (bounded) and stderr (bounded).
+struct EngineOutput {
+  ExitStatus status;
+  std::string out, err;
+  bool ok() const { return !status.signaled && status.code == 0; }
+};
+// `input_fd` is the command's stdin (-1: /dev/null). Killed past `limit`: AIRLOCK_EXECUTOR_UNAVAILABLE.
+Result<EngineOutput> run_engine(const Engine& e, const std::vector<std::string>& args, std::chrono::milliseconds limit,
+                                int input_fd = -1);
+
+// Starts an engine command with the given descriptors (-1: this process's own), in a process group of its
+// own, joined to a cgroup first when `cgroup_join_fds` are given (the child writes "0" to each).
+Result<ChildProcess> spawn_engine(const Engine& e, const std::vector<std::string>& args, int in, int out, int err,
+                                  const std::vector<int>& cgroup_join_fds = {});
+
+// An image airlock built, as STATE/containers/images.json records it.
+struct ImageRecord {
+  std::string reference;  // NAME@sha256:<manifest digest>: what a policy's `image` names
+  std::string image_id;   // sha256:<config digest>
+  std::string source;     // "dir:/abs/path"
+  int64_t built_at = 0;
+  Json to_json() const;
+};
+Result<std::vector<ImageRecord>> list_images(const std::string& state_dir);
+
+// `airlock image build NAME --from-dir DIR`: DIR as the image's one layer (owned by root, times at
+// zero, in name order), imported into airlock's store, recorded, then checked here. NAME is the
+// image's name without a tag ("tools", "localhost/tools").
+Result<ImageRecord> build_image_from_dir(const std::string& state_dir, const std::string& name,
+                                         const std::string& dir);
+
+// The engine arguments of one `run` under `plan` (no --rm: the executor reads the container's end
+// before it removes it): no network, read-only root, the view at the workdir, a tmpfs /tmp, every
+// capability dropped, no_new_privs, the seccomp profile at `seccomp_file`, the plan's rlimits. The
+// sandbox's cgroup limits: as root the engine sets them on the container's own cgroup
+// (`engine_limits`); rootless, the engine makes no cgroup and is started inside airlock's.
+struct ContainerRun {
+  std::string name;  // the container's name: "airlock-SESSION-N"
+  std::string view;  // host path bound at the workdir ("" for none)
+  std::string workdir;
+  std::vector<std::string> read_only;  // host paths bound read-only at the same path
+  std::vector<std::pair<std::string, std::string>> extra_ro_binds;  // host path, path inside
+  std::vector<std::string> env;  // NAME=value
+  std::string seccomp_file;
+  bool engine_limits = false;
+  bool interactive = false;  // stdin kept open
+  std::vector<std::string> argv;  // the command
+};
+std::vector<std::string> container_run_args(const plan::ContainerTierPlan& tier, const plan::LimitsPlan& limits,
+                                            const ContainerRun& run);
+
+// Where each of a prepared cgroup's directories is, as /proc/PID/cgroup shows it: controller
+// ("" for cgroup2) -> path below that hierarchy's root.
+std::vector<std::pair<std::string, std::string>> cgroup_paths(const std::vector<std::string>& dirs);
+
+// The container tier's facts for `f`: the engine, the runtime that runs a container here (crun,
+// else runc, each tried with a real one-shot container of airlock's check image), and each
+// recorded image, checked by running the check inside it with the tier's confinement: it must
+// see no capability, no_new_privs, a seccomp filter, a read-only root, no network device but
+// loopback, and its memory and pids limits (as root, the limits the probe asked the engine for;
+// rootless, airlock's own cgroup). A check
+// kept from this boot, engine and runtime within kContainerCheckMaxAgeSeconds is reused unless
+// `fresh`. Never fails: what cannot be measured is reasons["container"] or the image's reason.
+void probe_container(plan::HostFacts& f, const std::string& state_dir, bool fresh);
+
+}  // namespace airlock::exec

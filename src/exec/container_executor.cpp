@@ -1,0 +1,286 @@
+// The container executor. One run: the plan's cgroup limits (airlock's cgroup, rootless; the
+// engine's, as root), then `podman run`
+// (no --rm) of the pinned image's content id, the view bound at /work, the command's descriptors
+// handed to the engine; the wall clock kept here (SIGTERM to the engine, which passes it on, then
+// `podman kill`); the container's own end read from the engine; then the container removed, and
+// airlock's cgroup released, and both verified gone.
+#include "exec/container_executor.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "base/fs.h"
+#include "exec/container_engine.h"
+#include "exec/enforced.h"
+#include "linux/cgroup.h"
+#include "linux/seccomp.h"
+
+namespace airlock::exec {
+namespace {
+
+constexpr auto kEngineLimit = std::chrono::seconds(120);
+
+class ContainerExecutor final : public Executor {
+ public:
+  ContainerExecutor(const plan::ExecutionPlan& plan, const SessionDirs& dirs, std::string session_id)
+      : plan_(plan), tier_(std::get<plan::ContainerTierPlan>(plan_.confinement)), dirs_(dirs),
+        session_id_(std::move(session_id)) {}
+
+  Result<void> prepare() {
+    // SessionDirs.root is STATE/sessions/ID.
+    std::string state = dirs_.root.substr(0, dirs_.root.rfind("/sessions/"));
+    engine_ = TRY(open_engine(state));
+    auto seccomp = TRY(linux::oci_seccomp_profile(tier_.seccomp));
+    seccomp_file_ = dirs_.root + "/seccomp.json";
+    TRY(write_file_atomic(seccomp_file_, seccomp.profile.dump(), 0600));
+    enforced_.executor = policy::ExecutorKind::Container;
+    enforced_.tier = plan_.tier();
+    enforced_.seccomp = std::move(seccomp.applied);
+    enforced_.cgroup = tier_.cgroup;
+    enforced_.no_new_privs = true;
+    enforced_.capabilities_dropped = true;
+    enforced_.process_limit = plan_.limits.process_mechanism;
+    enforced_.wall_timeout_ms = plan_.limits.wall_timeout_ms;
+    enforced_.network = NetworkEnforced::None;
+    enforced_.container = ContainerEnforced{tier_.container.engine, tier_.container.runtime, tier_.container.rootless,
+                                            tier_.container.image, tier_.container.image_id, tier_.container.workdir};
+    return {};
+  }
+
+  const Enforced& enforced() const override { return enforced_; }
+
+  Result<RunOutcome> run(const Command& cmd) override {
+    if (cmd.argv.empty()) return fail(Code::PolicyInvalid, "no command to run");
+    {
+      std::lock_guard lock(mu_);
+      if (stop_requested_) return fail(Code::SessionKilled, "the session was stopped");
+      run_stop_requested_ = false;
+    }
+    if (cmd.pass_fd >= 0)
+      return fail(Code::ExecutorUnavailable, "the container tier cannot pass a descriptor to the command (fd 3)");
+    const std::string& workdir = tier_.container.workdir;
+    std::string pwd = TRY(sandbox_path(cmd.cwd, dirs_, workdir));
+    ContainerRun r;
+    r.name = fmt::format("airlock-{}-{}", session_id_, ++runs_);
+    r.view = dirs_.view;
+    r.workdir = pwd;
+    r.read_only = {};
+    r.seccomp_file = seccomp_file_;
+    r.interactive = cmd.stdin_fd >= 0;
+    r.argv = cmd.argv;
+    // The view's protected paths, read-only inside (the first wall; write-back is the second).
+    for (const auto& p : dirs_.view_read_only)
+      r.extra_ro_binds.push_back({dirs_.view + "/" + p, workdir + "/" + p});
+    r.env = sandbox_environment(plan_, workdir, "/tmp", pwd, session_id_);
+    r.env.insert(r.env.end(), cmd.env.begin(), cmd.env.end());
+    std::erase_if(r.env, [&](const std::string& kv) {
+      std::string_view name = std::string_view(kv).substr(0, kv.find('='));
+      return std::find(cmd.scrub_env.begin(), cmd.scrub_env.end(), name) != cmd.scrub_env.end();
+    });
+    if (cmd.private_dirs)
+      for (const char* var : {"TMPDIR", "HOME"}) {
+        std::string prefix = std::string(var) + "=";
+        std::erase_if(r.env, [&](const std::string& kv) { return kv.starts_with(prefix); });
+        r.env.push_back(prefix + "/tmp");
+      }
+
+    uint64_t timeout_ms = plan_.limits.wall_timeout_ms;
+    if (cmd.timeout_ms && (*cmd.timeout_ms < timeout_ms || timeout_ms == 0)) timeout_ms = *cmd.timeout_ms;
+
+    // Rootless, the engine makes no cgroup here: the container runs in airlock's, joined by the
+    // engine's process before it starts. As root the engine sets the same limits on the
+    // container's own cgroup (the probe's check measured that it does).
+    std::optional<linux::PreparedCgroup> cg;
+    std::vector<int> join;
+    if (tier_.container.rootless) {
+      cg = TRY(linux::prepare_sandbox_cgroup(tier_.cgroup, r.name));
+      for (const auto& fd : cg->procs) join.push_back(fd.get());
+    } else {
+      r.engine_limits = true;
+    }
+
+    auto t0 = std::chrono::steady_clock::now();
+    auto started = spawn_engine(engine_, container_run_args(tier_, plan_.limits, r), cmd.stdin_fd, cmd.stdout_fd,
+                                cmd.stderr_fd, join);
+    if (!started) {
+      if (cg) (void)cg->release();
+      return std::unexpected(started.error());
+    }
+    ChildProcess child = std::move(*started);
+    {
+      std::lock_guard lock(mu_);
+      running_ = child.pid();
+      running_name_ = r.name;
+      running_cg_ = cg ? &*cg : nullptr;
+    }
+    bool timed_out = false, stopped = false;
+    std::optional<ExitStatus> engine_end;
+    // No wall limit: a deadline that never comes.
+    const auto deadline = timeout_ms ? t0 + std::chrono::milliseconds(timeout_ms) : std::chrono::steady_clock::time_point::max();
+    bool term_sent = false;
+    std::chrono::steady_clock::time_point term_at;
+    for (;;) {
+      auto waited = child.wait_for(std::chrono::milliseconds(50));
+      if (!waited) break;
+      if (*waited) {
+        engine_end = **waited;
+        break;
+      }
+      bool stop_now;
+      {
+        std::lock_guard lock(mu_);
+        stop_now = stop_requested_ || run_stop_requested_;
+      }
+      auto now = std::chrono::steady_clock::now();
+      if (!term_sent && (stop_now || now >= deadline)) {
+        timed_out = !stop_now;
+        stopped = stop_now;
+        // The engine passes SIGTERM to the container; after the grace, the container is killed.
+        (void)child.signal(SIGTERM);
+        term_sent = true;
+        term_at = now;
+      } else if (term_sent && now - term_at >= std::chrono::milliseconds(plan_.limits.kill_grace_ms)) {
+        (void)run_engine(engine_, {"kill", "--signal", "KILL", r.name}, kEngineLimit);
+        (void)child.signal(SIGKILL);
+        term_at = now + std::chrono::hours(1);
+      }
+    }
+    {
+      std::lock_guard lock(mu_);
+      running_ = -1;
+      running_cg_ = nullptr;
+    }
+    if (!engine_end) engine_end = child.wait().value_or(ExitStatus{true, 0, SIGKILL});
+    auto wall = std::chrono::steady_clock::now() - t0;
+
+    // The container's own end, from the engine: its exit code, and whether it ever started.
+    auto inspected = run_engine(engine_, {"container", "inspect", "--format", "{{.State.ExitCode}}|{{.State.Error}}", r.name},
+                                kEngineLimit);
+
+    auto t_end = std::chrono::steady_clock::now();
+    auto removed = run_engine(engine_, {"rm", "--force", "--time", "0", "--ignore", r.name}, kEngineLimit);
+    auto gone = run_engine(engine_, {"container", "exists", r.name}, kEngineLimit);
+    bool container_gone = gone && !gone->status.signaled && gone->status.code == 1;
+    auto released = cg ? cg->release() : Result<void>{};
+    double teardown_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_end).count();
+    if (!released) return std::unexpected(released.error());
+    if (!container_gone)
+      return fail(Code::ExecutorUnavailable,
+                  fmt::format("the container {} is still there after `{} rm`: {}", r.name, engine_.program,
+                              removed ? removed->err : removed.error().message),
+                  {{"container", r.name}});
+
+    if (!inspected || !inspected->ok())
+      return fail(Code::ExecutorUnavailable,
+                  fmt::format("{} could not create the container (engine exit {}; its message went to the "
+                              "command's stderr)",
+                              engine_.program, engine_end->shell_status()),
+                  {{"engine", engine_.program}, {"image", tier_.container.image}});
+    std::string state = inspected->out;
+    while (!state.empty() && state.back() == '\n') state.pop_back();
+    auto bar = state.find('|');
+    std::string code_text = state.substr(0, bar), error = bar == std::string::npos ? "" : state.substr(bar + 1);
+    if (!error.empty() && !timed_out && !stopped) {
+      // The runtime could not start the program: a missing program is the shell's 127.
+      bool missing = error.find("no such file") != std::string::npos || error.find("not found") != std::string::npos;
+      bool denied = error.find("permission denied") != std::string::npos;
+      return std::unexpected(command_not_started(cmd.argv[0], fmt::format("cannot execute {} in {}: {}", cmd.argv[0],
+                                                                          tier_.container.image, error),
+                                                 missing ? ENOENT : denied ? EACCES : ENOEXEC));
+    }
+    RunOutcome out;
+    out.program = cmd.argv[0];
+    int code = 0;
+    try {
+      code = std::stoi(code_text);
+    } catch (...) {
+      return fail(Code::ExecutorUnavailable, "the engine reported an exit code airlock cannot read: " + code_text);
+    }
+    // The engine exits with the container's code, or with its own (125 its failure, 126 and 127 a
+    // program the runtime could not start) when the container never ran: a mismatch tells which.
+    const int engine_code = engine_end->signaled ? -1 : engine_end->code;
+    if (!timed_out && !stopped && engine_code != code && engine_code >= 125 && engine_code <= 127) {
+      if (engine_code == 125)
+        return fail(Code::ExecutorUnavailable,
+                    fmt::format("{} could not run the container (exit 125; its message went to the command's stderr)",
+                                engine_.program),
+                    {{"engine", engine_.program}, {"image", tier_.container.image}});
+      return std::unexpected(command_not_started(
+          cmd.argv[0], fmt::format("cannot execute {} in {}", cmd.argv[0], tier_.container.image),
+          engine_code == 127 ? ENOENT : EACCES));
+    }
+    // The engine reports a signal's end as 128 + the signal, as a shell does.
+    if (code > 128 && code < 128 + 65) {
+      out.status.signaled = true;
+      out.status.signal = code - 128;
+    } else {
+      out.status.code = code;
+    }
+    if ((timed_out || stopped) && !out.status.signaled && code == 0 && engine_end->signaled) {
+      out.status.signaled = true;
+      out.status.signal = SIGKILL;
+    }
+    out.timed_out = timed_out;
+    out.stopped = stopped;
+    out.wall_ms = std::chrono::duration<double, std::milli>(wall).count();
+    out.teardown_ms = teardown_ms;
+    out.teardown_verified = true;
+    return out;
+  }
+
+  void stop() override {
+    std::lock_guard lock(mu_);
+    stop_requested_ = true;
+  }
+
+  void stop_run() override {
+    std::lock_guard lock(mu_);
+    run_stop_requested_ = true;
+  }
+
+  Json usage_now() override {
+    std::lock_guard lock(mu_);
+    if (running_ < 0) return nullptr;
+    // As root the container's cgroup is the engine's: not counted here.
+    if (!running_cg_) return {{"memory_bytes", nullptr}, {"processes", nullptr}, {"cpu_us", nullptr}};
+    auto u = linux::cgroup_usage(*running_cg_);
+    auto j = [](const std::optional<uint64_t>& v) { return v ? Json(*v) : Json(nullptr); };
+    return {{"memory_bytes", j(u.memory_bytes)}, {"processes", j(u.processes)}, {"cpu_us", j(u.cpu_us)}};
+  }
+
+ private:
+  plan::ExecutionPlan plan_;
+  const plan::ContainerTierPlan& tier_;  // in plan_
+  SessionDirs dirs_;
+  std::string session_id_;
+  Engine engine_;
+  std::string seccomp_file_;
+  Enforced enforced_;
+  int runs_ = 0;
+  std::mutex mu_;
+  pid_t running_ = -1;
+  std::string running_name_;
+  const linux::PreparedCgroup* running_cg_ = nullptr;
+  bool stop_requested_ = false, run_stop_requested_ = false;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Executor>> make_container_executor(const plan::ExecutionPlan& plan, const SessionDirs& dirs,
+                                                          const std::string& session_id, const std::string&,
+                                                          DoorStarter) {
+  if (!std::holds_alternative<plan::ContainerTierPlan>(plan.confinement))
+    return fail(Code::InternalError, "the container executor was given another tier's plan");
+  auto ex = std::make_unique<ContainerExecutor>(plan, dirs, session_id);
+  TRY(ex->prepare());
+  return std::unique_ptr<Executor>(std::move(ex));
+}
+
+}  // namespace airlock::exec
