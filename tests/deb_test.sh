@@ -43,7 +43,7 @@ for rel in "${relations[@]}"; do
   fi
 done
 contents=$(dpkg-deb -c "$deb")
-for f in usr/bin/airlock usr/bin/airlock-serve usr/bin/airlock-probe usr/bin/airlock-guest-agent \
+for f in usr/bin/airlock usr/bin/airlock-serve usr/bin/airlock-probe usr/bin/airlock-guest-agent usr/bin/airlock-container-check \
          usr/share/man/man1/airlock.1 usr/share/bash-completion/completions/airlock \
          usr/share/zsh/vendor-completions/_airlock \
          usr/share/airlock/agents/codex.json; do

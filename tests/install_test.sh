@@ -19,7 +19,7 @@ manifest=$prefix.manifest
 trap 'rm -rf "$prefix" "$manifest"' EXIT
 [ -f "$build/install_manifest.txt" ] || fail "no install_manifest.txt in the build directory"
 cp "$build/install_manifest.txt" "$manifest"
-for exe in airlock airlock-serve airlock-probe airlock-guest-agent; do
+for exe in airlock airlock-serve airlock-probe airlock-guest-agent airlock-container-check; do
   [ -x "$prefix/bin/$exe" ] || fail "bin/$exe is not installed"
 done
 build_id() { readelf -n "$1" | awk '/Build ID:/ && !id { id = $3 } END { print id }'; }

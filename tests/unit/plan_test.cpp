@@ -653,15 +653,21 @@ TEST(PlanProtected, ThePlanCarriesProtectedPathsAndNamesEachRelaxation) {
 TEST(PlanTiers, TheBuiltTiersAreTheExecutorRegistrys) {
   std::vector<ExecutorKind> built(exec::built_tiers().begin(), exec::built_tiers().end());
   EXPECT_EQ(built, (std::vector<ExecutorKind>{ExecutorKind::Host, ExecutorKind::Landlock, ExecutorKind::Namespaces,
-                                              ExecutorKind::Microvm}));
+                                              ExecutorKind::Container, ExecutorKind::Microvm}));
   // Each one plans, and its plan is of its own tier.
   for (ExecutorKind e : built) {
     SCOPED_TRACE(policy::to_string(e));
     policy::TaskPolicy p = policy_or_die(e == ExecutorKind::Host ? "executor_host"
                                          : e == ExecutorKind::Landlock ? "executor_landlock"
                                          : e == ExecutorKind::Namespaces ? "executor_namespaces"
+                                         : e == ExecutorKind::Container ? "executor_container"
                                                                          : "executor_microvm");
-    auto r = plan_here(p, facts_everything(), e == ExecutorKind::Host ? Profile::Development : Profile::Production);
+    HostFacts f = facts_everything();
+    if (e == ExecutorKind::Container) {
+      p.image = "localhost/t@sha256:" + std::string(64, 'a');
+      f.container = {"/usr/bin/podman", "4.3.1", "runc", false, {{*p.image, "sha256:" + std::string(64, 'b'), true, "", 1}}};
+    }
+    auto r = plan_here(p, f, e == ExecutorKind::Host ? Profile::Development : Profile::Production);
     ASSERT_TRUE(r.has_value()) << r.error().message;
     EXPECT_EQ(r->executor(), e);
     EXPECT_EQ(r->tier(), isolation_level(e));
@@ -690,18 +696,79 @@ TEST(PlanTiers, AReadOnlyPathTheNamespacesSandboxWouldHideIsRefusedByName) {
   EXPECT_TRUE(plan_here(ll, facts_everything(), Profile::Production).has_value());
 }
 
+// The container tier: only an image the probe checked here, by that exact digest; every other
+// case a refusal that names what is missing.
+TEST(PlanTiers, TheContainerTierRunsOnlyAnImageCheckedHereByItsDigest) {
+  const std::string ref = "localhost/tools@sha256:" + std::string(64, 'a');
+  const std::string other = "localhost/tools@sha256:" + std::string(64, 'b');
+  auto pol = [&](std::optional<std::string> image) {
+    policy::TaskPolicy p = policy_or_die("executor_container");
+    p.image = image;
+    return p;
+  };
+  HostFacts f = facts_everything();
+  // No engine: named, with the probe's reason.
+  f.reasons["container"] = "/usr/bin/podman is not installed";
+  auto r = plan_here(pol(ref), f, Profile::Production);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message.find("no container engine ran a container here: /usr/bin/podman is not installed"),
+            std::string::npos)
+      << r.error().message;
+  f.container = {"/usr/bin/podman", "4.3.1", "runc", false, {}};
+  // No image in the policy.
+  r = plan_here(pol(std::nullopt), f, Profile::Production);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message.find("the policy names no image"), std::string::npos) << r.error().message;
+  // A row for another digest of the same name does not qualify; the refusal names what was checked.
+  f.container.images = {{other, "sha256:" + std::string(64, 'c'), true, "checked", 1}};
+  r = plan_here(pol(ref), f, Profile::Production);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, Code::ExecutorUnavailable);
+  EXPECT_NE(r.error().message.find("has no fresh, successful check on this host"), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find(other), std::string::npos) << r.error().message;
+  // A failed check is named with its reason.
+  f.container.images.push_back({ref, "sha256:" + std::string(64, 'd'), false, "capabilities remain", 1});
+  r = plan_here(pol(ref), f, Profile::Production);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message.find("did not pass the container check here: capabilities remain"), std::string::npos)
+      << r.error().message;
+  // A passed check: the plan runs that content id, with the sandbox's limits and seccomp.
+  f.container.images.back().ok = true;
+  r = plan_here(pol(ref), f, Profile::Production);
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  const auto* t = std::get_if<ContainerTierPlan>(&r->confinement);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->container.image, ref);
+  EXPECT_EQ(t->container.image_id, "sha256:" + std::string(64, 'd'));
+  EXPECT_EQ(t->cgroup.memory_bytes, 1024u * 1024 * 1024);
+  EXPECT_TRUE(t->seccomp.deny_namespace_clone);
+  Json j = to_json(*r);
+  EXPECT_EQ(j["executor"], "container");
+  EXPECT_EQ(j["container"]["network"], "none");
+  EXPECT_EQ(j["capabilities"], "none");
+  // Network for code needs a door, which the container tier has not.
+  policy::TaskPolicy net = pol(ref);
+  net.code_network.mode = policy::NetworkMode::Allowlist;
+  EXPECT_FALSE(plan_here(net, f, Profile::Production).has_value());
+  // What it needs probed.
+  FactNeeds n = fact_needs(pol(ref), exec::built_tiers());
+  EXPECT_TRUE(n.container && n.cgroups);
+}
+
 TEST(PlanTiers, ATierNoExecutorImplementsIsRefusedByNameAndNeedsNoFacts) {
-  // The policy format has container (DESIGN.md); this build has no executor for it.
-  Candidate c = assess(ExecutorKind::Container, facts_everything(), Profile::Production, exec::built_tiers());
+  // A build whose registry lacks the container executor refuses it by name and probes nothing for it.
+  const ExecutorKind no_container[] = {ExecutorKind::Host, ExecutorKind::Landlock, ExecutorKind::Namespaces,
+                                       ExecutorKind::Microvm};
+  Candidate c = assess(ExecutorKind::Container, facts_everything(), Profile::Production, no_container);
   EXPECT_FALSE(c.available);
   EXPECT_EQ(c.reason, "no executor implements the container tier in this build");
-  auto r = plan_here(policy_or_die("executor_container"), facts_everything(), Profile::Production);
+  auto r = plan_execution(policy_or_die("executor_container"), facts_everything(), Profile::Production, no_container);
   ASSERT_FALSE(r.has_value());
   EXPECT_EQ(r.error().code, Code::ExecutorUnavailable);
   EXPECT_NE(r.error().message.find("no executor implements the container tier in this build"), std::string::npos)
       << r.error().message;
-  FactNeeds n = fact_needs(policy_or_die("executor_container"), exec::built_tiers());
-  EXPECT_FALSE(n.user_namespaces || n.overlayfs || n.cgroups || n.kvm);
+  FactNeeds n = fact_needs(policy_or_die("executor_container"), no_container);
+  EXPECT_FALSE(n.user_namespaces || n.overlayfs || n.cgroups || n.kvm || n.container);
   // The list is what decides: a build without the microvm executor refuses it the same way, and
   // probes nothing for it.
   const ExecutorKind no_vm[] = {ExecutorKind::Host, ExecutorKind::Landlock, ExecutorKind::Namespaces};

@@ -934,3 +934,41 @@ TEST(Layers, AToolHeldForApprovalBelowCannotBeDroppedOrRedefinedAbove) {
 
 }  // namespace
 }  // namespace airlock::policy
+
+namespace airlock::policy {
+namespace {
+
+// An image is named by digest only: a tag can be moved to other bytes.
+TEST(PolicyImage, AnImageIsNamedByDigestAndATagIsRefusedByName) {
+  const std::string hex(64, 'a');
+  auto parse = [](const std::string& image) {
+    return parse_layer_text(R"({"schema_version":"airlock.task_policy.v1","executor":"container","image":")" + image + "\"}",
+                            builtin_default(), "test");
+  };
+  auto ok = parse("localhost/tools@sha256:" + hex);
+  ASSERT_TRUE(ok.has_value()) << ok.error().message;
+  EXPECT_EQ(*ok->image, "localhost/tools@sha256:" + hex);
+  for (const std::string& bad : std::vector<std::string>{"localhost/tools:latest", "localhost/tools", "tools:1@sha256:" + hex,
+                          "localhost/tools@sha256:" + hex.substr(1), "localhost/tools@sha512:" + hex,
+                          "Localhost/tools@sha256:" + hex, "@sha256:" + hex, "localhost//tools@sha256:" + hex}) {
+    SCOPED_TRACE(bad);
+    auto r = parse(bad);
+    ASSERT_FALSE(r.has_value());
+    EXPECT_EQ(r.error().code, Code::PolicyInvalid);
+    EXPECT_EQ(r.error().facts["path"], "$.image");
+  }
+  EXPECT_NE(parse("localhost/tools:latest").error().message.find("named by digest"), std::string::npos);
+  // A policy with an image takes its tools' programs from the image, not from this host.
+  auto tool = parse_layer_text(R"({"schema_version":"airlock.task_policy.v1","image":"localhost/t@sha256:)" + hex +
+                                   R"(","tools":[{"name":"t","argv":["/opt/only-in-image/tool"]}]})",
+                               builtin_default(), "test");
+  ASSERT_TRUE(tool.has_value()) << tool.error().message;
+  EXPECT_EQ(tool->tools[0].argv[0], "/opt/only-in-image/tool");
+  // Without one it is checked here, as always.
+  EXPECT_FALSE(parse_layer_text(R"({"schema_version":"airlock.task_policy.v1","tools":[{"name":"t","argv":["/opt/only-in-image/tool"]}]})",
+                                builtin_default(), "test")
+                   .has_value());
+}
+
+}  // namespace
+}  // namespace airlock::policy
