@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -23,6 +24,7 @@
 #include "base/fs.h"
 #include "base/hash.h"
 #include "base/unique_fd.h"
+#include "exec/session_view.h"
 #include "linux/cgroup.h"
 #include "linux/seccomp.h"
 
@@ -128,6 +130,8 @@ Result<ChildProcess> spawn_engine(const Engine& e, const std::vector<std::string
   if (pid < 0) return fail_errno(Code::ExecutorUnavailable, "clone for the container engine", errno);
   if (pid == 0) {
     ::setpgid(0, 0);
+    // The engine does not outlive airlock (its container is bounded by --timeout, and swept).
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     for (int fd : cgroup_join_fds)
       if (linux::apply_cgroup(fd) != 0) ::_exit(125);
     // Moved above 2 first, so dup2 onto 0-2 never overwrites a source still needed.
@@ -146,15 +150,18 @@ Result<ChildProcess> spawn_engine(const Engine& e, const std::vector<std::string
   return ChildProcess(pid, UniqueFd(pidfd));
 }
 
-Result<EngineOutput> run_engine(const Engine& e, const std::vector<std::string>& args, std::chrono::milliseconds limit,
-                                int input_fd) {
+namespace {
+
+Result<EngineOutput> capture_engine(const Engine& e, const std::vector<std::string>& args,
+                                    std::chrono::milliseconds limit, int input_fd, const std::vector<int>& join) {
   int op[2], ep[2];
   if (::pipe2(op, O_CLOEXEC) < 0) return fail_errno(Code::ExecutorUnavailable, "pipe", errno);
   UniqueFd out_r(op[0]), out_w(op[1]);
   if (::pipe2(ep, O_CLOEXEC) < 0) return fail_errno(Code::ExecutorUnavailable, "pipe", errno);
   UniqueFd err_r(ep[0]), err_w(ep[1]);
   UniqueFd null_in = TRY(dev_null(O_RDONLY));
-  ChildProcess child = TRY(spawn_engine(e, args, input_fd >= 0 ? input_fd : null_in.get(), out_w.get(), err_w.get()));
+  ChildProcess child =
+      TRY(spawn_engine(e, args, input_fd >= 0 ? input_fd : null_in.get(), out_w.get(), err_w.get(), join));
   out_w.reset();
   err_w.reset();
   EngineOutput r;
@@ -186,6 +193,13 @@ Result<EngineOutput> run_engine(const Engine& e, const std::vector<std::string>&
   }
   r.status = TRY(child.wait());
   return r;
+}
+
+}  // namespace
+
+Result<EngineOutput> run_engine(const Engine& e, const std::vector<std::string>& args, std::chrono::milliseconds limit,
+                                int input_fd) {
+  return capture_engine(e, args, limit, input_fd, {});
 }
 
 Json ImageRecord::to_json() const {
@@ -294,7 +308,6 @@ std::vector<std::string> container_run_args(const plan::ContainerTierPlan& tier,
   const plan::ContainerPlan& c = tier.container;
   std::vector<std::string> a = {"run", "--pull", "never", "--name", run.name, "--runtime", c.runtime,
                                 "--network", "none", "--read-only", "--read-only-tmpfs=false",
-                                "--tmpfs", fmt::format("/tmp:rw,nosuid,nodev,size={},mode=1777", c.tmp_bytes),
                                 "--cap-drop", "all", "--security-opt", "no-new-privileges",
                                 "--security-opt", "seccomp=" + run.seccomp_file,
                                 "--hostname", "airlock", "--no-hosts",
@@ -304,6 +317,7 @@ std::vector<std::string> container_run_args(const plan::ContainerTierPlan& tier,
   // The plan's rlimits, as every tier has them: the engine sets each in the container.
   auto ulimit = [&](const char* name, uint64_t v) { a.push_back("--ulimit"); a.push_back(fmt::format("{}={}:{}", name, v, v)); };
   ulimit("nofile", limits.max_open_files);
+  ulimit("core", 0);  // a core dump would write memory outside the view
   if (limits.cpu_seconds) ulimit("cpu", limits.cpu_seconds);
   // No RLIMIT_AS: the engine has no such ulimit; the memory cgroup binds the container as a whole.
   if (limits.max_file_bytes) ulimit("fsize", limits.max_file_bytes);
@@ -323,10 +337,14 @@ std::vector<std::string> container_run_args(const plan::ContainerTierPlan& tier,
                           "--cpu-quota=" + std::to_string(cg.cpu_quota_us)})
       a.push_back(std::move(v));
   }
+  if (run.engine_timeout_s) a.push_back(fmt::format("--timeout={}", run.engine_timeout_s));
   if (!run.view.empty()) {
     a.push_back("--volume");
-    a.push_back(fmt::format("{}:{}:rw,nosuid,nodev", run.view, run.workdir));
+    a.push_back(fmt::format("{}:{}:rw,nosuid,nodev", run.view, c.workdir));
   }
+  a.push_back(run.scratch.empty() ? "--tmpfs" : "--volume");
+  a.push_back(run.scratch.empty() ? fmt::format("/tmp:rw,nosuid,nodev,size={},mode=1777", c.tmp_bytes)
+                                  : fmt::format("{}:/tmp:rw,nosuid,nodev", run.scratch));
   for (const auto& p : run.read_only) {
     a.push_back("--volume");
     a.push_back(fmt::format("{}:{}:ro,nosuid,nodev", p, p));
@@ -335,15 +353,48 @@ std::vector<std::string> container_run_args(const plan::ContainerTierPlan& tier,
     a.push_back("--volume");
     a.push_back(fmt::format("{}:{}:ro,nosuid,nodev", host, inside));
   }
-  for (const auto& v : run.env) {
-    a.push_back("--env");
-    a.push_back(v);
+  if (!run.env_file.empty()) {
+    a.push_back("--env-file");
+    a.push_back(run.env_file);
   }
   if (run.interactive) a.push_back("--interactive");
   a.push_back("--");
   a.push_back(c.image_id);
   a.insert(a.end(), run.argv.begin(), run.argv.end());
   return a;
+}
+
+Result<void> write_env_file(const std::string& path, const std::vector<std::string>& env) {
+  std::string text;
+  for (const auto& kv : env) {
+    if (kv.find('\n') != std::string::npos || kv.find('\0') != std::string::npos)
+      return fail(Code::PolicyInvalid,
+                  fmt::format("the variable {} holds a newline or a NUL, which the container tier cannot pass",
+                              kv.substr(0, kv.find('='))),
+                  {{"variable", kv.substr(0, kv.find('='))}});
+    text += kv + "\n";
+  }
+  return write_file_atomic(path, text, 0600);
+}
+
+void remove_abandoned_containers(const Engine& e, const std::string& except_session) {
+  auto listed = run_engine(e, {"ps", "--all", "--format", "{{.Names}}", "--filter", "name=^airlock-"},
+                           std::chrono::seconds(60));
+  if (!listed || !listed->ok()) return;
+  std::string_view rest = listed->out;
+  while (!rest.empty()) {
+    auto nl = rest.find('\n');
+    std::string name(rest.substr(0, nl));
+    rest = nl == std::string_view::npos ? std::string_view{} : rest.substr(nl + 1);
+    // airlock-SESSION-N; the probe's own are airlock-check-*.
+    if (!name.starts_with("airlock-") || name.starts_with("airlock-check-")) continue;
+    auto dash = name.rfind('-');
+    if (dash <= 8) continue;
+    std::string session = name.substr(8, dash - 8);
+    if (session == except_session || session.find('/') != std::string::npos) continue;
+    if (live_session_owner(e.state_dir + "/sessions/" + session)) continue;
+    (void)run_engine(e, {"rm", "--force", "--time", "0", "--ignore", name}, std::chrono::seconds(60));
+  }
 }
 
 std::vector<std::pair<std::string, std::string>> cgroup_paths(const std::vector<std::string>& dirs) {
@@ -465,32 +516,12 @@ CheckResult run_check(const Engine& e, const plan::HostFacts& f, const std::stri
   run.engine_limits = !rootless;
   run.extra_ro_binds = {{check_program, std::string(kContainerCheckInside)}};
   run.argv = {std::string(kContainerCheckInside)};
+  run.engine_timeout_s = 120;
   plan::LimitsPlan limits;
   std::vector<int> join;
   if (cg)
     for (const auto& fd : cg->procs) join.push_back(fd.get());
-  auto out = [&]() -> Result<EngineOutput> {
-    int op[2], ep[2];
-    if (::pipe2(op, O_CLOEXEC) < 0 || ::pipe2(ep, O_CLOEXEC) < 0) return fail_errno(Code::ExecutorUnavailable, "pipe", errno);
-    UniqueFd out_r(op[0]), out_w(op[1]), err_r(ep[0]), err_w(ep[1]);
-    UniqueFd null_in = TRY(dev_null(O_RDONLY));
-    ChildProcess child = TRY(spawn_engine(e, container_run_args(tier, limits, run), null_in.get(), out_w.get(), err_w.get(), join));
-    out_w.reset();
-    err_w.reset();
-    EngineOutput o;
-    for (auto [fd, s] : {std::pair{out_r.get(), &o.out}, std::pair{err_r.get(), &o.err}}) {
-      (void)::fcntl(fd, F_SETFL, 0);
-      (void)s;
-    }
-    // Small outputs: read stdout to its end, then stderr (the check writes a few hundred bytes).
-    char buf[8192];
-    for (ssize_t n; (n = ::read(out_r.get(), buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR);)
-      if (n > 0 && o.out.size() < kMaxEngineOutput) o.out.append(buf, static_cast<size_t>(n));
-    for (ssize_t n; (n = ::read(err_r.get(), buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR);)
-      if (n > 0 && o.err.size() < kMaxEngineOutput) o.err.append(buf, static_cast<size_t>(n));
-    o.status = TRY(child.wait_for(std::chrono::seconds(120))).value_or(ExitStatus{true, 0, SIGKILL});
-    return o;
-  }();
+  auto out = capture_engine(e, container_run_args(tier, limits, run), std::chrono::seconds(120), -1, join);
   (void)run_engine(e, {"rm", "--force", "--time", "0", "--ignore", name}, std::chrono::seconds(60));
   ::unlink(profile.c_str());
   if (cg) (void)cg->release();
@@ -570,7 +601,7 @@ void probe_container(plan::HostFacts& f, const std::string& state_dir, bool fres
     while (!v.empty() && v.back() == '\n') v.pop_back();
     engine_row["version"] = v;
     // The check image: the check program alone, in a directory of its own.
-    std::string dir = e.run_root + "/check-image";
+    std::string dir = e.run_root + "/check-image-" + random_id().substr(0, 12);
     (void)remove_tree(dir);
     std::string image_id, failure;
     if (auto made = make_dirs(dir, 0700); !made) failure = made.error().message;

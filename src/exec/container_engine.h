@@ -57,7 +57,8 @@ Result<EngineOutput> run_engine(const Engine& e, const std::vector<std::string>&
                                 int input_fd = -1);
 
 // Starts an engine command with the given descriptors (-1: this process's own), in a process group of its
-// own, joined to a cgroup first when `cgroup_join_fds` are given (the child writes "0" to each).
+// own, joined to a cgroup first when `cgroup_join_fds` are given (the child writes "0" to each),
+// killed (SIGKILL) should this thread's process end first.
 Result<ChildProcess> spawn_engine(const Engine& e, const std::vector<std::string>& args, int in, int out, int err,
                                   const std::vector<int>& cgroup_join_fds = {});
 
@@ -83,12 +84,14 @@ Result<ImageRecord> build_image_from_dir(const std::string& state_dir, const std
 // sandbox's cgroup limits: as root the engine sets them on the container's own cgroup
 // (`engine_limits`); rootless, the engine makes no cgroup and is started inside airlock's.
 struct ContainerRun {
-  std::string name;  // the container's name: "airlock-SESSION-N"
-  std::string view;  // host path bound at the workdir ("" for none)
-  std::string workdir;
+  std::string name;     // the container's name: "airlock-SESSION-N"
+  std::string view;     // host path bound at the plan's workdir (/work); "" for none
+  std::string scratch;  // host path bound at /tmp; "" for a tmpfs there
+  std::string workdir;  // where the command starts, inside
+  std::string env_file;  // the command's environment, NAME=value lines (never on the engine's argv)
+  uint64_t engine_timeout_s = 0;  // the engine's own kill, should airlock be gone: 0 for none
   std::vector<std::string> read_only;  // host paths bound read-only at the same path
   std::vector<std::pair<std::string, std::string>> extra_ro_binds;  // host path, path inside
-  std::vector<std::string> env;  // NAME=value
   std::string seccomp_file;
   bool engine_limits = false;
   bool interactive = false;  // stdin kept open
@@ -96,6 +99,14 @@ struct ContainerRun {
 };
 std::vector<std::string> container_run_args(const plan::ContainerTierPlan& tier, const plan::LimitsPlan& limits,
                                             const ContainerRun& run);
+
+// Writes `env` (NAME=value) as the engine's environment file, 0600. A value the file cannot carry
+// (a newline, a NUL) is AIRLOCK_POLICY_INVALID naming the variable.
+Result<void> write_env_file(const std::string& path, const std::vector<std::string>& env);
+
+// Removes the containers a SIGKILLed airlock left of this state directory's abandoned sessions
+// (named airlock-SESSION-N, whose session directory has no live owner), `except` the live one.
+void remove_abandoned_containers(const Engine& e, const std::string& except_session);
 
 // Where each of a prepared cgroup's directories is, as /proc/PID/cgroup shows it: controller
 // ("" for cgroup2) -> path below that hierarchy's root.

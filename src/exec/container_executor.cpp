@@ -16,6 +16,10 @@
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include "base/beneath.h"
 #include "base/fs.h"
 #include "exec/container_engine.h"
 #include "exec/enforced.h"
@@ -37,6 +41,8 @@ class ContainerExecutor final : public Executor {
     // SessionDirs.root is STATE/sessions/ID.
     std::string state = dirs_.root.substr(0, dirs_.root.rfind("/sessions/"));
     engine_ = TRY(open_engine(state));
+    // What an airlock killed outright left running (its engine's own --timeout bounds it too).
+    remove_abandoned_containers(engine_, session_id_);
     auto seccomp = TRY(linux::oci_seccomp_profile(tier_.seccomp));
     seccomp_file_ = dirs_.root + "/seccomp.json";
     TRY(write_file_atomic(seccomp_file_, seccomp.profile.dump(), 0600));
@@ -66,33 +72,57 @@ class ContainerExecutor final : public Executor {
     if (cmd.pass_fd >= 0)
       return fail(Code::ExecutorUnavailable, "the container tier cannot pass a descriptor to the command (fd 3)");
     const std::string& workdir = tier_.container.workdir;
+    // The view is at /work and the scratch directory at /tmp, wherever the command starts.
     std::string pwd = TRY(sandbox_path(cmd.cwd, dirs_, workdir));
     ContainerRun r;
     r.name = fmt::format("airlock-{}-{}", session_id_, ++runs_);
     r.view = dirs_.view;
+    r.scratch = dirs_.scratch;
     r.workdir = pwd;
-    r.read_only = {};
+    r.read_only = plan_read_only_paths();
     r.seccomp_file = seccomp_file_;
     r.interactive = cmd.stdin_fd >= 0;
     r.argv = cmd.argv;
     // The view's protected paths, read-only inside (the first wall; write-back is the second).
-    for (const auto& p : dirs_.view_read_only)
+    // The engine's bind follows links, so each is first resolved beneath the view without any: one
+    // a command turned into a link (or put under one) is not bound, as the namespaces tier skips
+    // it, and write-back still refuses any change there. Runs are sequential, and nothing of the
+    // last one runs now, so nothing changes it between this check and the bind.
+    UniqueFd view_fd(::open(dirs_.view.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!view_fd) return fail_errno(Code::ExecutorUnavailable, "open the view " + dirs_.view, errno);
+    for (const auto& p : dirs_.view_read_only) {
+      if (p.find(':') != std::string::npos || p.find(',') != std::string::npos) continue;
+      auto opened = open_beneath(view_fd.get(), p, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+      if (!opened) continue;
+      struct stat st {};
+      if (::fstat(opened->get(), &st) < 0 || S_ISLNK(st.st_mode)) continue;
       r.extra_ro_binds.push_back({dirs_.view + "/" + p, workdir + "/" + p});
-    r.env = sandbox_environment(plan_, workdir, "/tmp", pwd, session_id_);
-    r.env.insert(r.env.end(), cmd.env.begin(), cmd.env.end());
-    std::erase_if(r.env, [&](const std::string& kv) {
+    }
+    std::vector<std::string> env = sandbox_environment(plan_, workdir, "/tmp", pwd, session_id_);
+    env.insert(env.end(), cmd.env.begin(), cmd.env.end());
+    std::erase_if(env, [&](const std::string& kv) {
       std::string_view name = std::string_view(kv).substr(0, kv.find('='));
       return std::find(cmd.scrub_env.begin(), cmd.scrub_env.end(), name) != cmd.scrub_env.end();
     });
     if (cmd.private_dirs)
       for (const char* var : {"TMPDIR", "HOME"}) {
         std::string prefix = std::string(var) + "=";
-        std::erase_if(r.env, [&](const std::string& kv) { return kv.starts_with(prefix); });
-        r.env.push_back(prefix + "/tmp");
+        std::erase_if(env, [&](const std::string& kv) { return kv.starts_with(prefix); });
+        env.push_back(prefix + "/tmp");
       }
+    // The environment goes in a file of the session's own (0700) directory, never on the engine's
+    // command line, which every user may read; it is gone when the run is.
+    r.env_file = fmt::format("{}/env-{}", dirs_.root, runs_);
+    TRY(write_env_file(r.env_file, env));
+    struct RemoveFile {
+      std::string path;
+      ~RemoveFile() { ::unlink(path.c_str()); }
+    } env_file_gone{r.env_file};
 
     uint64_t timeout_ms = plan_.limits.wall_timeout_ms;
     if (cmd.timeout_ms && (*cmd.timeout_ms < timeout_ms || timeout_ms == 0)) timeout_ms = *cmd.timeout_ms;
+    // Should airlock be killed, the engine ends the container itself a little after airlock would.
+    if (timeout_ms) r.engine_timeout_s = (timeout_ms + plan_.limits.kill_grace_ms) / 1000 + 5;
 
     // Rootless, the engine makes no cgroup here: the container runs in airlock's, joined by the
     // engine's process before it starts. As root the engine sets the same limits on the
@@ -161,7 +191,8 @@ class ContainerExecutor final : public Executor {
     auto wall = std::chrono::steady_clock::now() - t0;
 
     // The container's own end, from the engine: its exit code, and whether it ever started.
-    auto inspected = run_engine(engine_, {"container", "inspect", "--format", "{{.State.ExitCode}}|{{.State.Error}}", r.name},
+    auto inspected = run_engine(engine_, {"container", "inspect", "--format",
+                                          "{{.State.ExitCode}}|{{.State.Status}}|{{.State.Error}}", r.name},
                                 kEngineLimit);
 
     auto t_end = std::chrono::steady_clock::now();
@@ -185,37 +216,50 @@ class ContainerExecutor final : public Executor {
                   {{"engine", engine_.program}, {"image", tier_.container.image}});
     std::string state = inspected->out;
     while (!state.empty() && state.back() == '\n') state.pop_back();
-    auto bar = state.find('|');
-    std::string code_text = state.substr(0, bar), error = bar == std::string::npos ? "" : state.substr(bar + 1);
-    if (!error.empty() && !timed_out && !stopped) {
-      // The runtime could not start the program: a missing program is the shell's 127.
-      bool missing = error.find("no such file") != std::string::npos || error.find("not found") != std::string::npos;
-      bool denied = error.find("permission denied") != std::string::npos;
-      return std::unexpected(command_not_started(cmd.argv[0], fmt::format("cannot execute {} in {}: {}", cmd.argv[0],
-                                                                          tier_.container.image, error),
-                                                 missing ? ENOENT : denied ? EACCES : ENOEXEC));
-    }
+    auto bar = state.find('|'), bar2 = bar == std::string::npos ? bar : state.find('|', bar + 1);
+    std::string code_text = state.substr(0, bar);
+    std::string status = bar2 == std::string::npos ? "" : state.substr(bar + 1, bar2 - bar - 1);
+    std::string error = bar2 == std::string::npos ? "" : state.substr(bar2 + 1);
     RunOutcome out;
     out.program = cmd.argv[0];
+    const int engine_code = engine_end->signaled ? -1 : engine_end->code;
+    if (!timed_out && !stopped) {
+      // Never started: the runtime could not start the program (the shell's 127 for a missing
+      // one, 126 for one it may not run), or the engine failed (its 125).
+      if (status == "created" || !error.empty()) {
+        if (engine_code == 126 || engine_code == 127)
+          return std::unexpected(command_not_started(
+              cmd.argv[0],
+              fmt::format("cannot execute {} in {}{}{}", cmd.argv[0], tier_.container.image, error.empty() ? "" : ": ", error),
+              engine_code == 127 ? ENOENT : EACCES));
+        return fail(Code::ExecutorUnavailable,
+                    fmt::format("{} could not start the container (exit {}; its message went to the command's "
+                                "stderr){}{}",
+                                engine_.program, engine_code, error.empty() ? "" : ": ", error),
+                    {{"engine", engine_.program}, {"image", tier_.container.image}});
+      }
+      // An engine that died while its container ran (killed, out of memory) says nothing of the
+      // command's end: never taken for one.
+      if (engine_end->signaled || status != "exited")
+        return fail(Code::ExecutorUnavailable,
+                    fmt::format("{} ended ({}) while the container was {}: the command's end is unknown",
+                                engine_.program,
+                                engine_end->signaled ? fmt::format("signal {}", engine_end->signal)
+                                                     : fmt::format("exit {}", engine_end->code),
+                                status.empty() ? "in an unknown state" : status),
+                    {{"engine", engine_.program}, {"container_status", status}});
+    }
     int code = 0;
     try {
       code = std::stoi(code_text);
     } catch (...) {
       return fail(Code::ExecutorUnavailable, "the engine reported an exit code airlock cannot read: " + code_text);
     }
-    // The engine exits with the container's code, or with its own (125 its failure, 126 and 127 a
-    // program the runtime could not start) when the container never ran: a mismatch tells which.
-    const int engine_code = engine_end->signaled ? -1 : engine_end->code;
-    if (!timed_out && !stopped && engine_code != code && engine_code >= 125 && engine_code <= 127) {
-      if (engine_code == 125)
-        return fail(Code::ExecutorUnavailable,
-                    fmt::format("{} could not run the container (exit 125; its message went to the command's stderr)",
-                                engine_.program),
-                    {{"engine", engine_.program}, {"image", tier_.container.image}});
-      return std::unexpected(command_not_started(
-          cmd.argv[0], fmt::format("cannot execute {} in {}", cmd.argv[0], tier_.container.image),
-          engine_code == 127 ? ENOENT : EACCES));
-    }
+    // The engine exits with the container's code, or with its own 125 when it failed.
+    if (!timed_out && !stopped && engine_code == 125 && code != 125)
+      return fail(Code::ExecutorUnavailable,
+                  fmt::format("{} failed (exit 125; its message went to the command's stderr)", engine_.program),
+                  {{"engine", engine_.program}, {"image", tier_.container.image}});
     // The engine reports a signal's end as 128 + the signal, as a shell does.
     if (code > 128 && code < 128 + 65) {
       out.status.signaled = true;
@@ -244,6 +288,10 @@ class ContainerExecutor final : public Executor {
     std::lock_guard lock(mu_);
     run_stop_requested_ = true;
   }
+
+  // The policy's read_only_paths, bound read-only at the same path (the planner refused any beneath
+  // what the container makes its own, and any a bind option cannot carry).
+  std::vector<std::string> plan_read_only_paths() const { return tier_.read_only_paths; }
 
   Json usage_now() override {
     std::lock_guard lock(mu_);

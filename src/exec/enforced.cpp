@@ -119,10 +119,12 @@ Json to_json(const Enforced& e) {
                       {"image", c->image},
                       {"image_id", c->image_id},
                       {"root", "the image, read-only"},
-                      {"writable", {c->workdir + " (the session's view)", "/tmp (a tmpfs)"}},
+                      {"writable", {c->workdir + " (the session's view)", "/tmp (the session's scratch directory)",
+                                    "/dev/shm (the engine's, private)"}},
                       {"namespaces", "the engine's: mount, pid, ipc, uts, network (loopback only)"},
                       {"seccomp_installed_by", c->runtime},
-                      {"cgroup", "the container below airlock's sandbox cgroup"},
+                      {"cgroup", c->rootless ? "airlock's sandbox cgroup, which the engine is started in"
+                                             : "the engine's cgroup for the container, with the sandbox's limits"},
                       {"teardown", "one container per run, removed after it ends, verified gone"}};
     j["environment"] = "replaced by an allow-list";
     j["file_descriptors"] = "0-2 handed to the engine, which attaches them";

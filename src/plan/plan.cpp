@@ -307,6 +307,8 @@ Candidate assess_for(const policy::TaskPolicy& p, ExecutorKind e, const HostFact
     c.reason = e == ExecutorKind::Microvm
                    ? std::string("the microvm tier's guest has no network device and no network door yet, so it "
                                  "cannot give code_network allowlist")
+                   : e == ExecutorKind::Container
+                   ? std::string("the container tier has no network door yet, so it cannot give code_network allowlist")
                    : fmt::format("the {} tier cannot cut the network, so it has no network door for code_network "
                                  "allowlist",
                                  policy::to_string(e));
@@ -444,7 +446,12 @@ Result<TierPlan> plan_tier(ExecutorKind e, const policy::TaskPolicy& p, const Ho
       return t;
     }
     case ExecutorKind::Container: {
-      TRY(check_read_only_paths_shown(p, "container", {"/tmp", "/proc", "/dev", "/work"}));
+      TRY(check_read_only_paths_shown(p, "container", {"/tmp", "/proc", "/dev", "/work", "/sys"}));
+      for (const auto& r : p.read_only_paths)
+        if (r.find(':') != std::string::npos || r.find(',') != std::string::npos)
+          return fail(Code::IsolationPolicyInvalid,
+                      fmt::format("read_only_paths has {}: the container engine's bind option cannot carry a ':' or ','", r),
+                      {{"read_only_path", r}, {"executor", "container"}});
       const auto& img = *std::find_if(f.container.images.begin(), f.container.images.end(),
                                       [&](const auto& i) { return i.reference == *p.image; });  // assess_for found it
       ContainerTierPlan t;
@@ -456,6 +463,7 @@ Result<TierPlan> plan_tier(ExecutorKind e, const policy::TaskPolicy& p, const Ho
       NamespacesSandbox sandbox = namespaces_sandbox(p, f);
       t.cgroup = sandbox.cgroup;
       t.seccomp = sandbox.seccomp;
+      t.read_only_paths = p.read_only_paths;
       plan.limits = limits_plan(p, t.cgroup.version == 2 ? ProcessLimitMechanism::CgroupV2Pids
                                                          : ProcessLimitMechanism::CgroupV1Pids);
       return t;
@@ -751,6 +759,7 @@ Json to_json(const ExecutionPlan& p) {
                       {"workdir", container->workdir},
                       {"tmp_bytes", container->tmp_bytes},
                       {"read_only_root", true},
+                      {"read_only_paths", std::get<ContainerTierPlan>(p.confinement).read_only_paths},
                       {"network", "none"}};
   j["microvm"] = nullptr;
   if (microvm)

@@ -220,15 +220,17 @@ struct ContainerPlan {
 };
 
 // The container tier: the command in a fresh container of a pinned OCI image, run by a real
-// engine as a one-shot and removed after (--rm, then checked). The container has no network, a
-// read-only root, the view at /work and a tmpfs /tmp, every capability dropped, no_new_privs,
-// airlock's seccomp filter (as an OCI profile), and runs below a cgroup airlock made with the
-// sandbox's limits. No door.
+// engine as a one-shot and removed after its end is read (then checked gone). The container has
+// no network device but loopback, a read-only root, the view at /work and the scratch directory
+// at /tmp, every capability dropped, no_new_privs, airlock's seccomp filter (as an OCI profile),
+// and the sandbox's cgroup limits (set by the engine as root; rootless, airlock's own cgroup). No
+// door.
 struct ContainerTierPlan {
   static constexpr policy::ExecutorKind kKind = policy::ExecutorKind::Container;
   ContainerPlan container;
   CgroupPlan cgroup;
   SeccompPlan seccomp;
+  std::vector<std::string> read_only_paths;  // the policy's, bound read-only at the same path
 };
 
 using TierPlan = std::variant<HostTierPlan, LandlockTierPlan, NamespacesTierPlan, MicrovmTierPlan, ContainerTierPlan>;

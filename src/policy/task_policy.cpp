@@ -50,8 +50,15 @@ Result<ImageRef> parse_image_ref(std::string_view text, const std::string& path)
     if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-' || c == '/'))
       return bad("an image name uses only lower-case letters, digits, '.', '_', '-' and '/' (no tag: the digest "
                  "names the bytes)");
-  if (r.name.front() == '/' || r.name.back() == '/' || r.name.find("//") != std::string::npos)
-    return bad("an image name's parts are separated by single '/'");
+  // Each part starts and ends with a letter or digit (the OCI reference grammar).
+  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  for (size_t start = 0; start <= r.name.size();) {
+    size_t end = r.name.find('/', start);
+    if (end == std::string::npos) end = r.name.size();
+    if (end == start || !alnum(r.name[start]) || !alnum(r.name[end - 1]))
+      return bad("each part of an image name (between '/') starts and ends with a letter or digit");
+    start = end + 1;
+  }
   constexpr std::string_view kAlg = "sha256:";
   const std::string_view hex = std::string_view(r.digest).substr(std::min(r.digest.size(), kAlg.size()));
   if (!r.digest.starts_with(kAlg) || hex.size() != 64 || hex.find_first_not_of("0123456789abcdef") != std::string_view::npos)

@@ -604,7 +604,7 @@ TEST_F(Serve, OpenApiDescribesExactlyTheRoutesThatExist) {
     }
   }
   auto executors = must(c.get("/v1/executors")).json();
-  EXPECT_EQ(executors["executors"].size(), 4u);  // the tiers this build implements
+  EXPECT_EQ(executors["executors"].size(), 5u);  // the tiers this build implements
 }
 
 TEST_F(Serve, ReadmePythonClientRuns) {

@@ -38,7 +38,7 @@ try:
     src = os.path.join(tmp, "tool.c")
     with open(src, "w") as f:
         f.write('#include <stdio.h>\n#include <fcntl.h>\n#include <errno.h>\n#include <sys/socket.h>\n'
-                '#include <netinet/in.h>\n#include <unistd.h>\n'
+                '#include <netinet/in.h>\n#include <unistd.h>\n#include <sys/stat.h>\n'
                 'int main(int c,char**v){ if(c>1&&v[1][0]==\'w\'){FILE*f=fopen("/work/out.txt","w");'
                 'fputs("from the image\\n",f);fclose(f);return 0;}\n'
                 ' if(c>1&&v[1][0]==\'r\'){int fd=open("/etc/planted",O_CREAT|O_WRONLY,0644);printf("root %d %d\\n",fd,errno);return 0;}\n'
@@ -47,6 +47,10 @@ try:
                 ' if(c>1&&v[1][0]==\'n\'){int s=socket(AF_INET,SOCK_STREAM,0);struct sockaddr_in a={0};a.sin_family=AF_INET;'
                 'a.sin_port=htons(53);a.sin_addr.s_addr=htonl(0x01010101);int r=connect(s,(void*)&a,sizeof a);'
                 'printf("net %d %d\\n",r,errno);return 0;}\n'
+                ' if(c>2&&v[1][0]==\'c\'){FILE*f=fopen(v[2],"r");char b[256]={0};'
+                'if(!f){printf("cat failed %d\\n",errno);return 1;}fgets(b,sizeof b,f);printf("cat %s",b);return 0;}\n'
+                ' if(c>2&&v[1][0]==\'x\'){int a=rename("/work/sub","/work/sub2");int b=mkdir("/work/sub",0755);'
+                'int d=symlink(v[2],"/work/sub/.envrc");printf("swap %d %d %d\\n",a,b,d);return 0;}\n'
                 ' if(c>1&&v[1][0]==\'s\'){for(;;)pause();}\n'
                 ' puts("imgtool ran in the image");return 3;}\n')
     subprocess.run(["gcc", "-static", "-O2", "-o", os.path.join(img, "opt/imgtool/imgtool"), src], check=True)
@@ -92,6 +96,37 @@ try:
     # A git hook cannot be planted: read-only inside, and never written back.
     r = run(state, "run", "--policy", policy(ref), "--", "/opt/imgtool/imgtool", "h")
     check(not os.path.exists(os.path.join(ws, ".git/hooks/pre-commit")), f"hook planted on the host: {r.stdout}")
+    # A protected path a command swaps for a link to a host directory, in one session, is not
+    # bound by the next command (the engine's bind would follow it): the host's file stays out of reach.
+    secret_dir = os.path.join(tmp, "host-secret")
+    os.makedirs(secret_dir)
+    with open(os.path.join(secret_dir, "token"), "w") as f:
+        f.write("host-secret-token\n")
+    os.makedirs(os.path.join(ws, "sub"))
+    with open(os.path.join(ws, "sub/.envrc"), "w") as f:
+        f.write("export A=1\n")
+    tool_policy = policy(ref, tools=[{"name": "imgtool", "argv": ["/opt/imgtool/imgtool"], "allow_args": True}])
+    p = subprocess.Popen([airlock, "--state-dir", state, "session", "--policy", tool_policy], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p.stdout.readline()  # session.open
+
+    def act(**req):
+        p.stdin.write(json.dumps(req) + "\n")
+        p.stdin.flush()
+        return json.loads(p.stdout.readline())
+
+    swap = act(id=1, action="run_tool", tool="imgtool", args=["x", secret_dir])
+    check(swap.get("ok") and "swap 0 0 0" in swap["result"]["stdout"], f"the swap inside: {swap}")
+    cat = act(id=2, action="run_tool", tool="imgtool", args=["c", "/work/sub/.envrc/token"])
+    check(cat.get("ok"), f"second run: {cat}")
+    out = cat.get("result", {}).get("stdout", "")
+    check("host-secret-token" not in out, f"a linked protected path was bound: {out}")
+    check("cat failed" in out, f"the link leads nowhere inside: {cat}")
+    act(id=3, action="close")
+    p.stdin.close()
+    p.wait(timeout=60)
+    shutil.rmtree(os.path.join(ws, "sub"), ignore_errors=True)
+    shutil.rmtree(os.path.join(ws, "sub2"), ignore_errors=True)
     # No network: connect fails (ENETUNREACH 101).
     r = run(state, "run", "--policy", policy(ref), "--", "/opt/imgtool/imgtool", "n")
     # socket(2) of any family but AF_UNIX fails under the seccomp profile (the connect then EBADF);
