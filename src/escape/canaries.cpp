@@ -561,6 +561,12 @@ std::shared_ptr<Canaries::SeenStatus> Canaries::watch_status_of(std::string need
           long pid = std::strtol(e->d_name, &end, 10);
           if (*end != '\0' || pid <= 0 || pid == self) continue;
           if (process_cmdline(static_cast<pid_t>(pid)).find(needle) == std::string::npos) continue;
+          // The probe itself (its argv[0] is the probe program), not a process that only carries
+          // its arguments: the container engine's client, whose command line holds the probe's.
+          auto raw = read_file("/proc/" + std::to_string(pid) + "/cmdline");
+          if (!raw) continue;
+          std::string argv0 = raw->substr(0, raw->find('\0'));
+          if (!argv0.ends_with("/" + std::string(kProbeProgram)) && argv0 != kProbeProgram) continue;
           auto status = read_file("/proc/" + std::to_string(pid) + "/status");
           if (!status) continue;
           std::lock_guard lk(seen->mu);

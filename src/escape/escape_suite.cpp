@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <fmt/ranges.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +18,8 @@
 #include "broker/session.h"
 #include "escape/canaries.h"
 #include "escape/scenario.h"
+#include "base/fs.h"
+#include "exec/container_engine.h"
 #include "exec/executor.h"
 #include "exec/planner.h"
 
@@ -96,7 +99,9 @@ std::string read_back(int fd) {
 // probes' policy adds a door (code_network allowlist) to the suite's allowed server alone: by name
 // (allow_private: it is on loopback) and by range (127.0.0.1/32, which kDoorRebindHost's first
 // answer falls in and its second does not).
-Result<policy::TaskPolicy> suite_policy(ExecutorKind e, const DoorBait* door = nullptr) {
+// On the container tier the image is the suite's own (ensure_container_image): links to the
+// host's /usr, which is bound read-only, so the probe program runs there as on every tier.
+Result<policy::TaskPolicy> suite_policy(ExecutorKind e, const std::string& image, const DoorBait* door = nullptr) {
   const SuiteLimits& l = e == ExecutorKind::Host ? kHostBaselineLimits : kTierLimits;
   Json doc = {{"schema_version", std::string(policy::kSchemaVersion)},
               {"task_id", "escape-suite"},
@@ -108,6 +113,10 @@ Result<policy::TaskPolicy> suite_policy(ExecutorKind e, const DoorBait* door = n
                 {"cpu_seconds", l.cpu_seconds},
                 {"max_processes", l.max_processes},
                 {"command_timeout_seconds", l.command_timeout_seconds}}}};
+  if (e == ExecutorKind::Container && !image.empty()) {
+    doc["image"] = image;
+    doc["read_only_paths"] = Json::array({"/usr"});
+  }
   if (door) {
     Json ports = Json::array({door->http_port}), schemes = Json::array({"http", "https"});
     doc["code_network"] = {
@@ -119,6 +128,24 @@ Result<policy::TaskPolicy> suite_policy(ExecutorKind e, const DoorBait* door = n
                                {{"cidr", "127.0.0.1/32"}, {"ports", ports}, {"schemes", schemes}}})}};
   }
   return policy::parse_layer(doc, policy::builtin_default());
+}
+
+// The suite's image for the container tier: directories and links to /usr (bin, sbin, lib, lib64),
+// which the suite's policy binds read-only from the host. Made once per state directory and reused;
+// "" when it cannot be made (the tier is then refused by name: the policy names no image).
+std::string ensure_container_image(const std::string& state_dir) {
+  constexpr std::string_view kName = "localhost/airlock-escape-suite";
+  if (auto images = exec::list_images(state_dir))
+    for (const auto& i : *images)
+      if (i.reference.starts_with(std::string(kName) + "@")) return i.reference;
+  char tmpl[] = "/tmp/airlock-suite-image-XXXXXX";
+  if (!::mkdtemp(tmpl)) return "";
+  std::string dir = tmpl;
+  for (const char* d : {"usr", "etc", "tmp", "work", "proc", "dev", "sys"}) ::mkdir((dir + "/" + d).c_str(), 0755);
+  for (const char* l : {"bin", "sbin", "lib", "lib64"}) (void)!::symlink((std::string("usr/") + l).c_str(), (dir + "/" + l).c_str());
+  auto built = exec::build_image_from_dir(state_dir, std::string(kName), dir);
+  (void)remove_tree(dir);
+  return built ? built->reference : "";
 }
 
 // A refusal that says only "this build has no such executor" (every tier considered says so).
@@ -542,7 +569,7 @@ Result<TierResult> Suite::run_tier(ExecutorKind executor, bool requested, const 
   t.executor = executor;
   t.expect_breach = executor == ExecutorKind::Host;
   t.requested = requested;
-  auto pol = TRY(suite_policy(executor));
+  auto pol = TRY(suite_policy(executor, container_image_));
   if (auto planned = exec::plan_session(pol, facts, {opts_.profile, "", 0}); !planned) {
     t.refusal = planned.error();
     t.status =
@@ -555,7 +582,7 @@ Result<TierResult> Suite::run_tier(ExecutorKind executor, bool requested, const 
   // The door probes' policy names the allowed server's port, known once the bait is planted. A
   // tier that cannot have a door refuses it by name: that refusal is its door probes' verdict. The
   // two policies differ in code_network alone, so a refusal here is the door's.
-  auto door_pol = TRY(suite_policy(executor, &canaries->bait().door));
+  auto door_pol = TRY(suite_policy(executor, container_image_, &canaries->bait().door));
   std::optional<Error> door_refusal;
   if (auto planned = exec::plan_session(door_pol, facts, {opts_.profile, "", 0}); !planned)
     door_refusal = planned.error();
@@ -596,12 +623,15 @@ Result<SuiteReport> Suite::run() {
   }
   plan::FactNeeds needs;
   for (auto e : order) {
-    auto pol = TRY(suite_policy(e));
+    // The container tier's image, made here once per state directory (the probe checks it).
+    if (e == ExecutorKind::Container) container_image_ = ensure_container_image(opts_.state_dir);
+    auto pol = TRY(suite_policy(e, container_image_));
     auto n = plan::fact_needs(pol, exec::built_tiers());
     needs.user_namespaces |= n.user_namespaces;
     needs.overlayfs |= n.overlayfs;
     needs.cgroups |= n.cgroups;
     needs.kvm |= n.kvm;
+    needs.container |= n.container;
   }
   // `airlock vm verify` hands over the guest it is verifying: only the rest is measured.
   bool pinned_vm = needs.kvm && opts_.microvm;

@@ -190,7 +190,8 @@ class Suite {
  private:
   Result<TierResult> run_tier(policy::ExecutorKind executor, bool requested, const plan::HostFacts& facts);
   SuiteOptions opts_;
-  std::string probe_binary_;  // opts_.probe_binary, or kProbeProgram beside this executable
+  std::string probe_binary_;
+  std::string container_image_;  // the container tier's image (ensure_container_image), or ""  // opts_.probe_binary, or kProbeProgram beside this executable
   std::atomic<bool> cancelled_ = false;
   std::mutex mu_;
   broker::Session* current_ = nullptr;   // guarded by mu_

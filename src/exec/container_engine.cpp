@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -83,6 +84,40 @@ std::vector<std::string> Engine::env() const {
           "CONTAINERS_CONF=" + conf, "LC_ALL=C"};
 }
 
+namespace {
+
+// Rootless, the engine leaves a "pause" process holding its user namespace, for the next command
+// with the same runtime directory. The last user of the engine ends it: found as this user's
+// process whose environment names that directory and the engine's pause marker.
+void kill_pause_process(const std::string& xdg) {
+  if (::geteuid() == 0) return;
+  const std::string want = "XDG_RUNTIME_DIR=" + xdg;
+  DIR* d = ::opendir("/proc");
+  if (!d) return;
+  while (dirent* e = ::readdir(d)) {
+    char* end = nullptr;
+    long pid = std::strtol(e->d_name, &end, 10);
+    if (*end != '\0' || pid <= 0 || pid == ::getpid()) continue;
+    struct stat st {};
+    if (::stat(("/proc/" + std::string(e->d_name)).c_str(), &st) < 0 || st.st_uid != ::geteuid()) continue;
+    auto env = read_file("/proc/" + std::string(e->d_name) + "/environ");
+    if (!env) continue;
+    bool ours = false, pause = false;
+    for (size_t pos = 0; pos < env->size();) {
+      size_t nul = env->find('\0', pos);
+      std::string_view var = std::string_view(*env).substr(pos, nul == std::string::npos ? std::string::npos : nul - pos);
+      ours |= var == want;
+      pause |= var == "_PODMAN_PAUSE=1";
+      if (nul == std::string::npos) break;
+      pos = nul + 1;
+    }
+    if (ours && pause) ::kill(static_cast<pid_t>(pid), SIGKILL);
+  }
+  ::closedir(d);
+}
+
+}  // namespace
+
 Result<Engine> open_engine(const std::string& state_dir) {
   Engine e;
   e.program = kEnginePath;
@@ -102,6 +137,24 @@ Result<Engine> open_engine(const std::string& state_dir) {
   const std::string tag = sha256_hex(state_dir).substr(0, 12);
   e.run_root = ::geteuid() == 0 ? fmt::format("/run/airlock-containers-{}", tag)
                                 : fmt::format("/tmp/airlock-containers-{}-{}", ::geteuid(), tag);
+  // The lease first: the last user of another engine of this state directory may be removing
+  // the run directory, which it does holding the lock exclusively.
+  UniqueFd lock(::open((base + "/lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!lock) return fail_errno(Code::ExecutorUnavailable, "open " + base + "/lock", errno);
+  while (::flock(lock.get(), LOCK_SH) < 0)
+    if (errno != EINTR) return fail_errno(Code::ExecutorUnavailable, "flock " + base + "/lock", errno);
+  struct Lease {
+    Lease(UniqueFd f, std::string r) : fd(std::move(f)), run_root(std::move(r)) {}
+    UniqueFd fd;
+    std::string run_root;
+    ~Lease() {
+      // Shared to exclusive is not atomic; whoever gets it first finds nothing running.
+      if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) return;
+      kill_pause_process(run_root + "/xdg");
+      (void)remove_tree(run_root);
+    }
+  };
+  e.lease = std::make_shared<Lease>(std::move(lock), e.run_root);
   TRY(own_private_dir(e.run_root));
   TRY(own_private_dir(e.run_root + "/xdg"));
   // No events log (nothing written outside the store), cgroupfs (no systemd), no logs kept of a

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,6 +38,10 @@ struct Engine {
   std::string program;  // "/usr/bin/podman"
   std::string state_dir;
   std::string storage, run_root, home, conf;
+  // A shared lock on STATE/containers/lock while any copy of this Engine lives. The last user of
+  // a state directory's engine (an exclusive lock then granted) removes the run directory: it
+  // lives outside the state directory, and nothing of the engine runs any more.
+  std::shared_ptr<void> lease;
   // The engine's global options and environment: every engine command starts with these.
   std::vector<std::string> argv(std::vector<std::string> rest) const;
   std::vector<std::string> env() const;

@@ -127,7 +127,7 @@ CliFixture::CliFixture(Identity id) : id_(id), root_() {
   binary_ = root_ / "airlock";
   fs::copy_file(AIRLOCK_BINARY, binary_);
   ::chmod(binary_.c_str(), 0755);
-  for (const char* sibling : {"airlock-serve", "airlock-probe"}) {
+  for (const char* sibling : {"airlock-serve", "airlock-probe", "airlock-container-check"}) {
     fs::path from = fs::path(AIRLOCK_BINARY).parent_path() / sibling;
     if (!fs::exists(from)) continue;
     fs::copy_file(from, root_ / sibling);

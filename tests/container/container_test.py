@@ -29,6 +29,8 @@ if not os.access("/usr/bin/podman", os.X_OK):
     print("SKIP: container engine: /usr/bin/podman is not installed")
     sys.exit(77 if os.environ.get("AIRLOCK_REQUIRE_ALL_TIERS") != "1" else 1)
 
+import glob
+run_roots_before = set(glob.glob("/run/airlock-containers-*"))
 tmp = tempfile.mkdtemp(prefix="airlock-container-")
 state = os.path.join(tmp, "state")
 try:
@@ -156,6 +158,9 @@ try:
     r = run(state, "run", "--policy", policy(ref, code_network={"mode": "allowlist", "rules": [{"host": "example.com", "ports": [443], "schemes": ["https"]}]}),
             "--", "/opt/imgtool/imgtool")
     check("AIRLOCK_EXECUTOR_UNAVAILABLE" in r.stderr, f"no door: {r.stderr}")
+    # The engine's run directory (outside the state directory) is gone with the last session.
+    check(set(glob.glob("/run/airlock-containers-*")) <= run_roots_before,
+          f"run directories left: {set(glob.glob('/run/airlock-containers-*')) - run_roots_before}")
 finally:
     # Nothing of the engine's left: its containers, its store, its run directory.
     storage = os.path.join(state, "containers/storage")
