@@ -113,6 +113,8 @@ class Ctx:
         shutil.copy(self.build / "src" / "airlock-serve", self.work / "airlock-serve")  # `airlock serve` runs it
         self._servers = {}
         shutil.copy(self.build / "spawn_bench", self.work / "spawn_bench")
+        # The container tier's init and check, beside both airlock and spawn_bench (the library's host).
+        shutil.copy(self.build / "src" / "airlock-container-check", self.work / "airlock-container-check")
         self.state = self.work / "state"
         self.state.mkdir()
         # An empty workspace: without one, `airlock run` works on (copies) the current directory.
@@ -120,9 +122,20 @@ class Ctx:
         self.workspace.mkdir()
         self.workspace.chmod(0o755)
         self.policies = {}
-        for tier in ("host", "landlock", "namespaces"):
+        # The container tier's image: directories and links to /usr, which its policy binds read-only,
+        # so the same programs run in it as on every tier (bench/README.md).
+        self.image_dir = self.work / "image"
+        for d in ("usr", "etc", "tmp", "work", "proc", "dev", "sys"):
+            (self.image_dir / d).mkdir(parents=True)
+        for link in ("bin", "sbin", "lib", "lib64"):
+            (self.image_dir / link).symlink_to(f"usr/{link}")
+        self.image, self.image_why = self.build_image(self.state)
+        for tier in ("host", "landlock", "namespaces", "container"):
             p = self.work / f"{tier}.json"
-            p.write_text(json.dumps({"schema_version": "airlock.task_policy.v1", "executor": tier}))
+            doc = {"schema_version": "airlock.task_policy.v1", "executor": tier}
+            if tier == "container" and self.image:
+                doc.update({"image": self.image, "read_only_paths": ["/usr"]})
+            p.write_text(json.dumps(doc))
             self.policies[tier] = str(p)
         srt_settings = self.work / "srt-settings.json"
         # No network, no writes anywhere, reads as the host allows: the closest srt comes to
@@ -140,12 +153,59 @@ class Ctx:
                   "--caps.drop=all", "--nonewprivs", "--seccomp", "--read-only=/"]),
             Peer("runsc", "/usr/bin/runsc",
                  ["/usr/bin/runsc", "--network=none", "do"]),
+            self.podman_peer(args.no_peers),
             Peer("srt", srt,
                  [srt, "--settings", str(srt_settings), "--"]),
         ]
         self._peer_status = {p.name: "left out (--no-peers)" for p in self.peers} if args.no_peers else {}
 
+    def build_image(self, state, runas=()):
+        """(reference, "") of the bench's image built into `state` by `airlock image build`, or
+        ("", why not)."""
+        r = subprocess.run([*runas, self.airlock, "--state-dir", str(state), "image", "build", "localhost/airlock-bench",
+                            "--from-dir", str(self.image_dir), "--json"], capture_output=True, text=True)
+        try:
+            return json.loads(r.stdout)["reference"], ""
+        except (json.JSONDecodeError, KeyError, TypeError):
+            why = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]
+            log(f"the container tier's image was not built: {why}")
+            return "", f"airlock image build: {why}"
+
+    def podman_peer(self, no_peers):
+        """Podman run directly on the bench's image (its own store, imported from the same directory),
+        with the runtime airlock's probe chose and the confinement flags airlock passes it."""
+        podman = "/usr/bin/podman"
+        # Its own store, run and temporary directories: nothing of the host's engine is touched.
+        store, runroot, tmp = self.work / "podman-store", self.work / "pr", self.work / "pt"
+        base = [podman, "--root", str(store), "--runroot", str(runroot), "--tmpdir", str(tmp),
+                "--storage-driver", "overlay", "--cgroup-manager", "cgroupfs", "--events-backend", "none"]
+        self._podman = base if os.access(podman, os.X_OK) and not no_peers else None
+        runtime = "runc"
+        if self._podman:
+            facts = subprocess.run([self.airlock, "--state-dir", str(self.state), "image", "list", "--json"],
+                                   capture_output=True, text=True)
+            try:
+                runtime = json.loads(facts.stdout).get("runtime") or runtime
+            except json.JSONDecodeError:
+                pass
+            tar = subprocess.Popen(["tar", "-C", str(self.image_dir), "-c", "."], stdout=subprocess.PIPE)
+            imported = subprocess.run([*base, "import", "-", "localhost/airlock-bench-peer"], stdin=tar.stdout,
+                                      capture_output=True, text=True)
+            tar.wait()
+            if imported.returncode != 0:
+                log(f"podman import failed: {imported.stderr.strip()[-300:]}")
+        return Peer("podman", podman,
+                    [*base, "run", "--rm", "--pull", "never", "--runtime", runtime, "--network", "none", "--read-only",
+                     "--cap-drop", "all", "--security-opt", "no-new-privileges", "--ulimit", "nofile=1024:1024",
+                     "--ulimit", "nproc=4096:4096", "--volume", "/usr:/usr:ro", "localhost/airlock-bench-peer"])
+
     def close(self):
+        if self._podman:
+            # Never `system reset`: it clears the host engine's directories and networks too.
+            subprocess.run([*self._podman, "rm", "--all", "--force"], capture_output=True)
+            subprocess.run([*self._podman, "rmi", "--all", "--force"], capture_output=True)
+            subprocess.run(["umount", "--recursive", "--lazy", str(self.work / "podman-store" / "overlay")],
+                           capture_output=True)
         for proc, _ in self._servers.values():
             proc.terminate()
             try:
@@ -230,6 +290,14 @@ def spawn_rows(ctx, variants, unavailable, runas=(), rounds=200, budget=30):
     state.mkdir()
     if runas:
         os.chown(state, 65534, 65534)
+    # The library's container runs need the image in this state directory, as the CLI's in its own:
+    # built here (each import has its own digest) and named by a policy of this state's.
+    lib_container = f"lib:{ctx.policies['container']}"
+    if any(cmd[0] == lib_container for _, _, cmd in variants):
+        image, _ = ctx.build_image(state, runas)
+        policy = state.with_suffix(".container.json")
+        policy.write_text(json.dumps({**json.loads(Path(ctx.policies["container"]).read_text()), "image": image}))
+        specs = [spec.replace(lib_container, f"lib:{policy}", 1) for spec in specs]
     argv = [*runas, str(ctx.work / "spawn_bench"), "--rounds", str(ctx.rounds(rounds)),
             "--warmup", "3" if ctx.quick else "10", "--budget", str(budget / 10 if ctx.quick else budget),
             "--min-runs", "3" if ctx.quick else "15", "--state-dir", str(state), "--json", *specs]
@@ -266,7 +334,7 @@ def spawn_variants(ctx, cmd, tiers, peers, runas=(), state=None):
     library (a tier this identity cannot have, with airlock's refusal), then each peer."""
     variants, unavailable = [], []
     for tier in tiers:
-        why = ctx.tier_refusal(tier, runas, state)
+        why = ctx.image_why if tier == "container" and ctx.image_why else ctx.tier_refusal(tier, runas, state)
         for via, kind, command in (("cli", "airlock CLI", ctx.cli(tier, cmd, state)),
                                    ("lib", "airlock library", [f"lib:{ctx.policies[tier]}", *cmd])):
             if why:
@@ -296,7 +364,7 @@ def spawn_variants(ctx, cmd, tiers, peers, runas=(), state=None):
 
 
 def spawn_section(ctx, name, cmd, title):
-    variants, unavailable = spawn_variants(ctx, cmd, ("host", "landlock", "namespaces"), ctx.peers)
+    variants, unavailable = spawn_variants(ctx, cmd, ("host", "landlock", "namespaces", "container"), ctx.peers)
     variants = [("plain", "baseline", cmd), ("plain-fork", "baseline", ["fork:", *cmd])] + variants
     log(f"{name}: {len(variants)} variants interleaved")
     rows = spawn_rows(ctx, variants, unavailable)
@@ -341,6 +409,12 @@ def spawn_section(ctx, name, cmd, title):
                    "built ahead, timed to the answer with the exit status (its CPU: the server's and its "
                    "sandboxes', per run on average). Peers: bench/README.md "
                    "gives each command line and what it confines.")
+    # The container tier has no target of its own: its cost is the engine's, so it is shown beside
+    # Podman run directly on the same image, in this run.
+    container, podman = by.get("airlock-container-cli"), by.get("podman")
+    if container and podman:
+        s.notes.append(f"container tier via the CLI: {container.median / podman.median:.2f}x `podman run` directly "
+                       f"({container.median:.1f} ms vs {podman.median:.1f} ms; each a fresh container, removed after)")
     return s
 
 

@@ -51,6 +51,8 @@ if [ "${AIRLOCK_REQUIRE_ALL_TIERS:-0}" = 1 ]; then
   row airlock-namespaces-warm 'airlock library'
   row airlock-namespaces-serve 'airlock serve'
   row airlock-namespaces 'airlock CLI'
+  row airlock-container-cli 'airlock CLI'
+  row airlock-container-lib 'airlock library'
   row 'airlock-serve idle session \(namespaces\)' 'airlock serve'
 fi
 # Spawn rows carry their cause beside the effect: CPU ms and page faults per run.

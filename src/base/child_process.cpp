@@ -1,7 +1,9 @@
 // ChildProcess: signal, wait and kill-on-destruction through a pidfd.
 #include "base/child_process.h"
 
+#include <fcntl.h>
 #include <poll.h>
+#include <spawn.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -14,6 +16,8 @@
 #include <string_view>
 
 #include "base/fs.h"
+
+extern char** environ;
 
 namespace airlock {
 
@@ -115,6 +119,49 @@ std::optional<bool> same_process(pid_t pid, int64_t start_time) {
   if (auto st = process_stat(pid)) return !st->zombie && st->start_time == start_time;
   if (::kill(pid, 0) < 0 && errno == ESRCH) return false;
   return std::nullopt;
+}
+
+Result<void> run_step(const std::vector<std::string>& argv, const std::string& cwd, int log,
+                      const std::function<void(std::string_view)>& line) {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) < 0) return fail_errno(Code::ExecutorUnavailable, "pipe", errno);
+  UniqueFd rd(p[0]), wr(p[1]);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, wr.get(), 1);
+  posix_spawn_file_actions_adddup2(&fa, wr.get(), 2);
+  posix_spawn_file_actions_addchdir_np(&fa, cwd.c_str());
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = -1;
+  int rc = ::posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  wr.reset();
+  if (rc != 0) return fail_errno(Code::IoError, "cannot start " + argv[0], rc);
+  std::string pending;
+  char buf[8192];
+  for (;;) {
+    ssize_t n = ::read(rd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    if (log >= 0) (void)write_all(log, std::string_view(buf, n), Code::IoError, "a step's log");
+    pending.append(buf, n);
+    size_t nl;
+    while ((nl = pending.find('\n')) != std::string::npos) {
+      if (line) line(std::string_view(pending).substr(0, nl));
+      pending.erase(0, nl + 1);
+    }
+  }
+  int st = 0;
+  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+    return fail(Code::ExecutorUnavailable,
+                std::string(argv[0]) + (WIFEXITED(st) ? " exited " + std::to_string(WEXITSTATUS(st)) : " was killed by signal " + std::to_string(WTERMSIG(st))),
+                {{"step", argv}});
+  return {};
 }
 
 }  // namespace airlock

@@ -5,7 +5,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "base/error.h"
 #include "base/unique_fd.h"
@@ -69,5 +73,11 @@ std::optional<int64_t> process_start_time(pid_t pid);
 // zombie or the pid was reused; none when that cannot be told (the pid exists, its stat could
 // not be read). Callers that would destroy something on "gone" treat none as alive.
 std::optional<bool> same_process(pid_t pid, int64_t start_time);
+
+// Runs argv (searched on PATH) in `cwd` to its end: stdin /dev/null, stdout and stderr appended to
+// `log` (-1: nowhere) and each line handed to `line` (may be empty). Any end but exit 0 is
+// AIRLOCK_EXECUTOR_UNAVAILABLE naming the program and how it ended.
+Result<void> run_step(const std::vector<std::string>& argv, const std::string& cwd, int log,
+                      const std::function<void(std::string_view)>& line);
 
 }  // namespace airlock

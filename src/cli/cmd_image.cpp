@@ -1,5 +1,5 @@
-// `airlock image build NAME --from-dir DIR` (an OCI image for the container tier, made here from a
-// directory, pinned by digest and checked), `airlock image list` (the images and their checks on
+// `airlock image build NAME --from-dir DIR | --from-debian PACKAGE...` (an OCI image for the
+// container tier, made here from a directory or from Debian packages, pinned by digest and checked), `airlock image list` (the images and their checks on
 // this host) and `airlock image check` (every image checked again, now).
 #include <cstdio>
 
@@ -14,6 +14,7 @@ namespace {
 
 struct ImageOptions {
   std::string name, from_dir;
+  std::vector<std::string> from_debian;
 };
 
 // The container facts measured now (fresh: every check run again) or as kept for this boot.
@@ -58,7 +59,11 @@ void print_facts(const plan::HostFacts& f, bool json) {
 int image_build(Globals& g, const ImageOptions& o) {
   auto state = resolve_state_dir(g.state_dir);
   if (!state) return refuse(state.error(), g.json);
-  auto rec = exec::build_image_from_dir(*state, o.name, o.from_dir);
+  if (o.from_dir.empty() == o.from_debian.empty())
+    return refuse(Error{Code::OptionInvalid, "airlock image build: give --from-dir DIR or --from-debian PACKAGE..."},
+                  g.json);
+  auto rec = o.from_dir.empty() ? exec::build_image_from_debian(*state, o.name, o.from_debian)
+                                : exec::build_image_from_dir(*state, o.name, o.from_dir);
   if (!rec) return refuse(rec.error(), g.json);
   // Checked at once, so a policy naming it can run: the one writer of the facts measures it.
   auto f = container_facts(*state, false);
@@ -100,7 +105,12 @@ void add_image(CLI::App& app, Globals& g, Action& run) {
   image->require_subcommand(1);
   auto* build = image->add_subcommand("build", "make an OCI image from a directory, pin it by digest and check it here");
   build->add_option("name", o.name, "the image's name, without a tag (tools, localhost/tools)")->required();
-  build->add_option("--from-dir", o.from_dir, "the directory that becomes the image's file system (absolute)")->required();
+  auto* from_dir =
+      build->add_option("--from-dir", o.from_dir, "the directory that becomes the image's file system (absolute)");
+  build->add_option("--from-debian", o.from_debian,
+                    "Debian packages (and what they depend on), downloaded by apt and unpacked as the image")
+      ->expected(1, -1)
+      ->excludes(from_dir);
   build->add_flag("--json", g.json, "print the image's record as JSON");
   build->callback([&g, &run] { run = [&g] { return image_build(g, o); }; });
   auto* list = image->add_subcommand("list", "the images airlock built, and whether each passed the check here");

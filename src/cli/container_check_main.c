@@ -1,14 +1,109 @@
-/* airlock-container-check: what the container tier's probe runs inside a container (exec/container_engine.h).
- * Static and alone, so it runs in any image whatever its userland. It reports what confines it,
- * one "key value" line each, and the probe judges: its capabilities, no_new_privs and seccomp mode,
- * whether the root is writable, whether the network has anything but loopback, its cgroups and
- * their limits. */
+/* airlock-container-check: the container tier's program inside every container (exec/container_engine.h).
+ * Static and alone, so it runs in any image whatever its userland. Two modes:
+ *
+ *   airlock-container-check
+ *     What the probe runs: it reports what confines it, one "key value" line each, and the probe
+ *     judges: its capabilities, no_new_privs and seccomp mode, whether the root is writable,
+ *     whether the network has anything but loopback, its cgroups and their limits.
+ *
+ *   airlock-container-check --init [--pass] -- COMMAND [ARG...]
+ *     The container's first process for every run: it starts COMMAND, passes it the signals the
+ *     engine sends, reaps what is orphaned, and exits with COMMAND's status (128 + the signal for
+ *     a signal), which ends everything else in the container. Descriptor 3 is its lifeline, the
+ *     read end of a pipe only airlock holds the other end of: when it reads end-of-file (airlock is
+ *     gone, killed outright), it kills everything in the container at once, so nothing outlives the
+ *     airlock that started it. Descriptor 4 is where it reports that COMMAND could not be started
+ *     (the errno of its exec, four bytes; the negated errno of its own failure), so airlock tells
+ *     either from an exit status. Neither
+ *     reaches COMMAND. With --pass, descriptor 5 is COMMAND's descriptor 3 (AIRLOCK_CREDENTIALS_FD). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+enum { kLifeline = 3, kExecReport = 4, kPassed = 5 };
+
+/* The init's own failure, reported on the exec report as a negative number so airlock never takes
+ * it for the command's exit status. */
+static int init_failed(const char* what) {
+  int32_t e = -(errno ? errno : EINVAL);
+  fprintf(stderr, "airlock-container-check --init: %s: %s\n", what, strerror(errno));
+  (void)!write(kExecReport, &e, sizeof e);
+  kill(-1, SIGKILL);
+  return 125;
+}
+
+static int run_init(char** argv, int pass) {
+  if (fcntl(kExecReport, F_GETFD) < 0) {
+    fprintf(stderr, "airlock-container-check --init: descriptor 4 (exec report) must be open\n");
+    return 125;
+  }
+  if (fcntl(kLifeline, F_GETFD) < 0 || (pass && fcntl(kPassed, F_GETFD) < 0)) return init_failed("descriptor 3 or 5");
+  /* No process of the container may trace or read this one's memory. */
+  prctl(PR_SET_DUMPABLE, 0);
+  sigset_t all, old;
+  sigfillset(&all);
+  sigprocmask(SIG_BLOCK, &all, &old);
+  int sfd = signalfd(-1, &all, SFD_CLOEXEC);
+  if (sfd < 0) return init_failed("signalfd");
+  pid_t child = fork();
+  if (child < 0) return init_failed("fork");
+  if (child == 0) {
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    close(kLifeline);
+    int32_t e = 0;
+    if (pass && (dup2(kPassed, kLifeline) < 0 || close(kPassed) < 0)) {
+      e = -errno;
+      (void)!write(kExecReport, &e, sizeof e);
+      _exit(125);
+    }
+    fcntl(kExecReport, F_SETFD, FD_CLOEXEC);
+    execvp(argv[0], argv);
+    e = errno;
+    (void)!write(kExecReport, &e, sizeof e);
+    _exit(e == ENOENT ? 127 : 126);
+  }
+  close(kExecReport);
+  if (pass) close(kPassed);
+  struct pollfd p[2] = {{.fd = kLifeline, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
+  for (;;) {
+    if (poll(p, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return init_failed("poll");
+    }
+    if (p[0].revents) {
+      char b[64];
+      ssize_t n = read(kLifeline, b, sizeof b);
+      if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
+        /* airlock is gone: so is everything it started. */
+        kill(-1, SIGKILL);
+        return 128 + SIGKILL;
+      }
+    }
+    if (p[1].revents) {
+      struct signalfd_siginfo si;
+      /* Passed on only when kill(2) sent it from outside the container (the engine's): its pid is
+       * 0 here, and no process may forge SI_USER with sigqueue. */
+      if (read(sfd, &si, sizeof si) == sizeof si && si.ssi_signo != SIGCHLD && si.ssi_code == SI_USER &&
+          si.ssi_pid == 0)
+        kill(child, (int)si.ssi_signo);
+    }
+    /* Reaped after every wake-up, whatever woke it: signals queued ahead of SIGCHLD never delay it. */
+    int status;
+    pid_t w;
+    while ((w = waitpid(-1, &status, WNOHANG)) > 0)
+      if (w == child) return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+  }
+}
 
 static void status_field(const char* name) {
   char line[512];
@@ -35,7 +130,14 @@ static void file_value(const char* key, const char* path) {
   fclose(f);
 }
 
-int main(void) {
+int main(int argc, char** argv) {
+  if (argc >= 4 && strcmp(argv[1], "--init") == 0 && strcmp(argv[2], "--") == 0) return run_init(argv + 3, 0);
+  if (argc >= 5 && strcmp(argv[1], "--init") == 0 && strcmp(argv[2], "--pass") == 0 && strcmp(argv[3], "--") == 0)
+    return run_init(argv + 4, 1);
+  if (argc != 1) {
+    fprintf(stderr, "usage: airlock-container-check | airlock-container-check --init [--pass] -- COMMAND [ARG...]\n");
+    return 125;
+  }
   char line[1024];
   status_field("CapEff");
   status_field("CapBnd");

@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -14,8 +15,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <ctime>
+#include <filesystem>
 #include <functional>
 #include <map>
 
@@ -144,17 +147,21 @@ Result<Engine> open_engine(const std::string& state_dir) {
   while (::flock(lock.get(), LOCK_SH) < 0)
     if (errno != EINTR) return fail_errno(Code::ExecutorUnavailable, "flock " + base + "/lock", errno);
   struct Lease {
-    Lease(UniqueFd f, std::string r) : fd(std::move(f)), run_root(std::move(r)) {}
+    Lease(UniqueFd f, std::string r, std::string s) : fd(std::move(f)), run_root(std::move(r)), storage(std::move(s)) {}
     UniqueFd fd;
-    std::string run_root;
+    std::string run_root, storage;
     ~Lease() {
       // Shared to exclusive is not atomic; whoever gets it first finds nothing running.
       if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) return;
       kill_pause_process(run_root + "/xdg");
+      // As root the engine binds its overlay directory on itself (and mounts each container's
+      // root below it) in this mount namespace: nothing of it stays mounted once no one uses it.
+      // Rootless, those mounts lived in the pause process's namespace, gone with it.
+      if (::geteuid() == 0) (void)::umount2((storage + "/overlay").c_str(), MNT_DETACH | UMOUNT_NOFOLLOW);
       (void)remove_tree(run_root);
     }
   };
-  e.lease = std::make_shared<Lease>(std::move(lock), e.run_root);
+  e.lease = std::make_shared<Lease>(std::move(lock), e.run_root, e.storage);
   TRY(own_private_dir(e.run_root));
   TRY(own_private_dir(e.run_root + "/xdg"));
   // No events log (nothing written outside the store), cgroupfs (no systemd), no logs kept of a
@@ -168,7 +175,7 @@ Result<Engine> open_engine(const std::string& state_dir) {
 }
 
 Result<ChildProcess> spawn_engine(const Engine& e, const std::vector<std::string>& args, int in, int out, int err,
-                                  const std::vector<int>& cgroup_join_fds) {
+                                  const std::vector<int>& cgroup_join_fds, const std::vector<int>& pass_fds) {
   std::vector<std::string> argv = e.argv(args);
   std::vector<std::string> env = e.env();
   std::vector<char*> av, ev;
@@ -187,12 +194,14 @@ Result<ChildProcess> spawn_engine(const Engine& e, const std::vector<std::string
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     for (int fd : cgroup_join_fds)
       if (linux::apply_cgroup(fd) != 0) ::_exit(125);
-    // Moved above 2 first, so dup2 onto 0-2 never overwrites a source still needed.
-    int moved[3];
-    for (int i = 0; i < 3; ++i) moved[i] = ::fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
-    for (int i = 0; i < 3; ++i)
+    // Moved above every target first, so a dup2 never overwrites a source still needed.
+    const int n = 3 + static_cast<int>(pass_fds.size());
+    int moved[8];
+    if (n > 8) ::_exit(125);
+    for (int i = 0; i < n; ++i) moved[i] = ::fcntl(i < 3 ? fds[i] : pass_fds[i - 3], F_DUPFD_CLOEXEC, n);
+    for (int i = 0; i < n; ++i)
       if (moved[i] < 0 || ::dup2(moved[i], i) < 0) ::_exit(125);
-    ::syscall(SYS_close_range, 3, ~0U, 0);
+    ::syscall(SYS_close_range, n, ~0U, 0);
     sigset_t none;
     ::sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -206,7 +215,8 @@ Result<ChildProcess> spawn_engine(const Engine& e, const std::vector<std::string
 namespace {
 
 Result<EngineOutput> capture_engine(const Engine& e, const std::vector<std::string>& args,
-                                    std::chrono::milliseconds limit, int input_fd, const std::vector<int>& join) {
+                                    std::chrono::milliseconds limit, int input_fd, const std::vector<int>& join,
+                                    const std::vector<int>& pass_fds = {}) {
   int op[2], ep[2];
   if (::pipe2(op, O_CLOEXEC) < 0) return fail_errno(Code::ExecutorUnavailable, "pipe", errno);
   UniqueFd out_r(op[0]), out_w(op[1]);
@@ -214,7 +224,7 @@ Result<EngineOutput> capture_engine(const Engine& e, const std::vector<std::stri
   UniqueFd err_r(ep[0]), err_w(ep[1]);
   UniqueFd null_in = TRY(dev_null(O_RDONLY));
   ChildProcess child =
-      TRY(spawn_engine(e, args, input_fd >= 0 ? input_fd : null_in.get(), out_w.get(), err_w.get(), join));
+      TRY(spawn_engine(e, args, input_fd >= 0 ? input_fd : null_in.get(), out_w.get(), err_w.get(), join, pass_fds));
   out_w.reset();
   err_w.reset();
   EngineOutput r;
@@ -253,6 +263,32 @@ Result<EngineOutput> capture_engine(const Engine& e, const std::vector<std::stri
 Result<EngineOutput> run_engine(const Engine& e, const std::vector<std::string>& args, std::chrono::milliseconds limit,
                                 int input_fd) {
   return capture_engine(e, args, limit, input_fd, {});
+}
+
+Result<std::string> container_check_program() {
+  std::string p = self_dir() + "/" + std::string(kContainerCheckProgram);
+  if (::access(p.c_str(), X_OK) < 0)
+    return fail(Code::ExecutorUnavailable, fmt::format("{} is not beside airlock ({})", kContainerCheckProgram, p),
+                {{"program", p}});
+  return p;
+}
+
+Result<Lifeline> make_lifeline() {
+  Lifeline l;
+  int life[2], report[2];
+  if (::pipe2(life, O_CLOEXEC) < 0) return fail_errno(Code::ExecutorUnavailable, "pipe for the container's lifeline", errno);
+  l.pass[0].reset(life[0]);
+  l.keep.reset(life[1]);
+  if (::pipe2(report, O_CLOEXEC | O_NONBLOCK) < 0)
+    return fail_errno(Code::ExecutorUnavailable, "pipe for the container's exec report", errno);
+  l.report.reset(report[0]);
+  l.pass[1].reset(report[1]);
+  return l;
+}
+
+int Lifeline::exec_error() const {
+  int32_t e = 0;
+  return ::read(report.get(), &e, sizeof e) == static_cast<ssize_t>(sizeof e) ? e : 0;
 }
 
 Json ImageRecord::to_json() const {
@@ -340,20 +376,128 @@ Result<std::pair<std::string, std::string>> import_dir(const Engine& e, const st
 
 Result<std::vector<ImageRecord>> list_images(const std::string& state_dir) { return read_images(state_dir); }
 
-Result<ImageRecord> build_image_from_dir(const std::string& state_dir, const std::string& name, const std::string& dir) {
+namespace {
+
+Result<std::string> image_name(const std::string& name) {
   std::string n = TRY(normalise_name(name));
   if (n == kCheckImageName) return fail(Code::OptionInvalid, fmt::format("{} is airlock's own image's name", n));
+  return n;
+}
+
+// `dir` imported as the image `n`, and recorded in images.json with where it came from.
+Result<ImageRecord> import_and_record(const Engine& e, const std::string& n, const std::string& dir, std::string source) {
+  auto [reference, id] = TRY(import_dir(e, n, dir));
+  ImageRecord rec{reference, id, std::move(source), now_s()};
+  auto images = TRY(read_images(e.state_dir));
+  std::erase_if(images, [&](const ImageRecord& i) { return i.reference == rec.reference; });
+  images.push_back(rec);
+  TRY(write_images(e.state_dir, images));
+  return rec;
+}
+
+// A Debian package name (Debian Policy 5.6.1).
+bool debian_package_name(std::string_view name) {
+  if (name.size() < 2 || !(std::islower(static_cast<unsigned char>(name[0])) || std::isdigit(static_cast<unsigned char>(name[0]))))
+    return false;
+  for (char c : name)
+    if (!(std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '+' ||
+          c == '-' || c == '.'))
+      return false;
+  return true;
+}
+
+}  // namespace
+
+Result<ImageRecord> build_image_from_dir(const std::string& state_dir, const std::string& name, const std::string& dir) {
+  std::string n = TRY(image_name(name));
   struct stat st {};
   if (dir.empty() || dir[0] != '/' || ::stat(dir.c_str(), &st) < 0 || !S_ISDIR(st.st_mode))
     return fail(Code::OptionInvalid, fmt::format("--from-dir {}: not an absolute path to a directory", dir), {{"dir", dir}});
   Engine e = TRY(open_engine(state_dir));
-  auto [reference, id] = TRY(import_dir(e, n, dir));
-  ImageRecord rec{reference, id, "dir:" + dir, now_s()};
-  auto images = TRY(read_images(state_dir));
-  std::erase_if(images, [&](const ImageRecord& i) { return i.reference == rec.reference; });
-  images.push_back(rec);
-  TRY(write_images(state_dir, images));
-  return rec;
+  return import_and_record(e, n, dir, "dir:" + dir);
+}
+
+Result<ImageRecord> build_image_from_debian(const std::string& state_dir, const std::string& name,
+                                            const std::vector<std::string>& packages) {
+  std::string n = TRY(image_name(name));
+  if (packages.empty()) return fail(Code::OptionInvalid, "--from-debian names no package");
+  for (const auto& p : packages)
+    if (!debian_package_name(p))
+      return fail(Code::OptionInvalid, fmt::format("--from-debian: {:?} is not a Debian package name", p),
+                  {{"package", p}});
+  Engine e = TRY(open_engine(state_dir));
+  // Built on disk in the state directory (an image can be large), removed whatever happens.
+  const std::string work = fmt::format("{}/containers/build-{}", state_dir, random_id().substr(0, 12));
+  TRY(make_dirs(work + "/debs", 0700));
+  struct Remove {
+    std::string dir;
+    ~Remove() { (void)remove_tree(dir); }
+  } gone{work};
+  std::string said;
+  auto keep = [&](std::string_view line) {  // apt's last words, for an error
+    said.append(line).append("\n");
+    if (said.size() > 8192) said.erase(0, said.size() - 4096);
+  };
+  auto step_failed = [&](const Error& err, std::string what) {
+    while (!said.empty() && said.back() == '\n') said.pop_back();
+    auto last = said.rfind('\n');
+    return Error{Code::ExecutorUnavailable,
+                 fmt::format("--from-debian: {} ({}): {}", what, err.message,
+                             last == std::string::npos ? said : said.substr(last + 1)),
+                 {{"packages", packages}}};
+  };
+  // What apt would install on a machine with nothing installed: the packages and what they depend
+  // on (Depends and Pre-Depends; one alternative each, conflicts honoured), no Recommends.
+  std::vector<std::string> closure;
+  std::vector<std::string> argv = {"apt-get", "--simulate", "--no-install-recommends", "--quiet",
+                                   "-o", "Dir::State::status=/dev/null", "-o", "Debug::NoLocking=1", "install"};
+  argv.insert(argv.end(), packages.begin(), packages.end());
+  auto resolved = run_step(argv, work, -1, [&](std::string_view line) {
+    keep(line);
+    // "Inst NAME (VERSION SOURCES [ARCH])"
+    if (!line.starts_with("Inst ")) return;
+    line.remove_prefix(5);
+    auto sp = line.find(' ');
+    if (sp == std::string_view::npos || line.substr(sp, 2) != " (") return;
+    std::string_view pkg = line.substr(0, sp), rest = line.substr(sp + 2);
+    std::string_view version = rest.substr(0, rest.find(' '));
+    if (debian_package_name(pkg) && !version.empty() && version.find_first_of("=/") == std::string_view::npos)
+      closure.push_back(fmt::format("{}={}", pkg, version));
+  });
+  if (!resolved) {
+    // apt's "Unable to locate package" (exit 100): a name this machine's sources do not have.
+    Error err = step_failed(resolved.error(), "apt-get cannot resolve the packages");
+    if (said.find("Unable to locate package") != std::string::npos || said.find("has no installation candidate") != std::string::npos)
+      err.code = Code::OptionInvalid;
+    return std::unexpected(err);
+  }
+  if (closure.empty()) return fail(Code::ExecutorUnavailable, "--from-debian: apt-get resolved no package to install");
+  std::sort(closure.begin(), closure.end());
+  said.clear();
+  // Exactly the versions resolved, from this machine's sources.
+  argv = {"apt-get", "download", "--quiet"};
+  argv.insert(argv.end(), closure.begin(), closure.end());
+  if (auto r = run_step(argv, work + "/debs", -1, keep); !r)
+    return std::unexpected(step_failed(r.error(), "apt-get download failed"));
+  // Each package's files unpacked into the root (no maintainer scripts run), in name order.
+  std::vector<std::string> debs;
+  std::error_code ec;
+  for (const auto& f : std::filesystem::directory_iterator(work + "/debs", ec))
+    if (f.path().extension() == ".deb") debs.push_back(f.path().filename().string());
+  if (ec) return fail(Code::IoError, fmt::format("--from-debian: cannot list {}/debs: {}", work, ec.message()));
+  std::sort(debs.begin(), debs.end());
+  const std::string root = work + "/root";
+  TRY(make_dirs(root, 0755));
+  for (const auto& d : debs) {
+    said.clear();
+    if (auto r = run_step({"dpkg-deb", "--extract", work + "/debs/" + d, root}, work, -1, keep); !r)
+      return std::unexpected(step_failed(r.error(), "dpkg-deb cannot unpack " + d));
+  }
+  // Where the container tier mounts: its view, its scratch, and the kernel's file systems.
+  for (const char* m : {"work", "tmp", "proc", "dev", "sys", "etc"}) (void)::mkdir((root + "/" + m).c_str(), 0755);
+  std::vector<std::string> unpacked;
+  for (const auto& d : debs) unpacked.push_back(d.substr(0, d.size() - 4));
+  return import_and_record(e, n, root, fmt::format("debian:{}", fmt::join(unpacked, " ")));
 }
 
 std::vector<std::string> container_run_args(const plan::ContainerTierPlan& tier, const plan::LimitsPlan& limits,
@@ -410,9 +554,20 @@ std::vector<std::string> container_run_args(const plan::ContainerTierPlan& tier,
     a.push_back("--env-file");
     a.push_back(run.env_file);
   }
+  if (!run.init_program.empty()) {
+    // The init is the entrypoint whatever the image names; the command follows as its arguments.
+    for (std::string s : {std::string("--volume"),
+                          fmt::format("{}:{}:ro,nosuid,nodev", run.init_program, kContainerCheckInside),
+                          std::string("--preserve-fds"), std::string(run.pass_fd ? "3" : "2"),
+                          std::string("--entrypoint"), std::string(kContainerCheckInside)})
+      a.push_back(std::move(s));
+  }
   if (run.interactive) a.push_back("--interactive");
   a.push_back("--");
   a.push_back(c.image_id);
+  if (!run.init_program.empty())
+    for (const char* s : {"--init", run.pass_fd ? "--pass" : "", "--"})
+      if (*s) a.push_back(s);
   a.insert(a.end(), run.argv.begin(), run.argv.end());
   return a;
 }
@@ -567,14 +722,22 @@ CheckResult run_check(const Engine& e, const plan::HostFacts& f, const std::stri
   run.workdir = "/";
   run.seccomp_file = profile;
   run.engine_limits = !rootless;
-  run.extra_ro_binds = {{check_program, std::string(kContainerCheckInside)}};
+  // The check runs under itself as init, as every command does: what a run depends on (its
+  // descriptors passed in, its init's lifeline) is measured too.
+  run.init_program = check_program;
   run.argv = {std::string(kContainerCheckInside)};
   run.engine_timeout_s = 120;
   plan::LimitsPlan limits;
   std::vector<int> join;
   if (cg)
     for (const auto& fd : cg->procs) join.push_back(fd.get());
-  auto out = capture_engine(e, container_run_args(tier, limits, run), std::chrono::seconds(120), -1, join);
+  auto lifeline = make_lifeline();
+  if (!lifeline) {
+    r.reason = lifeline.error().message;
+    return r;
+  }
+  auto out = capture_engine(e, container_run_args(tier, limits, run), std::chrono::seconds(120), -1, join,
+                            lifeline->pass_fds());
   (void)run_engine(e, {"rm", "--force", "--time", "0", "--ignore", name}, std::chrono::seconds(60));
   ::unlink(profile.c_str());
   if (cg) (void)cg->release();
@@ -627,8 +790,9 @@ void probe_container(plan::HostFacts& f, const std::string& state_dir, bool fres
   auto engine = open_engine(state_dir);
   if (!engine) return why(engine.error().message);
   const Engine& e = *engine;
-  const std::string check = self_dir() + "/" + std::string(kContainerCheckProgram);
-  if (::access(check.c_str(), X_OK) < 0) return why(fmt::format("{} is not beside airlock ({})", kContainerCheckProgram, check));
+  auto check_program = container_check_program();
+  if (!check_program) return why(check_program.error().message);
+  const std::string& check = *check_program;
   const bool rootless = ::geteuid() != 0;
   if (!f.has_cgroup_controller("memory") || !f.has_cgroup_controller("pids"))
     return why("no cgroup we may write has memory and pids, which a container runs below");

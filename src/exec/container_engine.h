@@ -28,8 +28,11 @@ namespace airlock::exec {
 
 // The program the probe runs inside a container, beside airlock (src/cli/container_check_main.c).
 inline constexpr std::string_view kContainerCheckProgram = "airlock-container-check";
-// Where the check is bound (read-only) inside the container.
+// Where the check is bound (read-only) inside the container: every run's first process is it, as
+// `--init -- COMMAND` (its lifeline on descriptor 3, its exec report on 4).
 inline constexpr std::string_view kContainerCheckInside = "/.airlock-check";
+// The check program beside this executable, or AIRLOCK_EXECUTOR_UNAVAILABLE saying it is missing.
+Result<std::string> container_check_program();
 // A check older than this, or from another boot, engine version or runtime, is stale: measured again.
 inline constexpr int64_t kContainerCheckMaxAgeSeconds = 24 * 3600;
 
@@ -63,9 +66,24 @@ Result<EngineOutput> run_engine(const Engine& e, const std::vector<std::string>&
 
 // Starts an engine command with the given descriptors (-1: this process's own), in a process group of its
 // own, joined to a cgroup first when `cgroup_join_fds` are given (the child writes "0" to each),
-// killed (SIGKILL) should this thread's process end first.
+// killed (SIGKILL) should this thread's process end first. `pass_fds` become its descriptors 3, 4, ...
 Result<ChildProcess> spawn_engine(const Engine& e, const std::vector<std::string>& args, int in, int out, int err,
-                                  const std::vector<int>& cgroup_join_fds = {});
+                                  const std::vector<int>& cgroup_join_fds = {}, const std::vector<int>& pass_fds = {});
+
+// The two pipes between airlock and a run's init (airlock-container-check --init). The init holds
+// the lifeline's read end: when every copy of its write end is closed, which the kernel does for
+// an airlock killed outright, the init kills everything in the container. The exec report is
+// where the init writes the errno of a command it could not start.
+struct Lifeline {
+  UniqueFd keep;         // the lifeline's write end, held here until the container is gone
+  UniqueFd report;       // the exec report's read end (non-blocking)
+  UniqueFd pass[2];      // the init's ends: passed to the engine as descriptors 3 and 4, then closed here
+  std::vector<int> pass_fds() const { return {pass[0].get(), pass[1].get()}; }
+  // After the engine ends: the errno of an exec the init reported (> 0), the negated errno of the
+  // init's own failure (< 0), or 0 when it started the command.
+  int exec_error() const;
+};
+Result<Lifeline> make_lifeline();
 
 // An image airlock built, as STATE/containers/images.json records it.
 struct ImageRecord {
@@ -82,6 +100,17 @@ Result<std::vector<ImageRecord>> list_images(const std::string& state_dir);
 // image's name without a tag ("tools", "localhost/tools").
 Result<ImageRecord> build_image_from_dir(const std::string& state_dir, const std::string& name,
                                          const std::string& dir);
+// `airlock image build NAME --from-debian PKG...`: what apt would install on a machine with
+// nothing installed (apt-get --simulate against an empty dpkg status, no Recommends: the packages,
+// their Depends and Pre-Depends, one alternative each), downloaded at exactly those versions by
+// apt-get from this machine's sources and unpacked in name order (dpkg-deb --extract: no
+// maintainer script runs, so no alternatives links or caches they would make) as the image's one
+// layer; the record's source names each package and version. The packages are trusted as apt
+// trusts them (unpacked as this user). A name that is no Debian package name, or that apt cannot
+// locate: AIRLOCK_OPTION_INVALID; apt failing otherwise (no network to the sources):
+// AIRLOCK_EXECUTOR_UNAVAILABLE with apt's last words.
+Result<ImageRecord> build_image_from_debian(const std::string& state_dir, const std::string& name,
+                                            const std::vector<std::string>& packages);
 
 // The engine arguments of one `run` under `plan` (no --rm: the executor reads the container's end
 // before it removes it): no network, read-only root, the view at the workdir, a tmpfs /tmp, every
@@ -100,6 +129,10 @@ struct ContainerRun {
   std::string seccomp_file;
   bool engine_limits = false;
   bool interactive = false;  // stdin kept open
+  // The check program's host path, bound at kContainerCheckInside; the command then runs under it as
+  // init (--init, with a Lifeline's descriptors passed to the engine).
+  std::string init_program;
+  bool pass_fd = false;  // a third descriptor passed (after the Lifeline's) becomes the command's 3
   std::vector<std::string> argv;  // the command
 };
 std::vector<std::string> container_run_args(const plan::ContainerTierPlan& tier, const plan::LimitsPlan& limits,

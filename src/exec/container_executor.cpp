@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <chrono>
 #include <mutex>
 #include <thread>
@@ -41,6 +42,7 @@ class ContainerExecutor final : public Executor {
     // SessionDirs.root is STATE/sessions/ID.
     std::string state = dirs_.root.substr(0, dirs_.root.rfind("/sessions/"));
     engine_ = TRY(open_engine(state));
+    init_program_ = TRY(container_check_program());
     // What an airlock killed outright left running (its engine's own --timeout bounds it too).
     remove_abandoned_containers(engine_, session_id_);
     auto seccomp = TRY(linux::oci_seccomp_profile(tier_.seccomp));
@@ -69,8 +71,6 @@ class ContainerExecutor final : public Executor {
       if (stop_requested_) return fail(Code::SessionKilled, "the session was stopped");
       run_stop_requested_ = false;
     }
-    if (cmd.pass_fd >= 0)
-      return fail(Code::ExecutorUnavailable, "the container tier cannot pass a descriptor to the command (fd 3)");
     const std::string& workdir = tier_.container.workdir;
     // The view is at /work and the scratch directory at /tmp, wherever the command starts.
     std::string pwd = TRY(sandbox_path(cmd.cwd, dirs_, workdir));
@@ -83,6 +83,8 @@ class ContainerExecutor final : public Executor {
     r.seccomp_file = seccomp_file_;
     r.interactive = cmd.stdin_fd >= 0;
     r.argv = cmd.argv;
+    r.init_program = init_program_;
+    r.pass_fd = cmd.pass_fd >= 0;
     // The view's protected paths, read-only inside (the first wall; write-back is the second).
     // The engine's bind follows links, so each is first resolved beneath the view without any: one
     // a command turned into a link (or put under one) is not bound, as the namespaces tier skips
@@ -136,9 +138,20 @@ class ContainerExecutor final : public Executor {
       r.engine_limits = true;
     }
 
+    // The container's init holds the lifeline's read end; its write end stays in this process
+    // until the container is gone, so an airlock killed outright takes the container with it.
+    auto lifeline = make_lifeline();
+    if (!lifeline) {
+      if (cg) (void)cg->release();
+      return std::unexpected(lifeline.error());
+    }
     auto t0 = std::chrono::steady_clock::now();
+    std::vector<int> pass = lifeline->pass_fds();
+    if (r.pass_fd) pass.push_back(cmd.pass_fd);
     auto started = spawn_engine(engine_, container_run_args(tier_, plan_.limits, r), cmd.stdin_fd, cmd.stdout_fd,
-                                cmd.stderr_fd, join);
+                                cmd.stderr_fd, join, pass);
+    lifeline->pass[0].reset();
+    lifeline->pass[1].reset();
     if (!started) {
       if (cg) (void)cg->release();
       return std::unexpected(started.error());
@@ -223,6 +236,14 @@ class ContainerExecutor final : public Executor {
     RunOutcome out;
     out.program = cmd.argv[0];
     const int engine_code = engine_end->signaled ? -1 : engine_end->code;
+    // The init could not start the command, or failed itself: never taken for the command's exit.
+    if (int e = lifeline->exec_error(); e > 0 && !timed_out && !stopped)
+      return std::unexpected(command_not_started(
+          cmd.argv[0], fmt::format("cannot execute {} in {}: {}", cmd.argv[0], tier_.container.image, std::strerror(e)), e));
+    else if (e < 0)
+      return fail(Code::ExecutorUnavailable,
+                  fmt::format("the container's init ({}) failed: {}", kContainerCheckProgram, std::strerror(-e)),
+                  {{"image", tier_.container.image}});
     if (!timed_out && !stopped) {
       // Never started: the runtime could not start the program (the shell's 127 for a missing
       // one, 126 for one it may not run), or the engine failed (its 125).
@@ -309,6 +330,7 @@ class ContainerExecutor final : public Executor {
   SessionDirs dirs_;
   std::string session_id_;
   Engine engine_;
+  std::string init_program_;  // airlock-container-check, every run's init
   std::string seccomp_file_;
   Enforced enforced_;
   int runs_ = 0;

@@ -2,9 +2,7 @@
 #include "exec/vm_image.h"
 
 #include <fcntl.h>
-#include <spawn.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <x86intrin.h>
@@ -16,11 +14,11 @@
 
 #include <fmt/format.h>
 
+#include "base/child_process.h"
 #include "base/fs.h"
 #include "base/hash.h"
 #include "base/unique_fd.h"
 
-extern char** environ;
 
 namespace airlock::exec {
 namespace {
@@ -44,48 +42,6 @@ struct Cpio {
   while (out.size() % 4) out += '\0';
   }
 };
-
-// Runs argv in cwd with stdout and stderr appended to `log` and each line handed to `line`.
-Result<void> run_step(const std::vector<std::string>& argv, const std::string& cwd, int log,
-                      const std::function<void(std::string_view)>& line) {
-  int p[2];
-  if (::pipe2(p, O_CLOEXEC) < 0) return fail_errno(Code::ExecutorUnavailable, "pipe", errno);
-  UniqueFd rd(p[0]), wr(p[1]);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, wr.get(), 1);
-  posix_spawn_file_actions_adddup2(&fa, wr.get(), 2);
-  posix_spawn_file_actions_addchdir_np(&fa, cwd.c_str());
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = -1;
-  int rc = ::posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  wr.reset();
-  if (rc != 0) return fail_errno(Code::IoError, "cannot start " + argv[0], rc);
-  std::string pending;
-  char buf[8192];
-  for (;;) {
-    ssize_t n = ::read(rd.get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    (void)write_all(log, std::string_view(buf, n), Code::IoError, "build.log");
-    pending.append(buf, n);
-    size_t nl;
-    while ((nl = pending.find('\n')) != std::string::npos) {
-      if (line) line(std::string_view(pending).substr(0, nl));
-      pending.erase(0, nl + 1);
-    }
-  }
-  int st = 0;
-  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-  }
-  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-    return fail(Code::ExecutorUnavailable, fmt::format("{} failed (status {})", argv[0], st), {{"step", argv}});
-  return {};
-}
 
 // The whole image's key: the kernel's and the agent's.
 Result<std::string> image_key(const std::string& kernel, const BuildOptions& o) {

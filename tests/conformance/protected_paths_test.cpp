@@ -118,10 +118,19 @@ class ProtectedPaths : public ::testing::TestWithParam<std::tuple<Identity, std:
     if (!identity_available(identity(), &why)) GTEST_SKIP() << why;
     fx_ = std::make_unique<CliFixture>(identity());
     if (executor() == "microvm") (void)fx_->adopt_vm_verification(&why);
-    policy_ = fx_->write_policy(Json({{"schema_version", "airlock.task_policy.v1"},
-                                      {"executor", executor()},
-                                      {"limits", {{"memory_mb", 1024}, {"command_timeout_seconds", 120}}}})
-                                    .dump());
+    Json policy = {{"schema_version", "airlock.task_policy.v1"},
+                   {"executor", executor()},
+                   {"limits", {{"memory_mb", 1024}, {"command_timeout_seconds", 120}}}};
+    // The container tier runs the host's programs from an image of links to /usr, bound read-only.
+    if (executor() == "container") {
+      std::string image = fx_->usr_image(&why);
+      if (image.empty()) {
+        if (require_all_tiers()) FAIL() << "AIRLOCK_REQUIRE_ALL_TIERS=1 but: " << why;
+        GTEST_SKIP() << "the container executor is unavailable here: " << why;
+      }
+      CliFixture::usr_image_policy(policy, image);
+    }
+    policy_ = fx_->write_policy(policy.dump());
     auto probe = run({"true"});
     if (probe.status != 0) {
       if (require_all_tiers()) FAIL() << "AIRLOCK_REQUIRE_ALL_TIERS=1 but: " << probe.err;
@@ -385,7 +394,7 @@ TEST_P(ProtectedPaths, AHardLinkToAFileOutsideIsReadByNoRoute) {
 INSTANTIATE_TEST_SUITE_P(
     AsEachUser, ProtectedPaths,
     ::testing::Combine(::testing::Values(Identity::Self, Identity::Nobody),
-                       ::testing::Values("landlock", "namespaces", "microvm")),
+                       ::testing::Values("landlock", "namespaces", "container", "microvm")),
     [](const auto& info) { return to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param); });
 
 }  // namespace

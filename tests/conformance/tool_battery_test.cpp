@@ -110,6 +110,15 @@ class ToolBattery : public ::testing::TestWithParam<std::tuple<Identity, std::st
                    {"executor", executor()},
                    {"limits", {{"memory_mb", 512}, {"command_timeout_seconds", 60}}},
                    {"tools", battery_tools(marker_)}};
+    // The container tier runs the tools from an image of links to the host's /usr, bound read-only.
+    if (executor() == "container") {
+      std::string image = fx_->usr_image(&why);
+      if (image.empty()) {
+        if (require_all_tiers()) FAIL() << "AIRLOCK_REQUIRE_ALL_TIERS=1 but: " << why;
+        GTEST_SKIP() << "the container executor is unavailable here: " << why;
+      }
+      CliFixture::usr_image_policy(policy, image);
+    }
     policy_ = fx_->write_policy(policy.dump());
     ledger_ = fx_->state_dir() + "/effects.jsonl";
     // The microvm tier runs only where `airlock vm verify` passed (the escape suite against a real
@@ -380,7 +389,7 @@ TEST_P(ToolBattery, ASigkillBetweenEffectAndOutcomeLeavesTheOrphanIntentRecorded
 INSTANTIATE_TEST_SUITE_P(
     AsEachUser, ToolBattery,
     ::testing::Combine(::testing::Values(Identity::Self, Identity::Nobody),
-                       ::testing::Values("host", "landlock", "namespaces", "microvm")),
+                       ::testing::Values("host", "landlock", "namespaces", "container", "microvm")),
     [](const auto& info) { return to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param); });
 
 }  // namespace

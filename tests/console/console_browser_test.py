@@ -292,8 +292,11 @@ def main():
         row_text = until("the pending approval", lambda: texts(row))[0]
         expect("deploy" in row_text and '"version": "1.2"' in row_text, row_text)
         # The agent's next held call goes below: the row the operator is reading does not move.
+        # Measured from the top of the approvals table: what moves above it (the sessions list gains
+        # a row as the agent works) is not the approvals list reordering.
         top_of = lambda css: driver.execute_script(
-            "const e = document.querySelector(arguments[0]); return e && e.getBoundingClientRect().top", css)
+            "const e = document.querySelector(arguments[0]), t = document.querySelector('#approvals');"
+            "return e && t && e.getBoundingClientRect().top - t.getBoundingClientRect().top", css)
         top = top_of(row)
         status, other = agent.call("POST", held_base + "/run_tool", {"tool": "deploy", "args": {"version": "6.6.6"}})
         expect(status == 403, f"{status} {other}")

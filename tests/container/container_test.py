@@ -2,7 +2,8 @@
 """The container tier end to end through the CLI (issue 20): an image built here from a directory
 carrying a program this host does not have, pinned by digest and checked, then commands run in it
 with no network, a read-only root, the view at /work written back under the usual rules, a wall
-time kept from the host, and nothing left behind. Refusals: a tag, an unknown digest, no image.
+time kept from the host, a SIGKILLed airlock's container gone with it, and nothing left behind;
+an image from Debian packages (--from-debian). Refusals: a tag, an unknown digest, no image.
 Usage: container_test.py AIRLOCK"""
 import json, os, shutil, subprocess, sys, tempfile
 
@@ -140,10 +141,51 @@ try:
     # The wall time is kept from the host: the container is killed and removed.
     r = run(state, "run", "--policy", policy(ref), "--", "/opt/imgtool/imgtool", "s")
     check("AIRLOCK_TOOL_TIMEOUT" in r.stderr or r.returncode in (124, 137, 143), f"timeout: {r.returncode} {r.stderr}")
-    engine = ["/usr/bin/podman", "--root", os.path.join(state, "containers/storage")]
     ps = subprocess.run(["pgrep", "-f", "airlock-container-.*imgtool|conmon.*" + os.path.basename(tmp)],
                         capture_output=True, text=True)
     check(ps.stdout.strip() == "", f"processes left: {ps.stdout}")
+    # An airlock killed outright (no chance to clean up) takes its container with it at once: the
+    # container's init reads end-of-file on its lifeline, long before the engine's own --timeout.
+    import time
+    p = subprocess.Popen([airlock, "--state-dir", state, "run", "--policy",
+                          policy(ref, limits={"command_timeout_seconds": 600}), "--", "/opt/imgtool/imgtool", "s"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    def pause_pids():
+        # The command's process: imgtool s, a child of the container's init.
+        out = subprocess.run(["pgrep", "-f", "^/opt/imgtool/imgtool s$"], capture_output=True, text=True).stdout
+        return out.split()
+    deadline = time.monotonic() + 60
+    while not pause_pids() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    check(pause_pids() != [], "the long command never started")
+    p.kill()
+    p.wait(timeout=30)
+    deadline = time.monotonic() + 15
+    while pause_pids() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    check(pause_pids() == [], f"the container outlived a SIGKILLed airlock: {pause_pids()}")
+    # The next session sweeps what the killed one left and runs as before.
+    r = run(state, "run", "--policy", policy(ref), "--", "/opt/imgtool/imgtool", "w")
+    check(r.returncode == 0, f"after the kill: {r.returncode} {r.stderr}")
+
+    # An image from Debian packages (apt-get download from this machine's sources, unpacked):
+    # hello and its libc, a program this host does not have, run in it.
+    b = run(state, "image", "build", "debhello", "--from-debian", "hello", "--json", timeout=600)
+    check(b.returncode == 0, f"image build --from-debian: {b.returncode} {b.stdout} {b.stderr}")
+    if b.returncode == 0:
+        rec = json.loads(b.stdout)
+        check(rec["ok"] is True and rec["source"].startswith("debian:") and " libc6_" in rec["source"]
+              and "hello_" in rec["source"], f"the record names the packages: {rec}")
+        r = run(state, "run", "--policy", policy(rec["reference"]), "--", "/usr/bin/hello")
+        check(r.returncode == 0 and r.stdout.strip() == "Hello, world!", f"hello from Debian: {r.returncode} {r.stdout} {r.stderr}")
+        if not os.path.exists("/usr/bin/hello"):
+            r = run(state, "run", "--policy", policy(ref), "--", "/usr/bin/hello")
+            check(r.returncode == 127, f"not in the other image: {r.returncode} {r.stderr}")
+    for bad, code in (("Not_A_Name", "AIRLOCK_OPTION_INVALID"), ("airlock-no-such-package-x", "AIRLOCK_OPTION_INVALID")):
+        b = run(state, "image", "build", "bad", "--from-debian", bad)
+        check(b.returncode != 0 and code in b.stderr and bad in b.stderr, f"--from-debian {bad}: {b.returncode} {b.stderr}")
+    b = run(state, "image", "build", "bad", "--from-dir", img, "--from-debian", "hello")
+    check(b.returncode != 0, f"--from-dir and --from-debian together: {b.returncode} {b.stderr}")
 
     # Refusals, each by name.
     r = run(state, "run", "--policy", policy("localhost/tools:latest"), "--", "/opt/imgtool/imgtool")
