@@ -12,9 +12,10 @@
  *     a signal), which ends everything else in the container. Descriptor 3 is its lifeline, the
  *     read end of a pipe only airlock holds the other end of: when it reads end-of-file (airlock is
  *     gone, killed outright), it kills everything in the container at once, so nothing outlives the
- *     airlock that started it. Descriptor 4 is where it reports that COMMAND could not be started
- *     (the errno of its exec, four bytes; the negated errno of its own failure), so airlock tells
- *     either from an exit status. Neither
+ *     airlock that started it. Descriptor 4 is its report to airlock, records of two 32-bit
+ *     integers {kind, value}: 1 = COMMAND could not be started (the errno of its exec), 2 = the
+ *     init itself failed (an errno), 3 = COMMAND exited (its code), 4 = a signal ended it (the
+ *     signal), so airlock never takes a failure for an exit status nor needs the engine to learn it. Neither
  *     reaches COMMAND. With --pass, descriptor 5 is COMMAND's descriptor 3 (AIRLOCK_CREDENTIALS_FD). */
 #include <dirent.h>
 #include <errno.h>
@@ -31,13 +32,18 @@
 #include <unistd.h>
 
 enum { kLifeline = 3, kExecReport = 4, kPassed = 5 };
+enum { kExecFailed = 1, kInitFailed = 2, kExited = 3, kKilledBy = 4 };
 
-/* The init's own failure, reported on the exec report as a negative number so airlock never takes
- * it for the command's exit status. */
+static void report(int32_t kind, int32_t value) {
+  int32_t r[2] = {kind, value};
+  (void)!write(kExecReport, r, sizeof r);
+}
+
+/* The init's own failure: reported, and everything in the container killed. */
 static int init_failed(const char* what) {
-  int32_t e = -(errno ? errno : EINVAL);
-  fprintf(stderr, "airlock-container-check --init: %s: %s\n", what, strerror(errno));
-  (void)!write(kExecReport, &e, sizeof e);
+  int e = errno ? errno : EINVAL;
+  fprintf(stderr, "airlock-container-check --init: %s: %s\n", what, strerror(e));
+  report(kInitFailed, e);
   kill(-1, SIGKILL);
   return 125;
 }
@@ -60,19 +66,16 @@ static int run_init(char** argv, int pass) {
   if (child == 0) {
     sigprocmask(SIG_SETMASK, &old, NULL);
     close(kLifeline);
-    int32_t e = 0;
     if (pass && (dup2(kPassed, kLifeline) < 0 || close(kPassed) < 0)) {
-      e = -errno;
-      (void)!write(kExecReport, &e, sizeof e);
+      report(kInitFailed, errno);
       _exit(125);
     }
     fcntl(kExecReport, F_SETFD, FD_CLOEXEC);
     execvp(argv[0], argv);
-    e = errno;
-    (void)!write(kExecReport, &e, sizeof e);
+    int e = errno;
+    report(kExecFailed, e);
     _exit(e == ENOENT ? 127 : 126);
   }
-  close(kExecReport);
   if (pass) close(kPassed);
   struct pollfd p[2] = {{.fd = kLifeline, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
   for (;;) {
@@ -101,7 +104,14 @@ static int run_init(char** argv, int pass) {
     int status;
     pid_t w;
     while ((w = waitpid(-1, &status, WNOHANG)) > 0)
-      if (w == child) return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+      if (w == child) {
+        if (WIFSIGNALED(status)) {
+          report(kKilledBy, WTERMSIG(status));
+          return 128 + WTERMSIG(status);
+        }
+        report(kExited, WEXITSTATUS(status));
+        return WEXITSTATUS(status);
+      }
   }
 }
 

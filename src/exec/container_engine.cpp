@@ -281,14 +281,37 @@ Result<Lifeline> make_lifeline() {
   l.keep.reset(life[1]);
   if (::pipe2(report, O_CLOEXEC | O_NONBLOCK) < 0)
     return fail_errno(Code::ExecutorUnavailable, "pipe for the container's exec report", errno);
-  l.report.reset(report[0]);
+  l.reports.reset(report[0]);
   l.pass[1].reset(report[1]);
   return l;
 }
 
-int Lifeline::exec_error() const {
-  int32_t e = 0;
-  return ::read(report.get(), &e, sizeof e) == static_cast<ssize_t>(sizeof e) ? e : 0;
+Lifeline::Report Lifeline::report() const {
+  Report r;
+  int32_t rec[2];
+  // At most one of each kind; written before the init ended, so all there now.
+  for (int i = 0; i < 3 && ::read(reports.get(), rec, sizeof rec) == static_cast<ssize_t>(sizeof rec); ++i) {
+    if (rec[0] == 1 && rec[1] > 0) r.exec_errno = rec[1];
+    else if (rec[0] == 2 && rec[1] > 0) r.init_errno = rec[1];
+    else if (rec[0] == 3 && rec[1] >= 0 && rec[1] <= 255) r.ended = ExitStatus{false, rec[1], 0};
+    else if (rec[0] == 4 && rec[1] > 0 && rec[1] < 65) r.ended = ExitStatus{true, 0, rec[1]};
+  }
+  return r;
+}
+
+std::optional<bool> container_gone_from_store(const Engine& e, const std::string& name) {
+  const std::string path = e.storage + "/overlay-containers/containers.json";
+  if (::access(path.c_str(), F_OK) < 0 && errno == ENOENT) return true;
+  auto text = read_file(path);
+  if (!text) return std::nullopt;
+  auto j = parse_json(*text, Code::IoError, "containers.json");
+  if (!j || !j->is_array()) return std::nullopt;
+  for (const auto& c : *j) {
+    if (!c.is_object() || !c.contains("names") || !c["names"].is_array()) continue;
+    for (const auto& n : c["names"])
+      if (n.is_string() && n.get<std::string>() == name) return false;
+  }
+  return true;
 }
 
 Json ImageRecord::to_json() const {
@@ -503,7 +526,8 @@ Result<ImageRecord> build_image_from_debian(const std::string& state_dir, const 
 std::vector<std::string> container_run_args(const plan::ContainerTierPlan& tier, const plan::LimitsPlan& limits,
                                             const ContainerRun& run) {
   const plan::ContainerPlan& c = tier.container;
-  std::vector<std::string> a = {"run", "--pull", "never", "--name", run.name, "--runtime", c.runtime,
+  // --rm: the engine removes the container as it ends (airlock checks it gone from the store).
+  std::vector<std::string> a = {"run", "--rm", "--pull", "never", "--name", run.name, "--runtime", c.runtime,
                                 "--network", "none", "--read-only", "--read-only-tmpfs=false",
                                 "--cap-drop", "all", "--security-opt", "no-new-privileges",
                                 "--security-opt", "seccomp=" + run.seccomp_file,

@@ -72,16 +72,20 @@ Result<ChildProcess> spawn_engine(const Engine& e, const std::vector<std::string
 
 // The two pipes between airlock and a run's init (airlock-container-check --init). The init holds
 // the lifeline's read end: when every copy of its write end is closed, which the kernel does for
-// an airlock killed outright, the init kills everything in the container. The exec report is
-// where the init writes the errno of a command it could not start.
+// an airlock killed outright, the init kills everything in the container. On the report the init
+// says whether it started the command and how the command ended.
 struct Lifeline {
   UniqueFd keep;         // the lifeline's write end, held here until the container is gone
-  UniqueFd report;       // the exec report's read end (non-blocking)
+  UniqueFd reports;      // the report's read end (non-blocking)
   UniqueFd pass[2];      // the init's ends: passed to the engine as descriptors 3 and 4, then closed here
   std::vector<int> pass_fds() const { return {pass[0].get(), pass[1].get()}; }
-  // After the engine ends: the errno of an exec the init reported (> 0), the negated errno of the
-  // init's own failure (< 0), or 0 when it started the command.
-  int exec_error() const;
+  // What the init reported, read once the engine has ended (airlock-container-check.c's records).
+  struct Report {
+    std::optional<int> exec_errno;  // the command could not be started
+    std::optional<int> init_errno;  // the init itself failed
+    std::optional<ExitStatus> ended;  // how the command ended
+  };
+  Report report() const;
 };
 Result<Lifeline> make_lifeline();
 
@@ -141,6 +145,10 @@ std::vector<std::string> container_run_args(const plan::ContainerTierPlan& tier,
 // Writes `env` (NAME=value) as the engine's environment file, 0600. A value the file cannot carry
 // (a newline, a NUL) is AIRLOCK_POLICY_INVALID naming the variable.
 Result<void> write_env_file(const std::string& path, const std::vector<std::string>& env);
+
+// Whether the engine's store holds no container named `name` (its containers.json, read without
+// starting the engine); nullopt when that cannot be read.
+std::optional<bool> container_gone_from_store(const Engine& e, const std::string& name);
 
 // Removes the containers a SIGKILLed airlock left of this state directory's abandoned sessions
 // (named airlock-SESSION-N, whose session directory has no live owner), `except` the live one.

@@ -203,94 +203,56 @@ class ContainerExecutor final : public Executor {
     if (!engine_end) engine_end = child.wait().value_or(ExitStatus{true, 0, SIGKILL});
     auto wall = std::chrono::steady_clock::now() - t0;
 
-    // The container's own end, from the engine: its exit code, and whether it ever started.
-    auto inspected = run_engine(engine_, {"container", "inspect", "--format",
-                                          "{{.State.ExitCode}}|{{.State.Status}}|{{.State.Error}}", r.name},
-                                kEngineLimit);
-
+    // How the command ended, from the container's init: the engine is asked nothing more when
+    // the init saw the command end and the engine ended with that status (its --rm removed it).
+    const Lifeline::Report said = lifeline->report();
+    const bool engine_normal = !engine_end->signaled && said.ended && engine_end->code == said.ended->shell_status();
     auto t_end = std::chrono::steady_clock::now();
-    auto removed = run_engine(engine_, {"rm", "--force", "--time", "0", "--ignore", r.name}, kEngineLimit);
-    auto gone = run_engine(engine_, {"container", "exists", r.name}, kEngineLimit);
-    bool container_gone = gone && !gone->status.signaled && gone->status.code == 1;
+    std::optional<bool> gone = engine_normal ? container_gone_from_store(engine_, r.name) : std::nullopt;
+    std::string removal_said;
+    if (gone != std::optional<bool>(true)) {
+      // The engine did not end as the container did (killed, failed, or its removal failed):
+      // removed here, and checked gone through the engine.
+      auto removed = run_engine(engine_, {"rm", "--force", "--time", "0", "--ignore", r.name}, kEngineLimit);
+      if (removed) removal_said = removed->err;
+      auto exists = run_engine(engine_, {"container", "exists", r.name}, kEngineLimit);
+      gone = exists && !exists->status.signaled && exists->status.code == 1;
+    }
     auto released = cg ? cg->release() : Result<void>{};
     double teardown_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_end).count();
     if (!released) return std::unexpected(released.error());
-    if (!container_gone)
+    if (!*gone)
       return fail(Code::ExecutorUnavailable,
-                  fmt::format("the container {} is still there after `{} rm`: {}", r.name, engine_.program,
-                              removed ? removed->err : removed.error().message),
+                  fmt::format("the container {} is still there after `{} rm`: {}", r.name, engine_.program, removal_said),
                   {{"container", r.name}});
 
-    if (!inspected || !inspected->ok())
-      return fail(Code::ExecutorUnavailable,
-                  fmt::format("{} could not create the container (engine exit {}; its message went to the "
-                              "command's stderr)",
-                              engine_.program, engine_end->shell_status()),
-                  {{"engine", engine_.program}, {"image", tier_.container.image}});
-    std::string state = inspected->out;
-    while (!state.empty() && state.back() == '\n') state.pop_back();
-    auto bar = state.find('|'), bar2 = bar == std::string::npos ? bar : state.find('|', bar + 1);
-    std::string code_text = state.substr(0, bar);
-    std::string status = bar2 == std::string::npos ? "" : state.substr(bar + 1, bar2 - bar - 1);
-    std::string error = bar2 == std::string::npos ? "" : state.substr(bar2 + 1);
     RunOutcome out;
     out.program = cmd.argv[0];
-    const int engine_code = engine_end->signaled ? -1 : engine_end->code;
-    // The init could not start the command, or failed itself: never taken for the command's exit.
-    if (int e = lifeline->exec_error(); e > 0 && !timed_out && !stopped)
-      return std::unexpected(command_not_started(
-          cmd.argv[0], fmt::format("cannot execute {} in {}: {}", cmd.argv[0], tier_.container.image, std::strerror(e)), e));
-    else if (e < 0)
+    if (said.init_errno)
       return fail(Code::ExecutorUnavailable,
-                  fmt::format("the container's init ({}) failed: {}", kContainerCheckProgram, std::strerror(-e)),
+                  fmt::format("the container's init ({}) failed: {}", kContainerCheckProgram, std::strerror(*said.init_errno)),
                   {{"image", tier_.container.image}});
-    if (!timed_out && !stopped) {
-      // Never started: the runtime could not start the program (the shell's 127 for a missing
-      // one, 126 for one it may not run), or the engine failed (its 125).
-      if (status == "created" || !error.empty()) {
-        if (engine_code == 126 || engine_code == 127)
-          return std::unexpected(command_not_started(
-              cmd.argv[0],
-              fmt::format("cannot execute {} in {}{}{}", cmd.argv[0], tier_.container.image, error.empty() ? "" : ": ", error),
-              engine_code == 127 ? ENOENT : EACCES));
-        return fail(Code::ExecutorUnavailable,
-                    fmt::format("{} could not start the container (exit {}; its message went to the command's "
-                                "stderr){}{}",
-                                engine_.program, engine_code, error.empty() ? "" : ": ", error),
-                    {{"engine", engine_.program}, {"image", tier_.container.image}});
-      }
-      // An engine that died while its container ran (killed, out of memory) says nothing of the
-      // command's end: never taken for one.
-      if (engine_end->signaled || status != "exited")
-        return fail(Code::ExecutorUnavailable,
-                    fmt::format("{} ended ({}) while the container was {}: the command's end is unknown",
-                                engine_.program,
-                                engine_end->signaled ? fmt::format("signal {}", engine_end->signal)
-                                                     : fmt::format("exit {}", engine_end->code),
-                                status.empty() ? "in an unknown state" : status),
-                    {{"engine", engine_.program}, {"container_status", status}});
-    }
-    int code = 0;
-    try {
-      code = std::stoi(code_text);
-    } catch (...) {
-      return fail(Code::ExecutorUnavailable, "the engine reported an exit code airlock cannot read: " + code_text);
-    }
-    // The engine exits with the container's code, or with its own 125 when it failed.
-    if (!timed_out && !stopped && engine_code == 125 && code != 125)
-      return fail(Code::ExecutorUnavailable,
-                  fmt::format("{} failed (exit 125; its message went to the command's stderr)", engine_.program),
-                  {{"engine", engine_.program}, {"image", tier_.container.image}});
-    // The engine reports a signal's end as 128 + the signal, as a shell does.
-    if (code > 128 && code < 128 + 65) {
-      out.status.signaled = true;
-      out.status.signal = code - 128;
+    // The init could not start the command: never taken for the command's exit.
+    if (said.exec_errno && !timed_out && !stopped)
+      return std::unexpected(command_not_started(
+          cmd.argv[0],
+          fmt::format("cannot execute {} in {}: {}", cmd.argv[0], tier_.container.image, std::strerror(*said.exec_errno)),
+          *said.exec_errno));
+    if (said.ended) {
+      out.status = *said.ended;
+    } else if (timed_out || stopped) {
+      // Killed with its init (the engine's kill after the grace): the command's end is that kill.
+      out.status = ExitStatus{true, 0, SIGKILL};
     } else {
-      out.status.code = code;
-    }
-    if ((timed_out || stopped) && !out.status.signaled && code == 0 && engine_end->signaled) {
-      out.status.signaled = true;
-      out.status.signal = SIGKILL;
+      // No word from the init: the engine failed before the command started (its 125, its message on
+      // the command's stderr), or ended while the container ran. Never taken for the command's end.
+      return fail(Code::ExecutorUnavailable,
+                  fmt::format("{} ended ({}) without the container's init saying how the command ended (its "
+                              "message went to the command's stderr)",
+                              engine_.program,
+                              engine_end->signaled ? fmt::format("signal {}", engine_end->signal)
+                                                   : fmt::format("exit {}", engine_end->code)),
+                  {{"engine", engine_.program}, {"image", tier_.container.image}});
     }
     out.timed_out = timed_out;
     out.stopped = stopped;
