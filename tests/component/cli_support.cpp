@@ -213,24 +213,19 @@ bool CliFixture::adopt_vm_verification(std::string* why) {
   return true;
 }
 
-std::string CliFixture::usr_image(std::string* why) {
+std::string CliFixture::use_usr_image(nlohmann::json& policy) {
   TempDir dir(uid());
   for (const char* d : {"usr", "etc", "tmp", "work", "proc", "dev", "sys"}) ::mkdir((dir / d).c_str(), 0755);
   for (const char* l : {"bin", "sbin", "lib", "lib64"})
     (void)!::symlink((std::string("usr/") + l).c_str(), (dir / l).c_str());
   auto r = run({"image", "build", "localhost/airlock-test-usr", "--from-dir", dir.path(), "--json"}, {}, 300);
   auto j = nlohmann::json::parse(r.out, nullptr, false);
-  if (r.status != 0 || !j.is_object() || !j.contains("reference")) {
-    *why = "airlock image build: exit " + std::to_string(r.status) + ": " + r.err.substr(0, 600);
-    return "";
-  }
-  return j["reference"];
-}
-
-void CliFixture::usr_image_policy(nlohmann::json& policy, const std::string& image) {
-  policy["image"] = image;
+  if (r.status != 0 || !j.is_object() || !j.contains("reference"))
+    return "airlock image build: exit " + std::to_string(r.status) + ": " + r.err.substr(0, 600);
+  policy["image"] = j["reference"];
   if (!policy.contains("read_only_paths")) policy["read_only_paths"] = nlohmann::json::array();
   policy["read_only_paths"].push_back("/usr");
+  return "";
 }
 
 pid_t CliFixture::launch(std::vector<std::string> argv, const std::map<std::string, std::string>& env, int in,

@@ -93,12 +93,10 @@ class CliFixture {
   // ($AIRLOCK_CACHE_DIR/verify/vm-verified.json). False, with why, when there is none.
   bool adopt_vm_verification(std::string* why);
   // The container tier's image for tests: directories and links to /usr (bin, sbin, lib, lib64),
-  // built by `airlock image build` as the identity in this fixture's state directory; a policy
-  // naming it binds /usr read-only (usr_image_policy), so the host's programs run inside. "" with
-  // why when it cannot be built (no engine here, say).
-  std::string usr_image(std::string* why);
-  // `policy` with the container tier's image and /usr among its read_only_paths.
-  static void usr_image_policy(nlohmann::json& policy, const std::string& image);
+  // built by `airlock image build` as the identity in this fixture's state directory, named in
+  // `policy` with /usr among its read_only_paths, so the host's programs run inside. "" when done,
+  // else why it could not be built (no engine here, say).
+  std::string use_usr_image(nlohmann::json& policy);
   // How many session directories the state directory holds (a view left behind is one).
   size_t session_dirs() const;
   // The receipts files in the state directory.

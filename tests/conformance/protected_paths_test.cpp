@@ -122,13 +122,9 @@ class ProtectedPaths : public ::testing::TestWithParam<std::tuple<Identity, std:
                    {"executor", executor()},
                    {"limits", {{"memory_mb", 1024}, {"command_timeout_seconds", 120}}}};
     // The container tier runs the host's programs from an image of links to /usr, bound read-only.
-    if (executor() == "container") {
-      std::string image = fx_->usr_image(&why);
-      if (image.empty()) {
-        if (require_all_tiers()) FAIL() << "AIRLOCK_REQUIRE_ALL_TIERS=1 but: " << why;
-        GTEST_SKIP() << "the container executor is unavailable here: " << why;
-      }
-      CliFixture::usr_image_policy(policy, image);
+    if (std::string no = executor() == "container" ? fx_->use_usr_image(policy) : ""; !no.empty()) {
+      if (require_all_tiers()) FAIL() << "AIRLOCK_REQUIRE_ALL_TIERS=1 but: " << no;
+      GTEST_SKIP() << "the container executor is unavailable here: " << no;
     }
     policy_ = fx_->write_policy(policy.dump());
     auto probe = run({"true"});

@@ -111,13 +111,9 @@ class ToolBattery : public ::testing::TestWithParam<std::tuple<Identity, std::st
                    {"limits", {{"memory_mb", 512}, {"command_timeout_seconds", 60}}},
                    {"tools", battery_tools(marker_)}};
     // The container tier runs the tools from an image of links to the host's /usr, bound read-only.
-    if (executor() == "container") {
-      std::string image = fx_->usr_image(&why);
-      if (image.empty()) {
-        if (require_all_tiers()) FAIL() << "AIRLOCK_REQUIRE_ALL_TIERS=1 but: " << why;
-        GTEST_SKIP() << "the container executor is unavailable here: " << why;
-      }
-      CliFixture::usr_image_policy(policy, image);
+    if (std::string no = executor() == "container" ? fx_->use_usr_image(policy) : ""; !no.empty()) {
+      if (require_all_tiers()) FAIL() << "AIRLOCK_REQUIRE_ALL_TIERS=1 but: " << no;
+      GTEST_SKIP() << "the container executor is unavailable here: " << no;
     }
     policy_ = fx_->write_policy(policy.dump());
     ledger_ = fx_->state_dir() + "/effects.jsonl";
