@@ -609,23 +609,36 @@ Result<void> write_env_file(const std::string& path, const std::vector<std::stri
   return write_file_atomic(path, text, 0600);
 }
 
+std::string running_marker(const Engine& e, const std::string& name) {
+  return e.state_dir + "/containers/running/" + name;
+}
+
+Result<void> mark_running(const Engine& e, const std::string& name) {
+  TRY(make_dirs(e.state_dir + "/containers/running", 0700));
+  UniqueFd fd(::open(running_marker(e, name).c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!fd) return fail_errno(Code::ExecutorUnavailable, "record the container " + name, errno);
+  return {};
+}
+
+void unmark_running(const Engine& e, const std::string& name) { ::unlink(running_marker(e, name).c_str()); }
+
 void remove_abandoned_containers(const Engine& e, const std::string& except_session) {
-  auto listed = run_engine(e, {"ps", "--all", "--format", "{{.Names}}", "--filter", "name=^airlock-"},
-                           std::chrono::seconds(60));
-  if (!listed || !listed->ok()) return;
-  std::string_view rest = listed->out;
-  while (!rest.empty()) {
-    auto nl = rest.find('\n');
-    std::string name(rest.substr(0, nl));
-    rest = nl == std::string_view::npos ? std::string_view{} : rest.substr(nl + 1);
-    // airlock-SESSION-N; the probe's own are airlock-check-*.
-    if (!name.starts_with("airlock-") || name.starts_with("airlock-check-")) continue;
+  // Only what a run marked and never unmarked can be left: no engine command when nothing is.
+  DIR* d = ::opendir((e.state_dir + "/containers/running").c_str());
+  if (!d) return;
+  std::vector<std::string> names;
+  while (dirent* ent = ::readdir(d))
+    if (std::string_view(ent->d_name).starts_with("airlock-")) names.emplace_back(ent->d_name);
+  ::closedir(d);
+  for (const auto& name : names) {
+    // airlock-SESSION-N
     auto dash = name.rfind('-');
     if (dash <= 8) continue;
     std::string session = name.substr(8, dash - 8);
     if (session == except_session || session.find('/') != std::string::npos) continue;
     if (live_session_owner(e.state_dir + "/sessions/" + session)) continue;
-    (void)run_engine(e, {"rm", "--force", "--time", "0", "--ignore", name}, std::chrono::seconds(60));
+    auto removed = run_engine(e, {"rm", "--force", "--time", "0", "--ignore", name}, std::chrono::seconds(60));
+    if (removed && removed->ok()) unmark_running(e, name);
   }
 }
 

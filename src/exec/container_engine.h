@@ -150,8 +150,12 @@ Result<void> write_env_file(const std::string& path, const std::vector<std::stri
 // starting the engine); nullopt when that cannot be read.
 std::optional<bool> container_gone_from_store(const Engine& e, const std::string& name);
 
-// Removes the containers a SIGKILLed airlock left of this state directory's abandoned sessions
-// (named airlock-SESSION-N, whose session directory has no live owner), `except` the live one.
+// Every run's container is marked (STATE/containers/running/NAME) before the engine starts it and
+// unmarked once it is checked gone, as the ledger records an intent before its effect.
+Result<void> mark_running(const Engine& e, const std::string& name);
+void unmark_running(const Engine& e, const std::string& name);
+// Removes what a killed airlock left: each marked container of a session with no live owner
+// (named airlock-SESSION-N), `except` the live one. No engine command runs when none is marked.
 void remove_abandoned_containers(const Engine& e, const std::string& except_session);
 
 // Where each of a prepared cgroup's directories is, as /proc/PID/cgroup shows it: controller

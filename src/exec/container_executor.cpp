@@ -145,6 +145,10 @@ class ContainerExecutor final : public Executor {
       if (cg) (void)cg->release();
       return std::unexpected(lifeline.error());
     }
+    if (auto marked = mark_running(engine_, r.name); !marked) {
+      if (cg) (void)cg->release();
+      return std::unexpected(marked.error());
+    }
     auto t0 = std::chrono::steady_clock::now();
     std::vector<int> pass = lifeline->pass_fds();
     if (r.pass_fd) pass.push_back(cmd.pass_fd);
@@ -153,6 +157,7 @@ class ContainerExecutor final : public Executor {
     lifeline->pass[0].reset();
     lifeline->pass[1].reset();
     if (!started) {
+      unmark_running(engine_, r.name);
       if (cg) (void)cg->release();
       return std::unexpected(started.error());
     }
@@ -220,6 +225,7 @@ class ContainerExecutor final : public Executor {
     }
     auto released = cg ? cg->release() : Result<void>{};
     double teardown_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_end).count();
+    if (*gone) unmark_running(engine_, r.name);
     if (!released) return std::unexpected(released.error());
     if (!*gone)
       return fail(Code::ExecutorUnavailable,

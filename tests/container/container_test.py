@@ -167,6 +167,12 @@ try:
     # The next session sweeps what the killed one left and runs as before.
     r = run(state, "run", "--policy", policy(ref), "--", "/opt/imgtool/imgtool", "w")
     check(r.returncode == 0, f"after the kill: {r.returncode} {r.stderr}")
+    # Every run marks its container before the engine starts it and unmarks it once it is gone;
+    # the killed run's mark was swept, with its container, by the run after it.
+    marks = os.path.join(state, "containers/running")
+    check(os.path.isdir(marks) and os.listdir(marks) == [], f"marks left: {os.listdir(marks) if os.path.isdir(marks) else None}")
+    left = subprocess.run(["pgrep", "-f", "conmon.*" + os.path.basename(tmp)], capture_output=True, text=True)
+    check(left.stdout.strip() == "", f"conmon left: {left.stdout}")
 
     # An image from Debian packages (apt-get download from this machine's sources, unpacked):
     # hello and its libc, a program this host does not have, run in it.
