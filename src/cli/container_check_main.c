@@ -54,8 +54,8 @@ static int run_init(char** argv, int pass) {
     return 125;
   }
   if (fcntl(kLifeline, F_GETFD) < 0 || (pass && fcntl(kPassed, F_GETFD) < 0)) return init_failed("descriptor 3 or 5");
-  /* No process of the container may trace or read this one's memory. */
-  prctl(PR_SET_DUMPABLE, 0);
+  /* No process of the container may trace or read this one's memory (nor its report descriptor). */
+  if (prctl(PR_SET_DUMPABLE, 0) < 0) return init_failed("prctl");
   sigset_t all, old;
   sigfillset(&all);
   sigprocmask(SIG_BLOCK, &all, &old);
@@ -70,7 +70,10 @@ static int run_init(char** argv, int pass) {
       report(kInitFailed, errno);
       _exit(125);
     }
-    fcntl(kExecReport, F_SETFD, FD_CLOEXEC);
+    if (fcntl(kExecReport, F_SETFD, FD_CLOEXEC) < 0) {
+      report(kInitFailed, errno);
+      _exit(125);
+    }
     execvp(argv[0], argv);
     int e = errno;
     report(kExecFailed, e);

@@ -286,31 +286,49 @@ Result<Lifeline> make_lifeline() {
   return l;
 }
 
-Lifeline::Report Lifeline::report() const {
-  Report r;
+const Lifeline::Report& Lifeline::read_reports() {
   int32_t rec[2];
-  // At most one of each kind; written before the init ended, so all there now.
-  for (int i = 0; i < 3 && ::read(reports.get(), rec, sizeof rec) == static_cast<ssize_t>(sizeof rec); ++i) {
-    if (rec[0] == 1 && rec[1] > 0) r.exec_errno = rec[1];
-    else if (rec[0] == 2 && rec[1] > 0) r.init_errno = rec[1];
-    else if (rec[0] == 3 && rec[1] >= 0 && rec[1] <= 255) r.ended = ExitStatus{false, rec[1], 0};
-    else if (rec[0] == 4 && rec[1] > 0 && rec[1] < 65) r.ended = ExitStatus{true, 0, rec[1]};
+  for (;;) {
+    ssize_t n = ::read(reports.get(), rec, sizeof rec);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // EAGAIN: nothing more now; 0: the init's end closed
+    bool dup = false;
+    if (n != static_cast<ssize_t>(sizeof rec)) {
+      said_.malformed = true;
+    } else if (rec[0] == 1 && rec[1] > 0) {
+      dup = said_.exec_errno.has_value();
+      said_.exec_errno = rec[1];
+    } else if (rec[0] == 2 && rec[1] > 0) {
+      dup = said_.init_errno.has_value();
+      said_.init_errno = rec[1];
+    } else if ((rec[0] == 3 && rec[1] >= 0 && rec[1] <= 255) || (rec[0] == 4 && rec[1] > 0 && rec[1] < 65)) {
+      dup = said_.ended.has_value();
+      said_.ended = rec[0] == 3 ? ExitStatus{false, rec[1], 0} : ExitStatus{true, 0, rec[1]};
+    } else {
+      said_.malformed = true;
+    }
+    if (dup) said_.malformed = true;
   }
-  return r;
+  return said_;
 }
 
 std::optional<bool> container_gone_from_store(const Engine& e, const std::string& name) {
-  const std::string path = e.storage + "/overlay-containers/containers.json";
-  if (::access(path.c_str(), F_OK) < 0 && errno == ENOENT) return true;
-  auto text = read_file(path);
-  if (!text) return std::nullopt;
-  auto j = parse_json(*text, Code::IoError, "containers.json");
-  if (!j || !j->is_array()) return std::nullopt;
-  for (const auto& c : *j) {
-    if (!c.is_object() || !c.contains("names") || !c["names"].is_array()) continue;
-    for (const auto& n : c["names"])
-      if (n.is_string() && n.get<std::string>() == name) return false;
-  }
+  for (const std::string& dir : {e.storage, e.run_root})
+    for (const char* file : {"containers.json", "volatile-containers.json"}) {
+      const std::string path = dir + "/overlay-containers/" + file;
+      if (::access(path.c_str(), F_OK) < 0 && errno == ENOENT) continue;
+      auto text = read_file(path);
+      if (!text) return std::nullopt;
+      auto j = parse_json(*text, Code::IoError, path);
+      if (!j || !j->is_array()) return std::nullopt;
+      for (const auto& c : *j) {
+        if (!c.is_object() || !c.contains("names") || !c["names"].is_array()) continue;
+        for (const auto& n : c["names"])
+          if (n.is_string() && n.get<std::string>() == name) return false;
+      }
+    }
+  // No record anywhere is only proof when the store has its own file: a store we cannot find says nothing.
+  if (::access((e.storage + "/overlay-containers/containers.json").c_str(), F_OK) < 0) return std::nullopt;
   return true;
 }
 

@@ -79,13 +79,18 @@ struct Lifeline {
   UniqueFd reports;      // the report's read end (non-blocking)
   UniqueFd pass[2];      // the init's ends: passed to the engine as descriptors 3 and 4, then closed here
   std::vector<int> pass_fds() const { return {pass[0].get(), pass[1].get()}; }
-  // What the init reported, read once the engine has ended (airlock-container-check.c's records).
+  // What the init reported so far (airlock-container-check.c's records): each call reads what
+  // arrived since the last, and returns everything reported.
   struct Report {
-    std::optional<int> exec_errno;  // the command could not be started
-    std::optional<int> init_errno;  // the init itself failed
+    std::optional<int> exec_errno;    // the command could not be started
+    std::optional<int> init_errno;    // the init itself failed
     std::optional<ExitStatus> ended;  // how the command ended
+    bool malformed = false;           // a record the init never writes, or one kind twice
   };
-  Report report() const;
+  const Report& read_reports();
+
+ private:
+  Report said_;
 };
 Result<Lifeline> make_lifeline();
 
@@ -146,8 +151,10 @@ std::vector<std::string> container_run_args(const plan::ContainerTierPlan& tier,
 // (a newline, a NUL) is AIRLOCK_POLICY_INVALID naming the variable.
 Result<void> write_env_file(const std::string& path, const std::vector<std::string>& env);
 
-// Whether the engine's store holds no container named `name` (its containers.json, read without
-// starting the engine); nullopt when that cannot be read.
+// Whether the engine's store holds no container named `name`, read without starting the engine:
+// containers.json and volatile-containers.json (where newer engines keep --rm containers), in the
+// store and in the run directory. Its file system is what it checks: a row of the engine's own
+// database whose removal failed is not (the engine logs that). nullopt when a file cannot be read.
 std::optional<bool> container_gone_from_store(const Engine& e, const std::string& name);
 
 // Every run's container is marked (STATE/containers/running/NAME) before the engine starts it and

@@ -1,9 +1,9 @@
 // The container executor. One run: the plan's cgroup limits (airlock's cgroup, rootless; the
-// engine's, as root), then `podman run`
-// (no --rm) of the pinned image's content id, the view bound at /work, the command's descriptors
-// handed to the engine; the wall clock kept here (SIGTERM to the engine, which passes it on, then
-// `podman kill`); the container's own end read from the engine; then the container removed, and
-// airlock's cgroup released, and both verified gone.
+// engine's, as root), then `podman run --rm` of the pinned image's content id under airlock's init
+// (airlock-container-check --init), the view bound at /work, the command's descriptors handed to
+// the engine; the wall clock kept here (SIGTERM to the engine, which passes it on, then `podman
+// kill`) until the init reports the command's end; the container checked gone (removed by the
+// engine, or here when the engine did not end as the container did) and airlock's cgroup released.
 #include "exec/container_executor.h"
 
 #include <signal.h>
@@ -174,12 +174,23 @@ class ContainerExecutor final : public Executor {
     const auto deadline = timeout_ms ? t0 + std::chrono::milliseconds(timeout_ms) : std::chrono::steady_clock::time_point::max();
     bool term_sent = false;
     std::chrono::steady_clock::time_point term_at;
+    std::optional<std::chrono::steady_clock::time_point> command_ended;
     for (;;) {
       auto waited = child.wait_for(std::chrono::milliseconds(50));
       if (!waited) break;
       if (*waited) {
         engine_end = **waited;
         break;
+      }
+      // Once the init has said the command ended, the clock stops: the engine's removal of the
+      // container (--rm) is neither timed nor interrupted.
+      if (!command_ended && lifeline->read_reports().ended) command_ended = std::chrono::steady_clock::now();
+      if (command_ended) {
+        if (std::chrono::steady_clock::now() - *command_ended > kEngineLimit) {
+          (void)child.signal(SIGKILL);
+          command_ended = std::chrono::steady_clock::now() + std::chrono::hours(1);
+        }
+        continue;
       }
       bool stop_now;
       {
@@ -206,11 +217,12 @@ class ContainerExecutor final : public Executor {
       running_cg_ = nullptr;
     }
     if (!engine_end) engine_end = child.wait().value_or(ExitStatus{true, 0, SIGKILL});
-    auto wall = std::chrono::steady_clock::now() - t0;
+    const Lifeline::Report said = lifeline->read_reports();
+    if (said.ended && !command_ended) command_ended = std::chrono::steady_clock::now();
+    auto wall = (command_ended ? std::min(*command_ended, std::chrono::steady_clock::now()) : std::chrono::steady_clock::now()) - t0;
 
     // How the command ended, from the container's init: the engine is asked nothing more when
     // the init saw the command end and the engine ended with that status (its --rm removed it).
-    const Lifeline::Report said = lifeline->report();
     const bool engine_normal = !engine_end->signaled && said.ended && engine_end->code == said.ended->shell_status();
     auto t_end = std::chrono::steady_clock::now();
     std::optional<bool> gone = engine_normal ? container_gone_from_store(engine_, r.name) : std::nullopt;
@@ -219,7 +231,7 @@ class ContainerExecutor final : public Executor {
       // The engine did not end as the container did (killed, failed, or its removal failed):
       // removed here, and checked gone through the engine.
       auto removed = run_engine(engine_, {"rm", "--force", "--time", "0", "--ignore", r.name}, kEngineLimit);
-      if (removed) removal_said = removed->err;
+      removal_said = removed ? removed->err : removed.error().message;
       auto exists = run_engine(engine_, {"container", "exists", r.name}, kEngineLimit);
       gone = exists && !exists->status.signaled && exists->status.code == 1;
     }
@@ -234,9 +246,10 @@ class ContainerExecutor final : public Executor {
 
     RunOutcome out;
     out.program = cmd.argv[0];
-    if (said.init_errno)
+    if (said.init_errno || said.malformed)
       return fail(Code::ExecutorUnavailable,
-                  fmt::format("the container's init ({}) failed: {}", kContainerCheckProgram, std::strerror(*said.init_errno)),
+                  fmt::format("the container's init ({}) failed: {}", kContainerCheckProgram,
+                              said.malformed ? "its report is not what it writes" : std::strerror(*said.init_errno)),
                   {{"image", tier_.container.image}});
     // The init could not start the command: never taken for the command's exit.
     if (said.exec_errno && !timed_out && !stopped)
