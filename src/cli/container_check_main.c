@@ -6,7 +6,7 @@
  *     judges: its capabilities, no_new_privs and seccomp mode, whether the root is writable,
  *     whether the network has anything but loopback, its cgroups and their limits.
  *
- *   airlock-container-check --init [--pass] -- COMMAND [ARG...]
+ *   airlock-container-check --init [--pass] [--join N] -- COMMAND [ARG...]
  *     The container's first process for every run: it starts COMMAND, passes it the signals the
  *     engine sends, reaps what is orphaned, and exits with COMMAND's status (128 + the signal for
  *     a signal), which ends everything else in the container. Descriptor 3 is its lifeline, the
@@ -16,7 +16,11 @@
  *     integers {kind, value}: 1 = COMMAND could not be started (the errno of its exec), 2 = the
  *     init itself failed (an errno), 3 = COMMAND exited (its code), 4 = a signal ended it (the
  *     signal), so airlock never takes a failure for an exit status nor needs the engine to learn it. Neither
- *     reaches COMMAND. With --pass, descriptor 5 is COMMAND's descriptor 3 (AIRLOCK_CREDENTIALS_FD). */
+ *     reaches COMMAND. With --pass, descriptor 5 is COMMAND's descriptor 3 (AIRLOCK_CREDENTIALS_FD).
+ *     With --join N, the next N descriptors are cgroup join files (cgroup.procs, or v1 tasks) of
+ *     airlock's: the init writes "0" to each before it starts COMMAND, so the container and
+ *     nothing of the engine is in the cgroup whose limits bind it (rootless, where the engine
+ *     makes none); a join that fails fails the run. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -48,12 +52,16 @@ static int init_failed(const char* what) {
   return 125;
 }
 
-static int run_init(char** argv, int pass) {
+static int run_init(char** argv, int pass, int joins) {
   if (fcntl(kExecReport, F_GETFD) < 0) {
     fprintf(stderr, "airlock-container-check --init: descriptor 4 (exec report) must be open\n");
     return 125;
   }
   if (fcntl(kLifeline, F_GETFD) < 0 || (pass && fcntl(kPassed, F_GETFD) < 0)) return init_failed("descriptor 3 or 5");
+  for (int i = 0, fd = pass ? kPassed + 1 : kPassed; i < joins; ++i, ++fd) {
+    if (write(fd, "0", 1) != 1) return init_failed("join airlock's cgroup");
+    close(fd);
+  }
   /* No process of the container may trace or read this one's memory (nor its report descriptor). */
   if (prctl(PR_SET_DUMPABLE, 0) < 0) return init_failed("prctl");
   sigset_t all, old;
@@ -144,11 +152,17 @@ static void file_value(const char* key, const char* path) {
 }
 
 int main(int argc, char** argv) {
-  if (argc >= 4 && strcmp(argv[1], "--init") == 0 && strcmp(argv[2], "--") == 0) return run_init(argv + 3, 0);
-  if (argc >= 5 && strcmp(argv[1], "--init") == 0 && strcmp(argv[2], "--pass") == 0 && strcmp(argv[3], "--") == 0)
-    return run_init(argv + 4, 1);
+  if (argc >= 2 && strcmp(argv[1], "--init") == 0) {
+    int pass = 0, joins = 0, i = 2;
+    if (i < argc && strcmp(argv[i], "--pass") == 0) pass = 1, ++i;
+    if (i + 1 < argc && strcmp(argv[i], "--join") == 0) {
+      joins = atoi(argv[i + 1]);
+      i += 2;
+    }
+    if (i + 1 < argc && strcmp(argv[i], "--") == 0 && joins >= 0 && joins <= 8) return run_init(argv + i + 1, pass, joins);
+  }
   if (argc != 1) {
-    fprintf(stderr, "usage: airlock-container-check | airlock-container-check --init [--pass] -- COMMAND [ARG...]\n");
+    fprintf(stderr, "usage: airlock-container-check | airlock-container-check --init [--pass] [--join N] -- COMMAND [ARG...]\n");
     return 125;
   }
   char line[1024];

@@ -196,8 +196,8 @@ Result<ChildProcess> spawn_engine(const Engine& e, const std::vector<std::string
       if (linux::apply_cgroup(fd) != 0) ::_exit(125);
     // Moved above every target first, so a dup2 never overwrites a source still needed.
     const int n = 3 + static_cast<int>(pass_fds.size());
-    int moved[8];
-    if (n > 8) ::_exit(125);
+    int moved[16];
+    if (n > 16) ::_exit(125);
     for (int i = 0; i < n; ++i) moved[i] = ::fcntl(i < 3 ? fds[i] : pass_fds[i - 3], F_DUPFD_CLOEXEC, n);
     for (int i = 0; i < n; ++i)
       if (moved[i] < 0 || ::dup2(moved[i], i) < 0) ::_exit(125);
@@ -600,16 +600,22 @@ std::vector<std::string> container_run_args(const plan::ContainerTierPlan& tier,
     // The init is the entrypoint whatever the image names; the command follows as its arguments.
     for (std::string s : {std::string("--volume"),
                           fmt::format("{}:{}:ro,nosuid,nodev", run.init_program, kContainerCheckInside),
-                          std::string("--preserve-fds"), std::string(run.pass_fd ? "3" : "2"),
+                          std::string("--preserve-fds"), std::to_string(2 + (run.pass_fd ? 1 : 0) + run.joins),
                           std::string("--entrypoint"), std::string(kContainerCheckInside)})
       a.push_back(std::move(s));
   }
   if (run.interactive) a.push_back("--interactive");
   a.push_back("--");
   a.push_back(c.image_id);
-  if (!run.init_program.empty())
-    for (const char* s : {"--init", run.pass_fd ? "--pass" : "", "--"})
-      if (*s) a.push_back(s);
+  if (!run.init_program.empty()) {
+    a.push_back("--init");
+    if (run.pass_fd) a.push_back("--pass");
+    if (run.joins) {
+      a.push_back("--join");
+      a.push_back(std::to_string(run.joins));
+    }
+    a.push_back("--");
+  }
   a.insert(a.end(), run.argv.begin(), run.argv.end());
   return a;
 }
@@ -791,8 +797,11 @@ CheckResult run_check(const Engine& e, const plan::HostFacts& f, const std::stri
     r.reason = lifeline.error().message;
     return r;
   }
-  auto out = capture_engine(e, container_run_args(tier, limits, run), std::chrono::seconds(120), -1, join,
-                            lifeline->pass_fds());
+  // Rootless, the init joins the container to airlock's cgroup, as for every run.
+  std::vector<int> pass = lifeline->pass_fds();
+  pass.insert(pass.end(), join.begin(), join.end());
+  run.joins = static_cast<int>(join.size());
+  auto out = capture_engine(e, container_run_args(tier, limits, run), std::chrono::seconds(120), -1, {}, pass);
   (void)run_engine(e, {"rm", "--force", "--time", "0", "--ignore", name}, std::chrono::seconds(60));
   ::unlink(profile.c_str());
   if (cg) (void)cg->release();

@@ -142,6 +142,9 @@ struct ContainerRun {
   // init (--init, with a Lifeline's descriptors passed to the engine).
   std::string init_program;
   bool pass_fd = false;  // a third descriptor passed (after the Lifeline's) becomes the command's 3
+  // How many cgroup join files follow (after the pass_fd's): the init joins them before it starts
+  // the command, so the container alone, not the engine, is in that cgroup (rootless).
+  int joins = 0;
   std::vector<std::string> argv;  // the command
 };
 std::vector<std::string> container_run_args(const plan::ContainerTierPlan& tier, const plan::LimitsPlan& limits,

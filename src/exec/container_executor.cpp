@@ -126,8 +126,8 @@ class ContainerExecutor final : public Executor {
     // Should airlock be killed, the engine ends the container itself a little after airlock would.
     if (timeout_ms) r.engine_timeout_s = (timeout_ms + plan_.limits.kill_grace_ms) / 1000 + 5;
 
-    // Rootless, the engine makes no cgroup here: the container runs in airlock's, joined by the
-    // engine's process before it starts. As root the engine sets the same limits on the
+    // Rootless, the engine makes no cgroup here: the container runs in airlock's, joined by its
+    // init before the command starts. As root the engine sets the same limits on the
     // container's own cgroup (the probe's check measured that it does).
     std::optional<linux::PreparedCgroup> cg;
     std::vector<int> join;
@@ -152,8 +152,13 @@ class ContainerExecutor final : public Executor {
     auto t0 = std::chrono::steady_clock::now();
     std::vector<int> pass = lifeline->pass_fds();
     if (r.pass_fd) pass.push_back(cmd.pass_fd);
+    // Rootless, the container's init joins airlock's cgroup before it starts the command: the
+    // engine's own processes (its threads, conmon, the runtime) are never counted against the
+    // command's limits.
+    pass.insert(pass.end(), join.begin(), join.end());
+    r.joins = static_cast<int>(join.size());
     auto started = spawn_engine(engine_, container_run_args(tier_, plan_.limits, r), cmd.stdin_fd, cmd.stdout_fd,
-                                cmd.stderr_fd, join, pass);
+                                cmd.stderr_fd, {}, pass);
     lifeline->pass[0].reset();
     lifeline->pass[1].reset();
     if (!started) {
