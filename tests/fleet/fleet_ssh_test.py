@@ -726,7 +726,13 @@ def check_dispatch(al, refused, tmp, far1, far2, client_key, known, hosts_starte
 
     # Ctrl-C of the dispatcher stops the far run (its airlock kills the command, writes nothing
     # back, and its receipts say so); nothing of it is left running, its seat is released.
-    slow = subprocess.Popen([*al.cmd, "run", "--machine", "far1", "--policy", policy, "--workspace", ws, "--",
+    # A wall limit far beyond the stop: on a loaded machine the dispatch alone can take the 2 s
+    # limit of the policy above, and the run would end by its timeout before the Ctrl-C came.
+    long_policy = os.path.join(tmp, "ns-long.json")
+    with open(long_policy, "w") as f:
+        json.dump({"schema_version": "airlock.task_policy.v1", "executor": "namespaces",
+                   "limits": {"command_timeout_seconds": 120}}, f)
+    slow = subprocess.Popen([*al.cmd, "run", "--machine", "far1", "--policy", long_policy, "--workspace", ws, "--",
                              "sh", "-c", "sleep 29.25; touch interrupted-wrote"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     dispatch_dir = os.path.join(far1.install_dir, "dispatch")
@@ -751,7 +757,7 @@ def check_dispatch(al, refused, tmp, far1, far2, client_key, known, hosts_starte
 
     # The far airlock SIGKILLed mid-run (its machine's operator, the OOM killer): what it recorded
     # still comes back, verifies here and joins this run's chain; the run is refused as killed.
-    slow = subprocess.Popen([*al.cmd, "run", "--machine", "far1", "--policy", policy, "--workspace", ws, "--",
+    slow = subprocess.Popen([*al.cmd, "run", "--machine", "far1", "--policy", long_policy, "--workspace", ws, "--",
                              "sh", "-c", "sleep 29.75"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     far_pid = None
