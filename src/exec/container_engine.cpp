@@ -75,7 +75,10 @@ Result<UniqueFd> dev_null(int flags) {
 }  // namespace
 
 std::vector<std::string> Engine::argv(std::vector<std::string> rest) const {
+  // --tmpdir: the engine's own state of what runs (its exit files, its "alive" marker) in the run
+  // directory too; as root it would be /run/libpod, shared with the host's own podman.
   std::vector<std::string> a = {program,          "--root",           storage,        "--runroot", run_root,
+                                "--tmpdir",       run_root + "/libpod",
                                 "--storage-driver", "overlay",        "--cgroup-manager", "cgroupfs",
                                 "--events-backend", "none",           "--log-level",    "error"};
   a.insert(a.end(), std::make_move_iterator(rest.begin()), std::make_move_iterator(rest.end()));
@@ -604,6 +607,10 @@ std::vector<std::string> container_run_args(const plan::ContainerTierPlan& tier,
                           std::string("--entrypoint"), std::string(kContainerCheckInside)})
       a.push_back(std::move(s));
   }
+  if (!run.monitor_pidfile.empty()) {
+    a.push_back("--conmon-pidfile");
+    a.push_back(run.monitor_pidfile);
+  }
   if (run.interactive) a.push_back("--interactive");
   a.push_back("--");
   a.push_back(c.image_id);
@@ -637,14 +644,46 @@ std::string running_marker(const Engine& e, const std::string& name) {
   return e.state_dir + "/containers/running/" + name;
 }
 
+std::string monitor_pidfile(const Engine& e, const std::string& name) {
+  return e.state_dir + "/containers/monitors/" + name;
+}
+
+void await_monitor(const Engine& e, const std::string& name, std::chrono::milliseconds limit) {
+  const std::string file = monitor_pidfile(e, name);
+  auto text = read_file(file);
+  ::unlink(file.c_str());
+  if (!text) return;
+  char* end = nullptr;
+  long pid = std::strtol(text->c_str(), &end, 10);
+  if (pid <= 1 || end == text->c_str()) return;
+  auto pidfd = open_pidfd(static_cast<pid_t>(pid));
+  if (!pidfd) return;
+  // The pid names the monitor only while the process the descriptor holds still runs: its name is
+  // read, then the descriptor asked whether it has ended since.
+  auto comm = read_file(fmt::format("/proc/{}/comm", pid));
+  pollfd p{pidfd->get(), POLLIN, 0};
+  if (::poll(&p, 1, 0) != 0 || !comm || *comm != "conmon\n") return;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return;
+    int n = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (n > 0 || (n < 0 && errno != EINTR)) return;
+  }
+}
+
 Result<void> mark_running(const Engine& e, const std::string& name) {
+  TRY(make_dirs(e.state_dir + "/containers/monitors", 0700));
   TRY(make_dirs(e.state_dir + "/containers/running", 0700));
   UniqueFd fd(::open(running_marker(e, name).c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
   if (!fd) return fail_errno(Code::ExecutorUnavailable, "record the container " + name, errno);
   return {};
 }
 
-void unmark_running(const Engine& e, const std::string& name) { ::unlink(running_marker(e, name).c_str()); }
+void unmark_running(const Engine& e, const std::string& name) {
+  await_monitor(e, name, std::chrono::seconds(60));
+  ::unlink(running_marker(e, name).c_str());
+}
 
 void remove_abandoned_containers(const Engine& e, const std::string& except_session) {
   // Only what a run marked and never unmarked can be left: no engine command when nothing is.
@@ -788,6 +827,7 @@ CheckResult run_check(const Engine& e, const plan::HostFacts& f, const std::stri
   run.init_program = check_program;
   run.argv = {std::string(kContainerCheckInside)};
   run.engine_timeout_s = 120;
+  run.monitor_pidfile = monitor_pidfile(e, name);
   plan::LimitsPlan limits;
   std::vector<int> join;
   if (cg)
@@ -801,8 +841,13 @@ CheckResult run_check(const Engine& e, const plan::HostFacts& f, const std::stri
   std::vector<int> pass = lifeline->pass_fds();
   pass.insert(pass.end(), join.begin(), join.end());
   run.joins = static_cast<int>(join.size());
+  if (auto made = make_dirs(e.state_dir + "/containers/monitors", 0700); !made) {
+    r.reason = made.error().message;
+    return r;
+  }
   auto out = capture_engine(e, container_run_args(tier, limits, run), std::chrono::seconds(120), -1, {}, pass);
   (void)run_engine(e, {"rm", "--force", "--time", "0", "--ignore", name}, std::chrono::seconds(60));
+  await_monitor(e, name, std::chrono::seconds(60));
   ::unlink(profile.c_str());
   if (cg) (void)cg->release();
   if (!out) {

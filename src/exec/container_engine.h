@@ -145,6 +145,7 @@ struct ContainerRun {
   // How many cgroup join files follow (after the pass_fd's): the init joins them before it starts
   // the command, so the container alone, not the engine, is in that cgroup (rootless).
   int joins = 0;
+  std::string monitor_pidfile;  // monitor_pidfile(): where the monitor writes its pid; "" for the engine's own
   std::vector<std::string> argv;  // the command
 };
 std::vector<std::string> container_run_args(const plan::ContainerTierPlan& tier, const plan::LimitsPlan& limits,
@@ -161,9 +162,19 @@ Result<void> write_env_file(const std::string& path, const std::vector<std::stri
 std::optional<bool> container_gone_from_store(const Engine& e, const std::string& name);
 
 // Every run's container is marked (STATE/containers/running/NAME) before the engine starts it and
-// unmarked once it is checked gone, as the ledger records an intent before its effect.
+// unmarked once it is checked gone and its monitor has ended, as the ledger records an intent
+// before its effect.
 Result<void> mark_running(const Engine& e, const std::string& name);
 void unmark_running(const Engine& e, const std::string& name);
+// Where the engine's monitor of the run `name` (conmon) writes its pid: STATE/containers/monitors/NAME
+// (ContainerRun::monitor_pidfile). The monitor outlives the container: as it ends, it runs the
+// engine's own cleanup (`container cleanup --rm`), which writes in the run directory; a session
+// that removed that directory before then would find it made again.
+std::string monitor_pidfile(const Engine& e, const std::string& name);
+// Waits, up to `limit`, for the run's monitor to end (its cleanup with it), then removes its pidfile.
+// A pidfile that names no monitor (never written, the process gone, or another program with the
+// pid now) is nothing to wait for.
+void await_monitor(const Engine& e, const std::string& name, std::chrono::milliseconds limit);
 // Removes what a killed airlock left: each marked container of a session with no live owner
 // (named airlock-SESSION-N), `except` the live one. No engine command runs when none is marked.
 void remove_abandoned_containers(const Engine& e, const std::string& except_session);

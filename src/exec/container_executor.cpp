@@ -76,6 +76,7 @@ class ContainerExecutor final : public Executor {
     std::string pwd = TRY(sandbox_path(cmd.cwd, dirs_, workdir));
     ContainerRun r;
     r.name = fmt::format("airlock-{}-{}", session_id_, ++runs_);
+    r.monitor_pidfile = monitor_pidfile(engine_, r.name);
     r.view = dirs_.view;
     r.scratch = dirs_.scratch;
     r.workdir = pwd;

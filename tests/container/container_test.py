@@ -32,6 +32,18 @@ if not os.access("/usr/bin/podman", os.X_OK):
 
 import glob
 run_roots_before = set(glob.glob("/run/airlock-containers-*"))
+# The engine's own state of what runs lives in the run directory too, never in the host's podman's
+# /run/libpod (its exit files would be written and removed there).
+
+
+def host_libpod_exits():
+    try:
+        return os.stat("/run/libpod/exits").st_mtime_ns
+    except FileNotFoundError:
+        return None
+
+
+host_exits_before = host_libpod_exits()
 tmp = tempfile.mkdtemp(prefix="airlock-container-")
 state = os.path.join(tmp, "state")
 try:
@@ -89,6 +101,9 @@ try:
     r = run(state, "run", "--policy", policy(ref), "--", "/opt/imgtool/imgtool")
     check(r.returncode == 3 and "imgtool ran in the image" in r.stdout, f"imgtool: {r.returncode} {r.stdout} {r.stderr}")
     check("container tier" in r.stderr, f"first line names the tier: {r.stderr}")
+    # The run is over only once the engine's monitor (conmon) has ended, its cleanup with it.
+    left = subprocess.run(["pgrep", "-f", "conmon.*" + os.path.basename(tmp)], capture_output=True, text=True)
+    check(left.stdout.strip() == "", f"the engine's monitor outlived the run: {left.stdout}")
     # Written in /work, written back.
     r = run(state, "run", "--policy", policy(ref), "--", "/opt/imgtool/imgtool", "w")
     check(r.returncode == 0, f"write: {r.stderr}")
@@ -206,6 +221,9 @@ try:
     r = run(state, "run", "--policy", policy(ref, code_network={"mode": "allowlist", "rules": [{"host": "example.com", "ports": [443], "schemes": ["https"]}]}),
             "--", "/opt/imgtool/imgtool")
     check("AIRLOCK_EXECUTOR_UNAVAILABLE" in r.stderr, f"no door: {r.stderr}")
+    check(host_libpod_exits() == host_exits_before, "the engine wrote in the host's /run/libpod")
+    monitors = os.path.join(state, "containers/monitors")
+    check(os.listdir(monitors) == [], f"monitors' pid files left: {os.listdir(monitors)}")
     # The engine's run directory (outside the state directory) is gone with the last session.
     check(set(glob.glob("/run/airlock-containers-*")) <= run_roots_before,
           f"run directories left: {set(glob.glob('/run/airlock-containers-*')) - run_roots_before}")
