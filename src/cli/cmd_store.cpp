@@ -785,8 +785,8 @@ Error far_failed(const FarMachine& f, std::string_view what, const RemoteRun& r)
                {{"machine", f.row.id}, {"status", r.status}}};
 }
 
-// `airlock machine install NAME`: copies this airlock (and airlock-probe and airlock-serve, when
-// they are beside it) to the machine's installation directory over its transport. Each copy is
+// `airlock machine install NAME`: copies this airlock (and airlock-probe, airlock-serve and
+// airlock-container-check, when they are beside it) to the machine's installation directory over its transport. Each copy is
 // hashed there by the platform's own sha256sum, reading the file through redirection, in a shell
 // that stops at any failing step; only then are the copies moved into place, after which the
 // installed airlock's digest and version are read again on the far side. Any mismatch is
@@ -800,7 +800,7 @@ int machine_install(Globals& g, const std::string& name) {
   std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) return refuse(Error{Code::IoError, "cannot resolve /proc/self/exe: " + ec.message()}, g.json);
   std::vector<std::pair<std::string, std::string>> files;  // name, local sha256
-  for (const char* f : {"airlock", "airlock-probe", "airlock-serve"}) {
+  for (const char* f : {"airlock", "airlock-probe", "airlock-serve", "airlock-container-check"}) {
     std::string path = f == std::string_view("airlock") ? self.string() : (self.parent_path() / f).string();
     if (f != std::string_view("airlock") && ::access(path.c_str(), X_OK) != 0) continue;
     auto sha = sha256_file(path);

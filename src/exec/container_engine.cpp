@@ -147,6 +147,21 @@ Result<Engine> open_engine(const std::string& state_dir) {
   // the run directory, which it does holding the lock exclusively.
   UniqueFd lock(::open((base + "/lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
   if (!lock) return fail_errno(Code::ExecutorUnavailable, "open " + base + "/lock", errno);
+  // The engine's database (storage/libpod/bolt_state.db) keeps the run and tmp directories it was
+  // made with and then uses those, whatever it is told (or refuses another run directory): one made
+  // by an older airlock (its tmpdir the host podman's /run/libpod) or for this state directory at
+  // another path is removed while no one uses the engine and nothing is marked running. It holds no
+  // image (the store has those) and no container airlock keeps.
+  const std::string db_for = base + "/engine-db-for";
+  if (read_file(db_for).value_or("") != e.run_root && ::flock(lock.get(), LOCK_EX | LOCK_NB) == 0) {
+    bool marked = false;
+    if (DIR* d = ::opendir((base + "/running").c_str())) {
+      while (dirent* ent = ::readdir(d)) marked |= std::string_view(ent->d_name).starts_with("airlock-");
+      ::closedir(d);
+    }
+    const std::string db = e.storage + "/libpod/bolt_state.db";
+    if (!marked && (::unlink(db.c_str()) == 0 || errno == ENOENT)) TRY(write_file_atomic(db_for, e.run_root, 0600));
+  }
   while (::flock(lock.get(), LOCK_SH) < 0)
     if (errno != EINTR) return fail_errno(Code::ExecutorUnavailable, "flock " + base + "/lock", errno);
   struct Lease {
@@ -648,27 +663,34 @@ std::string monitor_pidfile(const Engine& e, const std::string& name) {
   return e.state_dir + "/containers/monitors/" + name;
 }
 
-void await_monitor(const Engine& e, const std::string& name, std::chrono::milliseconds limit) {
+bool await_monitor(const Engine& e, const std::string& name, std::chrono::milliseconds limit) {
   const std::string file = monitor_pidfile(e, name);
+  auto gone = [&] {
+    ::unlink(file.c_str());
+    return true;
+  };
   auto text = read_file(file);
-  ::unlink(file.c_str());
-  if (!text) return;
+  if (!text) return gone();
   char* end = nullptr;
   long pid = std::strtol(text->c_str(), &end, 10);
-  if (pid <= 1 || end == text->c_str()) return;
+  if (pid <= 1 || end == text->c_str()) return gone();
   auto pidfd = open_pidfd(static_cast<pid_t>(pid));
-  if (!pidfd) return;
-  // The pid names the monitor only while the process the descriptor holds still runs: its name is
-  // read, then the descriptor asked whether it has ended since.
-  auto comm = read_file(fmt::format("/proc/{}/comm", pid));
+  if (!pidfd) return gone();
+  // The pid names this run's monitor only while the process the descriptor holds still runs: its
+  // command line (the engine's monitor, told to write this very file) is read, then the
+  // descriptor asked whether it has ended since. A process with the pid now is not waited for.
+  auto cmdline = read_file(fmt::format("/proc/{}/cmdline", pid));
   pollfd p{pidfd->get(), POLLIN, 0};
-  if (::poll(&p, 1, 0) != 0 || !comm || *comm != "conmon\n") return;
+  const std::string told = std::string("\0--conmon-pidfile\0", 19) + file + '\0';
+  if (::poll(&p, 1, 0) != 0 || !cmdline || !cmdline->starts_with("/usr/bin/conmon") ||
+      cmdline->find(told) == std::string::npos)
+    return gone();
   const auto deadline = std::chrono::steady_clock::now() + limit;
   for (;;) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return;
-    int n = ::poll(&p, 1, static_cast<int>(left.count()));
-    if (n > 0 || (n < 0 && errno != EINTR)) return;
+    int n = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(left.count(), 0)));
+    if (n > 0 || (n < 0 && errno != EINTR)) return gone();
+    if (n == 0 && left.count() <= 0) return false;
   }
 }
 
@@ -681,7 +703,8 @@ Result<void> mark_running(const Engine& e, const std::string& name) {
 }
 
 void unmark_running(const Engine& e, const std::string& name) {
-  await_monitor(e, name, std::chrono::seconds(60));
+  // The container is gone; a monitor still there past the wait keeps its pid file for a later sweep.
+  (void)await_monitor(e, name, std::chrono::seconds(60));
   ::unlink(running_marker(e, name).c_str());
 }
 
@@ -702,6 +725,16 @@ void remove_abandoned_containers(const Engine& e, const std::string& except_sess
     if (live_session_owner(e.state_dir + "/sessions/" + session)) continue;
     auto removed = run_engine(e, {"rm", "--force", "--time", "0", "--ignore", name}, std::chrono::seconds(60));
     if (removed && removed->ok()) unmark_running(e, name);
+  }
+  // A monitor's pid file with no mark (a probe's check, or a monitor that outlived its run's
+  // wait): removed once that monitor has ended, never waited for here.
+  if (DIR* m = ::opendir((e.state_dir + "/containers/monitors").c_str())) {
+    std::vector<std::string> left;
+    while (dirent* ent = ::readdir(m))
+      if (std::string_view(ent->d_name).starts_with("airlock-")) left.emplace_back(ent->d_name);
+    ::closedir(m);
+    for (const auto& name : left)
+      if (::access(running_marker(e, name).c_str(), F_OK) != 0) (void)await_monitor(e, name, std::chrono::milliseconds(0));
   }
 }
 
@@ -797,6 +830,10 @@ CheckResult run_check(const Engine& e, const plan::HostFacts& f, const std::stri
   tier.seccomp.deny_namespace_clone = true;
   tier.seccomp.denied_syscalls = {"ptrace"};
   const std::string name = "airlock-check-" + random_id().substr(0, 12);
+  if (auto made = make_dirs(e.state_dir + "/containers/monitors", 0700); !made) {
+    r.reason = made.error().message;
+    return r;
+  }
   // Rootless, the container runs in airlock's cgroup; as root the engine makes its own with the limits.
   std::optional<linux::PreparedCgroup> cg;
   std::vector<std::pair<std::string, std::string>> ours;
@@ -841,10 +878,6 @@ CheckResult run_check(const Engine& e, const plan::HostFacts& f, const std::stri
   std::vector<int> pass = lifeline->pass_fds();
   pass.insert(pass.end(), join.begin(), join.end());
   run.joins = static_cast<int>(join.size());
-  if (auto made = make_dirs(e.state_dir + "/containers/monitors", 0700); !made) {
-    r.reason = made.error().message;
-    return r;
-  }
   auto out = capture_engine(e, container_run_args(tier, limits, run), std::chrono::seconds(120), -1, {}, pass);
   (void)run_engine(e, {"rm", "--force", "--time", "0", "--ignore", name}, std::chrono::seconds(60));
   await_monitor(e, name, std::chrono::seconds(60));

@@ -171,12 +171,14 @@ void unmark_running(const Engine& e, const std::string& name);
 // engine's own cleanup (`container cleanup --rm`), which writes in the run directory; a session
 // that removed that directory before then would find it made again.
 std::string monitor_pidfile(const Engine& e, const std::string& name);
-// Waits, up to `limit`, for the run's monitor to end (its cleanup with it), then removes its pidfile.
-// A pidfile that names no monitor (never written, the process gone, or another program with the
-// pid now) is nothing to wait for.
-void await_monitor(const Engine& e, const std::string& name, std::chrono::milliseconds limit);
+// Waits, up to `limit`, for the run's monitor to end (its cleanup with it), then removes its pid
+// file and returns true. A pid file that names no monitor (never written, the process gone, or
+// another program with the pid now) is nothing to wait for. False: the monitor still runs at the
+// limit, and its pid file stays.
+bool await_monitor(const Engine& e, const std::string& name, std::chrono::milliseconds limit);
 // Removes what a killed airlock left: each marked container of a session with no live owner
-// (named airlock-SESSION-N), `except` the live one. No engine command runs when none is marked.
+// (named airlock-SESSION-N), `except` the live one, once its monitor has ended; and the pid files of
+// monitors with no mark that have ended. No engine command runs when none is marked.
 void remove_abandoned_containers(const Engine& e, const std::string& except_session);
 
 // Where each of a prepared cgroup's directories is, as /proc/PID/cgroup shows it: controller

@@ -242,8 +242,11 @@ class ContainerExecutor final : public Executor {
       gone = exists && !exists->status.signaled && exists->status.code == 1;
     }
     auto released = cg ? cg->release() : Result<void>{};
-    double teardown_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_end).count();
+    // Unmarked once the engine's monitor has ended too (its cleanup writes in the run directory);
+    // a container still there stays marked for the sweep, and its monitor is awaited all the same.
     if (*gone) unmark_running(engine_, r.name);
+    else (void)await_monitor(engine_, r.name, std::chrono::seconds(60));
+    double teardown_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_end).count();
     if (!released) return std::unexpected(released.error());
     if (!*gone)
       return fail(Code::ExecutorUnavailable,

@@ -922,6 +922,45 @@ def check_dispatch(al, refused, tmp, far1, far2, client_key, known, hosts_starte
     refused(p, "EXECUTOR_UNAVAILABLE", "a tier the far machine cannot provide")
     check("machine far1" in p.stderr and "machine probe far1" in p.stderr, f"the refusal names the fix: {p.stderr}")
 
+    # The container tier there: a machine is eligible for an image only by a check its own probe
+    # ran in that exact digest. The image is built on far1 (in its namespaces, its own state).
+    if not os.access("/usr/bin/podman", os.X_OK):
+        print("SKIP far container tier: container engine: /usr/bin/podman is not installed")
+        check(os.environ.get("AIRLOCK_REQUIRE_ALL_TIERS") != "1", "the far container checks need podman")
+    else:
+        img = os.path.join(tmp, "far-image")
+        os.makedirs(os.path.join(img, "opt"))
+        with open(os.path.join(tmp, "far-tool.c"), "w") as f:
+            f.write('#include <stdio.h>\nint main(void){puts("ran in far1\'s image");return 0;}\n')
+        subprocess.run(["gcc", "-static", "-O2", "-o", os.path.join(img, "opt/far-tool"), os.path.join(tmp, "far-tool.c")],
+                       check=True)
+        b = subprocess.run(["nsenter", "-t", str(far1.proc.pid), "-m", "-n", "-u",
+                            os.path.join(far1.install_dir, "airlock"), "--state-dir", os.path.join(far1.install_dir, "state"),
+                            "image", "build", "fartools", "--from-dir", img, "--json"],
+                           capture_output=True, text=True, timeout=600)
+        check(b.returncode == 0, f"image build on far1: {b.returncode} {b.stderr}")
+        ref = json.loads(b.stdout)["reference"] if b.returncode == 0 else "localhost/fartools@sha256:" + "1" * 64
+        other = ref.split("@sha256:")[0] + "@sha256:" + "0" * 64
+
+        def container_policy(image):
+            path = os.path.join(tmp, "container-image.json")
+            with open(path, "w") as f:
+                json.dump({"schema_version": "airlock.task_policy.v1", "executor": "container", "image": image}, f)
+            return path
+        # Built after the last probe: the row does not have it yet.
+        p = dispatch("/opt/far-tool", pol=container_policy(ref))
+        refused(p, "EXECUTOR_UNAVAILABLE", "an image the row's probe never checked")
+        check(ref in p.stderr and "checked here: none" in p.stderr, f"the refusal names what the row has: {p.stderr}")
+        p = al("machine", "probe", "far1")
+        check(p.returncode == 0, f"probe far1 after the image: {p.stderr}")
+        p = dispatch("/opt/far-tool", pol=container_policy(ref))
+        check(p.returncode == 0 and "ran in far1's image" in p.stdout, f"a run in far1's image: {p.returncode} {p.stdout} {p.stderr}")
+        # Another digest of the same name does not qualify; the refusal names the one that does.
+        p = dispatch("/opt/far-tool", pol=container_policy(other))
+        refused(p, "EXECUTOR_UNAVAILABLE", "another digest of the image")
+        check(other in p.stderr and ref in p.stderr.partition("checked here: ")[2],
+              f"the refusal names the digest checked: {p.stderr}")
+
     # A row probed before the airlock now installed is stale; a far binary replaced after the
     # probe is refused by digest before anything runs.
     al("machine", "install", "far1")
